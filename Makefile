@@ -1,0 +1,46 @@
+# hepvine: every target builds or reuses the sandbox (a Debian trixie userland with HTCondor, TaskVine and XRootD)
+# and runs inside it. Needs root on a Debian/Ubuntu host; see README.md.
+SANDBOX := site-configs/sandbox
+ENTER := $(SANDBOX)/enter.sh
+SERVICES := python3 $(SANDBOX)/services.py
+PYTEST_ARGS ?=
+CMD ?=
+
+.PHONY: help sandbox services-start services-stop services-status shell run test demo clean-sandbox
+
+help:
+	@echo "make demo            run the demo campaign end to end on the sandbox"
+	@echo "make test            run the test suite on the sandbox's real services (PYTEST_ARGS='-k ...')"
+	@echo "make shell           interactive shell in the sandbox as the analysis user, services up"
+	@echo "make run CMD='...'   run one command that way; exits with its status"
+	@echo "make services-stop   stop the sandbox's services"
+	@echo "make clean-sandbox   stop the services and delete the sandbox and its state"
+
+sandbox:
+	@$(SANDBOX)/build.sh >/dev/null
+
+services-start: sandbox
+	@$(ENTER) --root -- $(SERVICES) start
+
+services-stop:
+	@if [ -d "$${HEPVINE_SANDBOX_HOME:-/var/tmp/hepvine-sandbox}" ]; then $(ENTER) --root -- $(SERVICES) stop; fi
+
+services-status: sandbox
+	@$(ENTER) --root -- $(SERVICES) status
+
+shell: services-start
+	@echo "sandbox: services stay up after the shell ends; 'make services-stop' stops them" >&2
+	@$(ENTER) -- bash -l
+
+run: services-start
+	@[ -n "$$CMD" ] || { echo "usage: make run CMD='command ...'" >&2; exit 2; }
+	@$(ENTER) -- bash -c "$$CMD"
+
+test: sandbox
+	@$(SANDBOX)/with-services.sh python -m pytest $(PYTEST_ARGS)
+
+demo: sandbox
+	@$(SANDBOX)/with-services.sh python -m hepvine.demo
+
+clean-sandbox: services-stop
+	@$(SANDBOX)/clean.sh

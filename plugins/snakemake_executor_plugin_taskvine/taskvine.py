@@ -1,0 +1,301 @@
+"""The adapter that owns every TaskVine call: the manager (``ndcctools.taskvine``), and the ``vine_factory`` and
+``vine_worker`` processes it provisions. Nothing else in hepvine imports ``ndcctools`` or starts a TaskVine binary.
+
+Everything points at a catalog on loopback unless told otherwise: TaskVine's default is a public catalog server.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Sequence
+
+LOOPBACK_CATALOG = "127.0.0.1:9097"
+# TaskVine's scheduling modes (VINE_SCHEDULE_<NAME>): files = where the task's input files already are.
+SCHEDULERS = ("files", "time", "fcfs", "rand", "worst")
+STOP_TIMEOUT_S = 30.0
+
+
+def import_taskvine():
+    """``ndcctools.taskvine``, or an error that says how to get it (it is not on PyPI)."""
+    try:
+        import ndcctools.taskvine as vine
+    except ImportError as e:
+        raise ImportError(
+            "TaskVine's Python bindings (ndcctools.taskvine) are missing: install cctools — on Debian trixie "
+            "`apt-get install python3-workqueue coop-computing-tools python3-cloudpickle`, elsewhere "
+            "`conda install -c conda-forge ndcctools` — and use a Python that sees them "
+            "(a venv made with --system-site-packages)."
+        ) from e
+    return vine
+
+
+def catalog_address() -> str:
+    """The catalog server every manager, factory and worker reports to: $CATALOG_HOST[:$CATALOG_PORT] (TaskVine's
+    own variables), else a catalog on loopback — never TaskVine's public default."""
+    host = os.environ.get("CATALOG_HOST")
+    if not host:
+        return LOOPBACK_CATALOG
+    port = os.environ.get("CATALOG_PORT")
+    return host if ":" in host or not port else f"{host}:{port}"
+
+
+def write_password_file(directory: Path) -> Path:
+    """A fresh random password in DIRECTORY/vine.password, readable by its owner only."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "vine.password"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32) + "\n")
+    return path
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSpec:
+    """One shell command to run on a worker, with its resources. Zero means "not set"."""
+
+    command: str
+    tag: str = ""
+    cores: int = 0
+    memory_mb: int = 0
+    disk_mb: int = 0
+    time_max_s: int = 0
+    features: Sequence[str] = ()
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    retries: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskResult:
+    """What came back from one task."""
+
+    task_id: int
+    tag: str
+    successful: bool
+    exit_code: int | None
+    result: str
+    output: str
+    hostname: str
+
+
+class Manager:
+    """A TaskVine manager listening on loopback or any interface, password-protected, reporting to the catalog
+    on loopback (and only when it has a name)."""
+
+    def __init__(
+        self,
+        *,
+        port: int | tuple[int, int] = 0,
+        name: str | None = None,
+        password_file: Path | None = None,
+        ssl: bool = False,
+        run_info_dir: Path | None = None,
+        scheduler: str = "files",
+    ):
+        vine = import_taskvine()
+        from ndcctools.taskvine import cvine
+
+        self._vine = vine
+        kwargs = {"port": port, "ssl": True if ssl else None}
+        if run_info_dir is not None:
+            kwargs["run_info_path"] = str(run_info_dir)
+        self._m = vine.Manager(**kwargs)
+        self._m.set_catalog_servers(catalog_address())
+        if name:
+            self._m.set_name(name)
+        if password_file is not None:
+            self._m.set_password_file(str(password_file))
+        self._m.set_scheduler(getattr(cvine, f"VINE_SCHEDULE_{scheduler.upper()}"))
+        self._tasks: dict[int, object] = {}
+
+    @property
+    def port(self) -> int:
+        return self._m.port
+
+    def submit(self, spec: TaskSpec) -> int:
+        t = self._vine.Task(spec.command)
+        if spec.tag:
+            t.set_tag(spec.tag)
+        if spec.cores:
+            t.set_cores(spec.cores)
+        if spec.memory_mb:
+            t.set_memory(spec.memory_mb)
+        if spec.disk_mb:
+            t.set_disk(spec.disk_mb)
+        if spec.time_max_s:
+            t.set_time_max(spec.time_max_s)
+        if spec.retries:
+            t.set_retries(spec.retries)
+        for feature in spec.features:
+            t.add_feature(feature)
+        for key, value in spec.env.items():
+            t.set_env_var(key, value)
+        task_id = self._m.submit(t)
+        self._tasks[task_id] = t
+        return task_id
+
+    def wait(self, timeout_s: int = 1) -> TaskResult | None:
+        """The next finished task, or None after TIMEOUT_S (>= 1: ``wait(0)`` makes no network progress)."""
+        t = self._m.wait(max(1, int(timeout_s)))
+        if t is None:
+            return None
+        self._tasks.pop(t.id, None)
+        return TaskResult(
+            task_id=t.id,
+            tag=t.tag or "",
+            successful=bool(t.successful()),
+            exit_code=t.exit_code if t.completed() else None,
+            result=str(t.result),
+            output=t.output or "",
+            hostname=t.hostname or "",
+        )
+
+    def cancel(self, task_id: int) -> None:
+        self._m.cancel_by_task_id(task_id)
+        self._tasks.pop(task_id, None)
+
+    def empty(self) -> bool:
+        return self._m.empty()
+
+    def workers_connected(self) -> int:
+        return self._m.stats.workers_connected
+
+    def workers_joined(self) -> int:
+        return self._m.stats.workers_joined
+
+    def shutdown_workers(self) -> None:
+        self._m.workers_shutdown(0)
+
+
+class _Process:
+    """A TaskVine binary we started, stopped by its own pid."""
+
+    def __init__(self, argv: list[str], log: Path, env: dict[str, str] | None = None):
+        self.argv = argv
+        self.log = log
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "ab") as out:
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                         start_new_session=True)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
+        """SIGTERM, then SIGKILL after TIMEOUT_S; returns the exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+def _environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    host, _, port = catalog_address().partition(":")
+    env = dict(os.environ, CATALOG_HOST=host, CATALOG_PORT=port or "9097")
+    env.update(extra or {})
+    return env
+
+
+class Factory(_Process):
+    """``vine_factory``: keeps between MIN and MAX workers in a batch system (``condor`` for HTCondor, ``local``)
+    connected to the manager at HOST:PORT. Stopping it removes the workers it submitted."""
+
+    def __init__(
+        self,
+        *,
+        batch_type: str,
+        manager_host: str,
+        manager_port: int,
+        scratch_dir: Path,
+        password_file: Path | None = None,
+        ssl: bool = False,
+        min_workers: int = 1,
+        max_workers: int = 1,
+        cores: int = 1,
+        memory_mb: int = 0,
+        disk_mb: int = 0,
+        features: Sequence[str] = (),
+        condor_requirements: str = "",
+        worker_timeout_s: int = 300,
+        env: dict[str, str] | None = None,
+    ):
+        argv = [
+            "vine_factory", f"--batch-type={batch_type}", f"--catalog={catalog_address()}",
+            f"--scratch-dir={scratch_dir}", f"--min-workers={min_workers}", f"--max-workers={max_workers}",
+            f"--workers-per-cycle={max_workers}", f"--cores={cores}", f"--timeout={worker_timeout_s}",
+            "--parent-death",
+        ]
+        if password_file is not None:
+            argv.append(f"--password={password_file}")
+        if ssl:
+            argv.append("--ssl")
+        if memory_mb:
+            argv.append(f"--memory={memory_mb}")
+        if disk_mb:
+            argv.append(f"--disk={disk_mb}")
+        argv += [f"--feature={f}" for f in features]
+        if condor_requirements:
+            argv.append(f"--condor-requirements={condor_requirements}")
+        # Workers report to the same loopback catalog as the factory.
+        host, _, port = catalog_address().partition(":")
+        argv += [f"--env=CATALOG_HOST={host}", f"--env=CATALOG_PORT={port or '9097'}"]
+        for key, value in (env or {}).items():
+            argv.append(f"--env={key}={value}")
+        argv += [manager_host, str(manager_port)]
+        super().__init__(argv, scratch_dir / "factory.log", env=_environment())
+
+
+class Worker(_Process):
+    """One ``vine_worker`` on this machine connected to the manager at HOST:PORT."""
+
+    def __init__(
+        self,
+        *,
+        manager_host: str,
+        manager_port: int,
+        workspace: Path,
+        password_file: Path | None = None,
+        ssl: bool = False,
+        cores: int = 1,
+        memory_mb: int = 0,
+        disk_mb: int = 0,
+        features: Sequence[str] = (),
+        timeout_s: int = 300,
+    ):
+        argv = ["vine_worker", f"--workspace={workspace}", f"--cores={cores}", f"--timeout={timeout_s}",
+                "--single-shot", "--parent-death"]
+        if password_file is not None:
+            argv.append(f"--password={password_file}")
+        if ssl:
+            argv.append("--ssl")
+        if memory_mb:
+            argv.append(f"--memory={memory_mb}")
+        if disk_mb:
+            argv.append(f"--disk={disk_mb}")
+        argv += [f"--feature={f}" for f in features]
+        argv += [manager_host, str(manager_port)]
+        super().__init__(argv, workspace.parent / f"{workspace.name}.log", env=_environment())
+
+
+def wait_until(predicate, timeout_s: float, poll_s: float = 0.5) -> bool:
+    """Poll PREDICATE until it is true or TIMEOUT_S passes; returns its last value."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if predicate():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)

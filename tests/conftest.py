@@ -1,0 +1,25 @@
+"""Shared fixtures: the sandbox's services (read from the file that ``services.py start`` writes)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import hepvine.services
+
+
+@pytest.fixture(scope="session")
+def services() -> dict:
+    """Ports and directories of the running sandbox services. A test that needs them fails (never skips) when they
+    are not up: the real stack is the point of those tests."""
+    try:
+        return hepvine.services.load()
+    except hepvine.services.ServicesNotRunning as e:
+        pytest.fail(f"{e} (the tests run with `make test`)")
+
+
+@pytest.fixture
+def condor_env(services) -> dict[str, str]:
+    """The environment for HTCondor's command-line tools."""
+    return dict(os.environ, CONDOR_CONFIG=services["condor"]["config"])
