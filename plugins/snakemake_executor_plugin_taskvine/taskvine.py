@@ -68,6 +68,10 @@ class TaskSpec:
     features: Sequence[str] = ()
     env: dict[str, str] = dataclasses.field(default_factory=dict)
     retries: int = 0
+    # (local path, name in the task's sandbox) pairs. Inputs are sent to the worker (and cached there for the
+    # whole run); outputs are brought back to the local path when the task ends.
+    inputs: Sequence[tuple[str, str]] = ()
+    outputs: Sequence[tuple[str, str]] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,6 +116,7 @@ class Manager:
             self._m.set_password_file(str(password_file))
         self._m.set_scheduler(getattr(cvine, f"VINE_SCHEDULE_{scheduler.upper()}"))
         self._tasks: dict[int, object] = {}
+        self._files: dict[str, object] = {}
 
     @property
     def port(self) -> int:
@@ -135,9 +140,22 @@ class Manager:
             t.add_feature(feature)
         for key, value in spec.env.items():
             t.set_env_var(key, value)
+        for local, remote in spec.inputs:
+            t.add_input(self._file(local), remote)
+        for local, remote in spec.outputs:
+            Path(local).parent.mkdir(parents=True, exist_ok=True)
+            t.add_output(self._file(local), remote)
         task_id = self._m.submit(t)
         self._tasks[task_id] = t
         return task_id
+
+    def _file(self, local: str):
+        """The run's one declaration of a local file: a file used by many tasks, or made by one task and read by
+        others, is declared once, so that workers keep it in their cache for the whole run."""
+        key = os.path.abspath(local)
+        if key not in self._files:
+            self._files[key] = self._m.declare_file(key, cache="workflow")
+        return self._files[key]
 
     def wait(self, timeout_s: int = 1) -> TaskResult | None:
         """The next finished task, or None after TIMEOUT_S (>= 1: ``wait(0)`` makes no network progress)."""
@@ -191,7 +209,8 @@ class _Process:
         return self.proc.poll() is None
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
-        """SIGTERM, then SIGKILL after TIMEOUT_S; returns the exit status."""
+        """SIGTERM, then SIGKILL after TIMEOUT_S; returns the exit status. Whatever it started on this machine
+        (a local factory's workers) is in its process group, and is ended with it."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -199,6 +218,10 @@ class _Process:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)  # the group keeps the leader's pid, which was ours
+        except ProcessLookupError:
+            pass  # nothing of the group is left
         return self.proc.returncode
 
 

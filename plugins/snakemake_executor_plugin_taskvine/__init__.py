@@ -1,0 +1,153 @@
+"""Snakemake executor plugin for TaskVine: ``snakemake --executor taskvine``.
+
+Each Snakemake job (or group job) becomes one TaskVine task that runs the job's ``snakemake`` command on a worker.
+The plugin runs the TaskVine manager and, unless told otherwise, the workers: local ``vine_worker`` processes, or a
+TaskVine factory that submits them to HTCondor. Settings are ``--taskvine-<name>`` flags or
+``SNAKEMAKE_TASKVINE_<NAME>`` variables.
+"""
+
+# No `from __future__ import annotations` here: Snakemake reads the settings' field types at run time.
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import AsyncGenerator, List, Optional
+
+from snakemake_interface_common.exceptions import WorkflowError
+from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
+from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
+from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
+from snakemake_interface_executor_plugins.settings import CommonSettings, ExecutorSettingsBase, SharedFSUsage
+
+from . import provision, validation
+from .dispatcher import Dispatcher
+from .failures import describe_failure
+from .tasks import job_task
+from .taskvine import SCHEDULERS, write_password_file
+
+
+STATUS_POLL_S = 0.2
+
+
+def _setting(default, help: str, **extra):
+    return field(default=default, metadata={"help": help, "env_var": True, "required": False, **extra})
+
+
+@dataclass
+class ExecutorSettings(ExecutorSettingsBase):
+    port: int = _setting(0, "TCP port of the TaskVine manager; 0 picks a free one.")
+    manager_name: Optional[str] = _setting(
+        None, "Name under which the manager reports to the catalog server (workers can then find it by name). "
+        "Unnamed managers do not report.")
+    password_file: Optional[Path] = _setting(
+        None, "File holding the password that workers must present (mode 0600). Default: a random password "
+        "generated for each run in the run directory and handed to the workers this plugin starts.")
+    ssl: bool = _setting(False, "Encrypt manager-worker connections with TLS (a self-signed certificate per run).")
+    workers: str = _setting(
+        "local", "Who starts the workers: 'local' (vine_worker processes on this machine), 'condor' (a TaskVine "
+        "factory submits them to HTCondor) or 'none' (someone else; connect them to this manager's port).",
+        choices=list(provision.WORKER_MODES))
+    min_workers: int = _setting(1, "Workers the factory keeps running even when idle.")
+    max_workers: int = _setting(4, "Most workers the factory starts.")
+    worker_cores: int = _setting(1, "Cores of each worker the plugin starts.")
+    worker_memory_mb: int = _setting(2048, "Memory (MB) of each worker the plugin starts; 0 lets TaskVine decide.")
+    worker_disk_mb: int = _setting(8192, "Disk (MB) of each worker the plugin starts; 0 lets TaskVine decide.")
+    condor_requirements: Optional[str] = _setting(
+        None, "HTCondor requirements expression for the worker jobs (with --taskvine-workers condor).")
+    worker_features: Optional[str] = _setting(
+        None, "Comma-separated features the started workers advertise (vine_worker --feature); jobs ask for "
+        "them with the resource taskvine_features.")
+    scheduler: str = _setting(
+        "files", "TaskVine's scheduling mode: 'files' (where the task's input files already are), 'time', "
+        "'fcfs', 'rand' or 'worst'.", choices=list(SCHEDULERS))
+    retries: int = _setting(3, "How often a task is dispatched again after an infrastructure failure, such as "
+                               "a lost worker, before its job fails.")
+    run_info_dir: Path = _setting(Path(".snakemake/taskvine"),
+                                  "Directory for the manager's logs, the factory's files and failed jobs' logs.")
+
+
+common_settings = CommonSettings(
+    # Jobs run elsewhere, as `snakemake` commands on workers.
+    non_local_exec=True,
+    # A shared filesystem is Snakemake's default; --shared-fs-usage none is supported too.
+    implies_no_shared_fs=False,
+    # Without a shared filesystem this plugin ships the sources itself (as TaskVine files).
+    job_deploy_sources=False,
+    pass_default_storage_provider_args=True,
+    pass_default_resources_args=True,
+    pass_envvar_declarations_to_cmd=True,
+    auto_deploy_default_storage_provider=False,
+    init_seconds_before_status_checks=0,
+    # Local inputs and outputs are moved by TaskVine, not by a storage plugin.
+    can_transfer_local_files=True,
+)
+
+
+class Executor(RemoteExecutor):
+    def __post_init__(self):
+        settings = self.workflow.executor_settings
+        validation.validate(settings)
+        if settings.workers == "condor":
+            provision.check_condor_reachable()
+        self.shared_fs = SharedFSUsage.INPUT_OUTPUT in self.workflow.storage_settings.shared_fs_usage
+        self.workdir = os.path.abspath(str(self.workflow.workdir_init))
+        self.run_dir = Path(settings.run_info_dir).absolute() / time.strftime("%Y%m%dT%H%M%S")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.password_file = (Path(settings.password_file).absolute() if settings.password_file
+                              else write_password_file(self.run_dir))
+        self._sources: Optional[List[str]] = None
+        # A status check here is a lookup in memory, not a query to a batch system: poll often.
+        self.next_seconds_between_status_checks = STATUS_POLL_S
+        self.dispatcher = Dispatcher(dict(
+            port=settings.port, name=settings.manager_name, password_file=self.password_file, ssl=settings.ssl,
+            run_info_dir=self.run_dir / "manager", scheduler=settings.scheduler))
+        port = self.dispatcher.start()
+        self.logger.info(f"TaskVine manager listening on port {port}; run directory {self.run_dir}")
+        self.factory = provision.start_workers(settings, manager_port=port, password_file=self.password_file,
+                                               run_dir=self.run_dir)
+
+    def sources(self) -> List[str]:
+        """The workflow's source files (Snakefile, includes, scripts, config files), computed once per run."""
+        if self._sources is None:
+            self._sources = sorted(self.workflow.dag.get_sources())
+        return self._sources
+
+    def run_job(self, job: JobExecutorInterface):
+        spec = job_task(job, self.format_job_exec(job), shared_fs=self.shared_fs, workdir=self.workdir,
+                        retries=self.workflow.executor_settings.retries,
+                        sources=() if self.shared_fs else self.sources())
+        self.logger.debug(f"TaskVine task {spec.tag}: {spec.command}")
+        self.dispatcher.submit(spec)
+        self.report_job_submission(SubmittedJobInfo(job=job, external_jobid=spec.tag))
+
+    async def check_active_jobs(
+        self, active_jobs: List[SubmittedJobInfo]
+    ) -> AsyncGenerator[SubmittedJobInfo, None]:
+        # Snakemake's status thread starts before __post_init__ has made the dispatcher; nothing is active then.
+        if not active_jobs:
+            return
+        if self.dispatcher.error is not None:
+            raise WorkflowError(f"the TaskVine manager failed: {self.dispatcher.error}")
+        for job_info in active_jobs:
+            result = self.dispatcher.pop_result(job_info.external_jobid)
+            if result is None:
+                yield job_info
+            elif result.successful:
+                self.report_job_success(job_info)
+            else:
+                message, log = describe_failure(job_info.job, result, self.run_dir / "failed")
+                self.report_job_error(job_info, msg=message, aux_logs=[str(log)])
+
+    def cancel_jobs(self, active_jobs: List[SubmittedJobInfo]):
+        for job_info in active_jobs:
+            self.dispatcher.cancel(job_info.external_jobid)
+
+    def shutdown(self):
+        super().shutdown()
+        self.stop_workers()
+
+    def stop_workers(self):
+        if self.factory is not None:
+            self.factory.stop()
+            self.factory = None
+        self.dispatcher.stop()

@@ -1,0 +1,127 @@
+"""The process that drives the TaskVine manager.
+
+TaskVine's manager only makes network progress inside ``wait``, and its Python bindings hold the GIL for the whole
+wait: in Snakemake's process that starves the scheduler (measured here: other threads ran ~150x slower). So the
+manager lives in a child process of its own, and Snakemake's threads talk to it through two pipes — requests
+(submit, cancel, stop) down, results up. The child ignores Ctrl-C (the parent decides) and exits when the parent
+goes away.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+import threading
+import time
+
+from .taskvine import Manager, TaskResult, TaskSpec
+
+WAIT_S = 1  # each manager.wait(); >= 1, since wait(0) makes no network progress
+IDLE_S = 0.05
+START_TIMEOUT_S = 60
+
+
+class DispatcherError(RuntimeError):
+    pass
+
+
+def _serve(manager_kwargs: dict, requests, results) -> None:
+    """The child: own the manager, take requests, send back every finished task."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        manager = Manager(**manager_kwargs)
+    except Exception as e:  # reported to the parent, which raises it with context
+        results.send(("error", f"{type(e).__name__}: {e}"))
+        return
+    results.send(("ready", manager.port))
+    task_ids: dict[str, int] = {}
+    try:
+        while True:
+            while requests.poll(0):
+                what, arg = requests.recv()
+                if what == "stop":
+                    return
+                if what == "submit":
+                    task_ids[arg.tag] = manager.submit(arg)
+                elif arg in task_ids:
+                    manager.cancel(task_ids.pop(arg))
+            # Always wait, even with nothing queued: workers and factories are only answered inside wait().
+            began = time.monotonic()
+            result = manager.wait(WAIT_S)
+            if result is None:
+                if time.monotonic() - began < IDLE_S:  # with no tasks TaskVine returns at once: do not spin
+                    time.sleep(IDLE_S)
+                continue
+            task_ids.pop(result.tag, None)
+            results.send(("result", result))
+    except (EOFError, BrokenPipeError):
+        return  # the parent is gone
+    except Exception as e:
+        results.send(("error", f"{type(e).__name__}: {e}"))
+    finally:
+        for task_id in task_ids.values():
+            manager.cancel(task_id)
+
+
+class Dispatcher:
+    """Starts the manager process and keeps the results it sends back, by task tag. Thread-safe."""
+
+    def __init__(self, manager_kwargs: dict):
+        context = multiprocessing.get_context("spawn")
+        # Pipe(duplex=False) returns (receiving end, sending end).
+        requests_in, self._requests = context.Pipe(duplex=False)
+        self._results_recv, results_out = context.Pipe(duplex=False)
+        self._process = context.Process(target=_serve, name="taskvine-manager", daemon=True,
+                                        args=(manager_kwargs, requests_in, results_out))
+        self._send_lock = threading.Lock()
+        self._recv_lock = threading.Lock()
+        self._results: dict[str, TaskResult] = {}
+        self.error: str | None = None
+
+    def start(self) -> int:
+        """Start the manager; returns its port once it listens."""
+        self._process.start()
+        if not self._results_recv.poll(START_TIMEOUT_S):
+            self.stop()
+            raise DispatcherError(f"the TaskVine manager did not start within {START_TIMEOUT_S} s")
+        what, value = self._results_recv.recv()
+        if what != "ready":
+            self.stop()
+            raise DispatcherError(f"the TaskVine manager could not start: {value}")
+        return value
+
+    def _send(self, message) -> None:
+        with self._send_lock:
+            self._requests.send(message)
+
+    def submit(self, spec: TaskSpec) -> None:
+        if not spec.tag:
+            raise ValueError("a dispatched task needs a tag, its key")
+        self._send(("submit", spec))
+
+    def cancel(self, tag: str) -> None:
+        self._send(("cancel", tag))
+
+    def pop_result(self, tag: str) -> TaskResult | None:
+        with self._recv_lock:
+            try:
+                while self._results_recv.poll(0):
+                    what, value = self._results_recv.recv()
+                    if what == "result":
+                        self._results[value.tag] = value
+                    else:
+                        self.error = value
+            except (EOFError, OSError):
+                self.error = self.error or "the TaskVine manager process ended unexpectedly"
+            return self._results.pop(tag, None)
+
+    def stop(self, timeout_s: float = 30) -> None:
+        if self._process.is_alive():
+            try:
+                self._send(("stop", None))
+            except (BrokenPipeError, OSError):
+                pass
+            self._process.join(timeout_s)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join()

@@ -1,0 +1,30 @@
+"""What a failed task tells the user: the rule, the worker, the exit code or TaskVine's reason, and the last lines
+of the job's output; the whole output is saved to a log file that Snakemake attaches to the error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
+
+from .taskvine import TaskResult
+
+TAIL_LINES = 20
+
+
+def describe_failure(job: JobExecutorInterface, result: TaskResult, log_dir: Path) -> tuple[str, Path]:
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = log_dir / f"{result.tag}.log"
+    log.write_text(result.output)
+    where = f"on worker {result.hostname}" if result.hostname else "before reaching a worker"
+    if result.result == "success":
+        why = f"exit code {result.exit_code}"
+    else:
+        why = f"TaskVine: {result.result}" + (f", exit code {result.exit_code}" if result.exit_code else "")
+    tail = result.output.rstrip().splitlines()[-TAIL_LINES:]
+    shown = "\n".join(f"    {line}" for line in tail) if tail else "    (no output)"
+    message = (
+        f"TaskVine task {result.tag} of rule {job.name} failed {where} ({why}). "
+        f"Last lines of its output:\n{shown}\nWhole output: {log}\n"
+    )
+    return message, log

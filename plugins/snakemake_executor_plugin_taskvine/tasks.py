@@ -1,0 +1,119 @@
+"""Snakemake job → TaskVine task: the command, the resources, and (without a shared filesystem) the files to ship.
+
+Resources: ``threads`` → cores, ``mem_mb`` → memory, ``disk_mb`` → disk, ``runtime`` (minutes) → time limit, and
+the job resource ``taskvine_features`` (comma-separated) → features the worker must have.
+
+With a shared filesystem the task runs in the workflow directory. Without one, the task runs in its worker
+sandbox: the workflow's sources (Snakefile, included files, scripts, config files) and the job's local inputs are
+sent as TaskVine files under their paths relative to the workflow directory, and its outputs and logs come back.
+Remote inputs (``root://``, ``https://`` ...) are read by the job itself.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import uuid
+from typing import Iterable
+
+from snakemake_interface_common.exceptions import WorkflowError
+from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
+
+from .taskvine import TaskSpec
+
+
+def task_tag(job: JobExecutorInterface) -> str:
+    """A key unique within the run that names the job's rule, so a user can find a job's task in TaskVine's logs."""
+    return f"{job.name}-{job.jobid}-{uuid.uuid4().hex[:8]}"
+
+
+def features(job: JobExecutorInterface) -> list[str]:
+    value = job.resources.get("taskvine_features", "")
+    return [f.strip() for f in str(value).split(",") if f.strip()]
+
+
+def _int_resource(job: JobExecutorInterface, name: str) -> int:
+    value = job.resources.get(name, 0)
+    try:
+        number = int(value or 0)
+    except (TypeError, ValueError):
+        raise WorkflowError(f"rule {job.name}: resource {name}={value!r} is not a whole number")
+    if number < 0:
+        raise WorkflowError(f"rule {job.name}: resource {name}={number} is negative")
+    return number
+
+
+def relative_name(path: str, workdir: str, job: JobExecutorInterface, what: str) -> str:
+    """PATH as a name inside the task's sandbox: relative to the workflow directory, never above it."""
+    rel = os.path.relpath(os.path.abspath(path), workdir)
+    if rel.startswith(".." + os.sep) or rel == ".." or os.path.isabs(rel):
+        raise WorkflowError(
+            f"rule {job.name}: {what} {path} lies outside the workflow directory {workdir}, so it cannot be sent "
+            "to a TaskVine worker without a shared filesystem. Move it under the workflow directory, or run with "
+            "a shared filesystem (drop --shared-fs-usage none)."
+        )
+    return rel
+
+
+def is_remote(path: str) -> bool:
+    return "://" in str(path)
+
+
+def shipped_files(
+    job: JobExecutorInterface, sources: Iterable[str], workdir: str
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(inputs, outputs) of a job run without a shared filesystem, as (local path, sandbox name) pairs."""
+    produced = {os.path.abspath(p) for p in job.output}
+    inputs: dict[str, str] = {}
+    for path in sources:
+        if os.path.isfile(path):
+            inputs[os.path.abspath(path)] = relative_name(path, workdir, job, "workflow source")
+    for path in job.input:
+        path = str(path)
+        if is_remote(path) or os.path.abspath(path) in produced:
+            continue  # read by the job itself, or made inside this (group) job
+        if not os.path.exists(path):
+            continue  # made by an earlier job of this group
+        if os.path.isdir(path):
+            raise WorkflowError(
+                f"rule {job.name}: input {path} is a directory; without a shared filesystem the TaskVine executor "
+                "sends files only. Declare the files inside it as inputs, or use a shared filesystem."
+            )
+        inputs[os.path.abspath(path)] = relative_name(path, workdir, job, "input")
+    outputs = {
+        os.path.abspath(str(p)): relative_name(str(p), workdir, job, "output")
+        for p in [*job.output, *job.log]
+        if not is_remote(str(p))
+    }
+    return sorted(inputs.items()), sorted(outputs.items())
+
+
+def job_task(
+    job: JobExecutorInterface,
+    command: str,
+    *,
+    shared_fs: bool,
+    workdir: str,
+    retries: int,
+    sources: Iterable[str] = (),
+) -> TaskSpec:
+    """The TaskVine task that runs JOB's COMMAND (its ``python -m snakemake ...`` line)."""
+    inputs: list[tuple[str, str]] = []
+    outputs: list[tuple[str, str]] = []
+    if shared_fs:
+        command = f"cd {shlex.quote(workdir)} && {command}"
+    else:
+        inputs, outputs = shipped_files(job, sources, workdir)
+    runtime_min = _int_resource(job, "runtime")
+    return TaskSpec(
+        command=command,
+        tag=task_tag(job),
+        cores=max(1, int(job.resources.get("_cores", job.threads) or 1)),
+        memory_mb=_int_resource(job, "mem_mb"),
+        disk_mb=_int_resource(job, "disk_mb"),
+        time_max_s=runtime_min * 60,
+        features=features(job),
+        retries=retries,
+        inputs=inputs,
+        outputs=outputs,
+    )
