@@ -23,7 +23,8 @@ services-start: sandbox
 	@$(ENTER) --root -- $(SERVICES) start
 
 services-stop:
-	@if [ -d "$${HEPVINE_SANDBOX_HOME:-/var/tmp/hepvine-sandbox}" ]; then $(ENTER) --root -- $(SERVICES) stop; fi
+	@if ls -d "$${HEPVINE_SANDBOX_HOME:-/var/tmp/hepvine-sandbox}"/rootfs-*/.hepvine-built >/dev/null 2>&1; then \
+		$(ENTER) --root --no-build -- $(SERVICES) stop; fi
 
 services-status: sandbox
 	@$(ENTER) --root -- $(SERVICES) status

@@ -1,4 +1,2 @@
-rm -rf /tmp/wf && cp -r /opt/hepvine-venv/lib/python3.13/site-packages/snakemake/common/tests/testcases/simple /tmp/wf && cd /tmp/wf
-timeout -s INT 60 snakemake --verbose --executor taskvine --jobs 3 --taskvine-max-workers 2 --taskvine-worker-cores 2 --taskvine-worker-memory-mb 1500 --taskvine-worker-disk-mb 2000 > /tmp/wf.log 2>&1
-echo "exit $?"
-tail -40 /tmp/wf.log
+timeout -s INT 900 python -m pytest -x -q -p no:cacheprovider tests/plugin -k "lost" 2>&1 > /tmp/pt.log; grep -nE "^E  |passed|failed" /tmp/pt.log | head -40
+ps -eo pid,args | grep -E 'vine_' | grep -v grep

@@ -22,7 +22,7 @@ from snakemake_interface_executor_plugins.settings import CommonSettings, Execut
 from . import provision, validation
 from .dispatcher import Dispatcher
 from .failures import describe_failure
-from .tasks import job_task
+from .tasks import job_task, relative_name
 from .taskvine import SCHEDULERS, write_password_file
 
 
@@ -105,6 +105,19 @@ class Executor(RemoteExecutor):
         self.logger.info(f"TaskVine manager listening on port {port}; run directory {self.run_dir}")
         self.factory = provision.start_workers(settings, manager_port=port, password_file=self.password_file,
                                                run_dir=self.run_dir)
+
+    def additional_general_args(self):
+        # Without a shared filesystem the job runs in its worker sandbox, where the sources were shipped: override
+        # the absolute --directory that Snakemake passes when the workflow directory was given explicitly.
+        return "" if self.shared_fs else "--directory ."
+
+    def format_job_exec(self, job: JobExecutorInterface) -> str:
+        command = super().format_job_exec(job)
+        if not self.shared_fs:
+            # Config files are shipped under their paths relative to the workflow directory; name them so.
+            for path in self.workflow.configfiles:
+                command = command.replace(str(path), relative_name(str(path), self.workdir, job, "config file"))
+        return command
 
     def sources(self) -> List[str]:
         """The workflow's source files (Snakefile, includes, scripts, config files), computed once per run."""

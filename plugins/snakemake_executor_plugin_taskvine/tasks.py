@@ -62,18 +62,18 @@ def is_remote(path: str) -> bool:
 def shipped_files(
     job: JobExecutorInterface, sources: Iterable[str], workdir: str
 ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """(inputs, outputs) of a job run without a shared filesystem, as (local path, sandbox name) pairs."""
-    produced = {os.path.abspath(p) for p in job.output}
+    """(inputs, outputs) of a job run without a shared filesystem, as (local path, sandbox name) pairs. A group
+    job's inputs are its members' inputs not made inside the group; its outputs are all its members' outputs."""
+    members = list(job.jobs) if job.is_group() else [job]
+    produced = {os.path.abspath(str(p)) for member in members for p in member.output}
     inputs: dict[str, str] = {}
     for path in sources:
         if os.path.isfile(path):
             inputs[os.path.abspath(path)] = relative_name(path, workdir, job, "workflow source")
-    for path in job.input:
+    for path in (p for member in members for p in member.input):
         path = str(path)
         if is_remote(path) or os.path.abspath(path) in produced:
             continue  # read by the job itself, or made inside this (group) job
-        if not os.path.exists(path):
-            continue  # made by an earlier job of this group
         if os.path.isdir(path):
             raise WorkflowError(
                 f"rule {job.name}: input {path} is a directory; without a shared filesystem the TaskVine executor "
@@ -82,7 +82,8 @@ def shipped_files(
         inputs[os.path.abspath(path)] = relative_name(path, workdir, job, "input")
     outputs = {
         os.path.abspath(str(p)): relative_name(str(p), workdir, job, "output")
-        for p in [*job.output, *job.log]
+        for member in members
+        for p in [*member.output, *member.log]
         if not is_remote(str(p))
     }
     return sorted(inputs.items()), sorted(outputs.items())

@@ -19,6 +19,11 @@ LOOPBACK_CATALOG = "127.0.0.1:9097"
 # TaskVine's scheduling modes (VINE_SCHEDULE_<NAME>): files = where the task's input files already are.
 SCHEDULERS = ("files", "time", "fcfs", "rand", "worst")
 STOP_TIMEOUT_S = 30.0
+# A worker killed outright can leave its tasks' processes holding its connection open, so the manager does not see
+# it go; keepalives find it: one every KEEPALIVE_INTERVAL_S, and a worker silent for KEEPALIVE_TIMEOUT_S is dropped
+# (its tasks are dispatched again). TaskVine's defaults (2 and 15 minutes) would stall a run that long.
+KEEPALIVE_INTERVAL_S = 5
+KEEPALIVE_TIMEOUT_S = 20
 
 
 def import_taskvine():
@@ -110,6 +115,8 @@ class Manager:
             kwargs["run_info_path"] = str(run_info_dir)
         self._m = vine.Manager(**kwargs)
         self._m.set_catalog_servers(catalog_address())
+        self._m.set_keepalive_interval(KEEPALIVE_INTERVAL_S)
+        self._m.set_keepalive_timeout(KEEPALIVE_TIMEOUT_S)
         if name:
             self._m.set_name(name)
         if password_file is not None:

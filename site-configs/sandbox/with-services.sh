@@ -4,8 +4,8 @@
 #   with-services.sh COMMAND [ARG...]
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-services() { "$here/enter.sh" --root -- python3 "$here/services.py" "$1"; }
-services start || exit 1
-trap 'services stop' EXIT
+stop_services() { "$here/enter.sh" --root --no-build -- python3 "$here/services.py" stop; }
+"$here/enter.sh" --root -- python3 "$here/services.py" start || exit 1
+trap stop_services EXIT
 trap 'exit 130' INT TERM
 "$here/enter.sh" -- "$@"
