@@ -6,11 +6,12 @@ SERVICES := python3 $(SANDBOX)/services.py
 PYTEST_ARGS ?=
 CMD ?=
 
-.PHONY: help sandbox services-start services-stop services-status shell run test demo clean-sandbox
+.PHONY: help sandbox services-start services-stop services-status shell run test demo bench clean-sandbox
 
 help:
 	@echo "make demo            run the demo campaign end to end on the sandbox"
 	@echo "make test            run the test suite on the sandbox's real services (PYTEST_ARGS='-k ...')"
+	@echo "make bench           benchmarks on the sandbox; results in results/bench/"
 	@echo "make shell           interactive shell in the sandbox as the analysis user, services up"
 	@echo "make run CMD='...'   run one command that way; exits with its status"
 	@echo "make services-stop   stop the sandbox's services"
@@ -42,6 +43,9 @@ test: sandbox
 
 demo: sandbox
 	@$(SANDBOX)/with-services.sh python -m hepvine.demo
+
+bench: sandbox
+	@$(SANDBOX)/with-services.sh python benchmarks/dispatch.py
 
 clean-sandbox: services-stop
 	@$(SANDBOX)/clean.sh

@@ -44,7 +44,7 @@ link_checkout() {
     shift
     chroot "$root" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/root PIP_CERT=/usr/local/share/hepvine/host-ca.crt \
         PIP_DISABLE_PIP_VERSION_CHECK=1 "$SANDBOX_VENV/bin/pip" install -q "$@" \
-        --config-settings editable_mode=compat -e "$REPO_DIR[test]" >&2
+        --config-settings editable_mode=compat -e "$REPO_DIR[test,bench]" >&2
     site=$(echo "$root$SANDBOX_VENV"/lib/python3*/site-packages)
     printf '%s\n' "$REPO_DIR/workflows" "$REPO_DIR/plugins" >"$site/hepvine-checkout.pth"
     echo "$REPO_DIR" >"$root$SANDBOX_VENV/.hepvine-checkout"

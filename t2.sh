@@ -1,2 +1,0 @@
-rm -rf /tmp/lw && mkdir -p /tmp/lw && cd /tmp/lw && printf 'rule all:\n    input: expand("out/{i}.txt", i=range(4))\n\nrule slow:\n    output: "out/{i}.txt"\n    shell: "echo first-half > {output}; sleep 8; echo second-half >> {output}"\n' > Snakefile
-timeout -s INT 120 python -m snakemake --executor taskvine --jobs 4 --shared-fs-usage none --taskvine-min-workers 2 --taskvine-max-workers 2 --taskvine-worker-cores 2 --taskvine-worker-memory-mb 1500 --taskvine-worker-disk-mb 2000 --default-resources mem_mb=100 disk_mb=50 2>&1 | tail -30
