@@ -232,11 +232,23 @@ class _Process:
         return self.proc.returncode
 
 
-def _environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+def _environment() -> dict[str, str]:
+    """This process's environment with TaskVine's catalog variables pointing where catalog_address() says."""
     host, _, port = catalog_address().partition(":")
-    env = dict(os.environ, CATALOG_HOST=host, CATALOG_PORT=port or "9097")
-    env.update(extra or {})
-    return env
+    return dict(os.environ, CATALOG_HOST=host, CATALOG_PORT=port or "9097")
+
+
+def _worker_options(password_file: Path | None, ssl: bool, memory_mb: int, disk_mb: int,
+                    features: Sequence[str]) -> list[str]:
+    """The options that vine_worker and vine_factory share for the workers they start."""
+    options = [f"--password={password_file}"] if password_file is not None else []
+    if ssl:
+        options.append("--ssl")
+    if memory_mb:
+        options.append(f"--memory={memory_mb}")
+    if disk_mb:
+        options.append(f"--disk={disk_mb}")
+    return options + [f"--feature={f}" for f in features]
 
 
 class Factory(_Process):
@@ -260,30 +272,18 @@ class Factory(_Process):
         features: Sequence[str] = (),
         condor_requirements: str = "",
         worker_timeout_s: int = 300,
-        env: dict[str, str] | None = None,
     ):
         argv = [
             "vine_factory", f"--batch-type={batch_type}", f"--catalog={catalog_address()}",
             f"--scratch-dir={scratch_dir}", f"--min-workers={min_workers}", f"--max-workers={max_workers}",
             f"--workers-per-cycle={max_workers}", f"--cores={cores}", f"--timeout={worker_timeout_s}",
-            "--parent-death",
+            "--parent-death", *_worker_options(password_file, ssl, memory_mb, disk_mb, features),
         ]
-        if password_file is not None:
-            argv.append(f"--password={password_file}")
-        if ssl:
-            argv.append("--ssl")
-        if memory_mb:
-            argv.append(f"--memory={memory_mb}")
-        if disk_mb:
-            argv.append(f"--disk={disk_mb}")
-        argv += [f"--feature={f}" for f in features]
         if condor_requirements:
             argv.append(f"--condor-requirements={condor_requirements}")
         # Workers report to the same loopback catalog as the factory.
         host, _, port = catalog_address().partition(":")
         argv += [f"--env=CATALOG_HOST={host}", f"--env=CATALOG_PORT={port or '9097'}"]
-        for key, value in (env or {}).items():
-            argv.append(f"--env={key}={value}")
         argv += [manager_host, str(manager_port)]
         super().__init__(argv, scratch_dir / "factory.log", env=_environment())
 
@@ -306,17 +306,8 @@ class Worker(_Process):
         timeout_s: int = 300,
     ):
         argv = ["vine_worker", f"--workspace={workspace}", f"--cores={cores}", f"--timeout={timeout_s}",
-                "--single-shot", "--parent-death"]
-        if password_file is not None:
-            argv.append(f"--password={password_file}")
-        if ssl:
-            argv.append("--ssl")
-        if memory_mb:
-            argv.append(f"--memory={memory_mb}")
-        if disk_mb:
-            argv.append(f"--disk={disk_mb}")
-        argv += [f"--feature={f}" for f in features]
-        argv += [manager_host, str(manager_port)]
+                "--single-shot", "--parent-death", *_worker_options(password_file, ssl, memory_mb, disk_mb, features),
+                manager_host, str(manager_port)]
         super().__init__(argv, workspace.parent / f"{workspace.name}.log", env=_environment())
 
 

@@ -123,6 +123,11 @@ ALLOW_READ = 127.0.0.1
 ALLOW_WRITE = 127.0.0.1
 ALLOW_NEGOTIATOR = 127.0.0.1
 ALLOW_ADMINISTRATOR = 127.0.0.1
+# FS authentication alone fails for clients built against newer HTCondor (the PyPI bindings that the HTCondor
+# executor plugin uses): "Directory name doesn't match server's network address". On a loopback-only pool,
+# trusting the claimed user name is enough.
+SEC_DEFAULT_AUTHENTICATION_METHODS = FS, CLAIMTOBE
+SEC_CLIENT_AUTHENTICATION_METHODS = FS, CLAIMTOBE
 # The starter cannot unshare mount or pid namespaces here; without these every job is held.
 MOUNT_UNDER_SCRATCH =
 USE_PID_NAMESPACES = False

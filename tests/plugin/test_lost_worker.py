@@ -12,14 +12,9 @@ import pytest
 
 pytestmark = pytest.mark.sandbox
 
-SLOW = """
-rule all:
-    input: expand("out/{i}.txt", i=range(4))
+from snakemake_runs import slow_snakefile
 
-rule slow:
-    output: "out/{i}.txt"
-    shell: "echo first-half > {output}; sleep 8; echo second-half >> {output}"
-"""
+SLOW = slow_snakefile("echo first-half > {output}; sleep 8; echo second-half >> {output}")
 
 
 def workers_under(directory) -> list[psutil.Process]:

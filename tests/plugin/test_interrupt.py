@@ -1,0 +1,57 @@
+"""Ctrl-C: the run stops, the tasks are cancelled, the factory, its workers and the manager process are gone, and
+the same command run again finishes the workflow."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.sandbox
+
+from snakemake_runs import alive, slow_snakefile
+
+SLOW = slow_snakefile("sleep 20; echo {wildcards.i} > {output}")
+ARGS = ("--shared-fs-usage", "none", "--taskvine-max-workers", "2", "--taskvine-worker-memory-mb", "1000",
+        "--taskvine-worker-disk-mb", "1000", "--default-resources", "mem_mb=100", "disk_mb=10")
+
+
+def descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def test_ctrl_c_leaves_nothing_running_and_rerun_resumes(workflow):
+    wf = workflow(SLOW)
+    run = wf.popen(*ARGS)
+    try:
+        seen: dict[int, psutil.Process] = {}
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            for proc in descendants(run.pid):
+                seen[proc.pid] = proc
+            if any(p.name() == "sleep" for p in seen.values() if alive(p)):
+                break
+            time.sleep(0.5)
+        names = {p.name() for p in seen.values()}
+        assert {"vine_factory", "vine_worker", "sleep"} <= names, names
+        run.send_signal(signal.SIGINT)
+        run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    # Every process the run started (manager, factory, workers, the jobs' commands) has ended.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(alive(p) for p in seen.values()):
+        time.sleep(0.5)
+    left = [f"{p.pid} {p.name()}" for p in seen.values() if alive(p)]
+    assert left == [], f"still running after Ctrl-C: {left}"
+    assert not list((wf.root / "out").glob("*.txt")), "no job could have finished"
+    # The same command again finishes the workflow.
+    again = wf.run(*ARGS, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert sorted(p.read_text() for p in (wf.root / "out").glob("*.txt")) == ["0\n", "1\n", "2\n", "3\n"]
