@@ -1,5 +1,5 @@
 """Ctrl-C: the run stops, the tasks are cancelled, the factory, its workers and the manager process are gone, and
-the same command run again finishes the workflow."""
+the same command run again finishes the workflow. (Also: the run's password is on no command line.)"""
 
 from __future__ import annotations
 
@@ -39,6 +39,14 @@ def test_ctrl_c_leaves_nothing_running_and_rerun_resumes(workflow):
             time.sleep(0.5)
         names = {p.name() for p in seen.values()}
         assert {"vine_factory", "vine_worker", "sleep"} <= names, names
+        # The run's password is handed over in a file, never on a command line that other users can read.
+        password = next((wf.root / ".snakemake" / "taskvine").glob("*/vine.password")).read_text().strip()
+        assert len(password) >= 32
+        for proc in seen.values():
+            try:
+                assert password not in " ".join(proc.cmdline()), proc.cmdline()
+            except psutil.NoSuchProcess:
+                continue
         run.send_signal(signal.SIGINT)
         run.communicate(timeout=120)
     finally:
