@@ -70,7 +70,7 @@ run_in_userland() {
     fi
     # The analysis user writes results into the checkout: grant it access to what it does not own.
     local acl="u:$SANDBOX_UID:rwX,m::rwX"
-    chroot "$root" /usr/bin/find "$REPO_DIR" -path "$REPO_DIR/.git" -prune -o ! -user "$SANDBOX_UID" -print0 \
+    chroot "$root" /usr/bin/find "$REPO_DIR" -path "$REPO_DIR/.git" -prune -o ! -type l ! -user "$SANDBOX_UID" -print0 \
         | chroot "$root" /usr/bin/xargs -0 -r /usr/bin/setfacl -m "$acl"
     chroot "$root" /usr/bin/find "$REPO_DIR" -path "$REPO_DIR/.git" -prune -o -type d ! -user "$SANDBOX_UID" -print0 \
         | chroot "$root" /usr/bin/xargs -0 -r /usr/bin/setfacl -d -m "$acl"

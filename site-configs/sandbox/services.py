@@ -198,6 +198,9 @@ def start() -> None:
         print("services: already running", file=sys.stderr)
         return
     stop(quiet=True)
+    # Daemons leave files in their working directory (the catalog's history, XRootD's instance directory).
+    STATE.mkdir(parents=True, exist_ok=True)
+    os.chdir(STATE)
     try:
         start_all()
     except BaseException:

@@ -1,0 +1,25 @@
+"""The ``hepvine`` command: ``hepvine generate`` (a NanoAOD-like sample dataset), ``hepvine demo`` (the smoke
+campaign on the sandbox). Each subcommand's own ``--help`` tells its options."""
+
+from __future__ import annotations
+
+import sys
+
+COMMANDS = {
+    "generate": "hepvine.generate",
+    "demo": "hepvine.demo",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in COMMANDS:
+        said = f"unknown command {argv[0]!r}; " if argv and argv[0] not in ("-h", "--help") else ""
+        print(f"usage: hepvine {{{','.join(COMMANDS)}}} [options]\n{said}{__doc__.splitlines()[0]}", file=sys.stderr)
+        return 0 if argv[:1] in (["-h"], ["--help"]) else 2
+    module = __import__(COMMANDS[argv[0]], fromlist=["main"])
+    return module.main(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
