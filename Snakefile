@@ -1,0 +1,17 @@
+# hepvine: an analysis campaign over a dataset of ROOT files.
+#   snakemake --cores 2 --config dataset=<spec.json|yaml> [campaign=<name>] [lumi_pb=...] [merge_fan_in=...]
+#   snakemake --profile profiles/sandbox --config dataset=...      # on TaskVine workers run by HTCondor
+from snakemake.utils import min_version, validate
+
+min_version("9.14.8")
+validate(config, "workflows/schemas/config.schema.yaml")
+
+
+include: "workflows/rules/common.smk"
+include: "workflows/rules/campaign.smk"
+
+
+rule all:
+    input:
+        f"{OUT}/report.json",
+        f"{OUT}/histograms.root",

@@ -1,0 +1,87 @@
+"""The campaign's products from the merged result: ``histograms.root`` (one TH1 per region, process and variation,
+``<region>_<process>_<variation>``) and ``report.json`` (completeness, failed files with their causes, events, bytes,
+rates, one record per input file). Printing a short summary is the last thing a campaign does.
+
+Each failed file's retry counter in ``retries.json`` goes up by one; the workflow passes the counter to the file's
+analysis as a parameter, so running the campaign again (Snakemake reruns jobs whose parameters changed) retries
+exactly the files that failed, and what depends on them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import uproot
+
+from hepvine import analysis
+from hepvine.merge import load
+
+
+def histograms(h, path: Path) -> list[str]:
+    names = []
+    tmp = path.with_name(path.name + ".partial")
+    with uproot.recreate(tmp) as f:
+        if h is not None:
+            for region in analysis.REGIONS:
+                for process in h.axes["process"]:
+                    for variation in analysis.VARIATIONS:
+                        name = f"{region}_{process}_{variation}"
+                        f[name] = h[{"region": region, "process": process, "variation": variation}]
+                        names.append(name)
+    tmp.replace(path)
+    return names
+
+
+def summarise(records: list[dict], cores: int) -> dict:
+    ok = [r for r in records if not r["error"]]
+    failed = [r for r in records if r["error"]]
+    events = sum(r["events"] for r in ok)
+    nbytes = sum(r["bytes_read"] for r in ok)
+    wall = (max(r["end"] for r in records) - min(r["start"] for r in records)) if records else 0.0
+    return {
+        "complete": not failed,
+        "files": {"total": len(records), "ok": len(ok), "failed": len(failed)},
+        "failed_files": [{"path": r["path"], "error": r["error"]} for r in failed],
+        "events": events,
+        "bytes_read": nbytes,
+        "wall_seconds": round(wall, 3),
+        "cores": cores,
+        "event_rate_hz": round(events / wall, 1) if wall else 0.0,
+        "event_rate_per_core_hz": round(events / wall / cores, 1) if wall else 0.0,
+        "data_rate_gbps": round(nbytes * 8 / wall / 1e9, 4) if wall else 0.0,
+        "inputs": sorted(records, key=lambda r: r["name"]),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--merged", required=True, type=Path)
+    parser.add_argument("--histograms", required=True, type=Path)
+    parser.add_argument("--report", required=True, type=Path)
+    parser.add_argument("--retries", required=True, type=Path, help="the failed files' retry counters (JSON)")
+    parser.add_argument("--cores", type=int, default=1)
+    args = parser.parse_args(argv)
+    merged = load(args.merged)
+    histograms(merged["hist"], args.histograms)
+    report = summarise(merged["records"], args.cores)
+    args.report.write_text(json.dumps(report, indent=2) + "\n")
+    for failure in report["failed_files"]:
+        print(f"FAILED {failure['path']}: {failure['error']}", file=sys.stderr)
+    retries = json.loads(args.retries.read_text()) if args.retries.exists() else {}
+    for record in merged["records"]:
+        if record["error"]:
+            retries[record["name"]] = retries.get(record["name"], 0) + 1
+    args.retries.write_text(json.dumps(retries, indent=2, sort_keys=True) + "\n")
+    files = report["files"]
+    print(f"campaign: {files['ok']}/{files['total']} files ok, {report['events']} events, "
+          f"{report['bytes_read'] / 1e6:.1f} MB in {report['wall_seconds']:.1f} s: {report['event_rate_hz']:.0f} Hz, "
+          f"{report['data_rate_gbps']:.3f} Gbps{'' if report['complete'] else ' — INCOMPLETE, run again to retry'}",
+          file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

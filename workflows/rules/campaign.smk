@@ -1,0 +1,60 @@
+# The campaign: resolve the spec, analyse each file in its own job, merge in a tree, write histograms and report.
+
+localrules: resolve_spec
+
+
+rule resolve_spec:
+    input:
+        config["dataset"],
+    output:
+        spec=f"{OUT}/dataset.json",
+    log:
+        f"{OUT}/logs/resolve_spec.log",
+    run:
+        import json
+
+        with open(output.spec, "w") as f:
+            json.dump(SPEC, f, indent=2)
+
+
+rule analyse:
+    input:
+        spec=rules.resolve_spec.output.spec,
+    output:
+        result=f"{OUT}/files/{{name}}.pkl",
+    log:
+        f"{OUT}/logs/analyse/{{name}}.log",
+    params:
+        lumi=config["lumi_pb"],
+        retry=lambda wildcards: RETRIES.get(wildcards.name, 0),
+    shell:
+        "python -m hepvine.per_file --spec {input.spec} --task {wildcards.name} --lumi-pb {params.lumi}"
+        " --output {output.result} 2> {log}"
+
+
+rule merge:
+    input:
+        merge_inputs,
+    output:
+        f"{OUT}/merge/{{level}}/{{index}}.pkl",
+    log:
+        f"{OUT}/logs/merge/{{level}}-{{index}}.log",
+    shell:
+        "python -m hepvine.merge --output {output} {input} 2> {log}"
+
+
+rule report:
+    input:
+        merged=MERGED,
+    output:
+        histograms=f"{OUT}/histograms.root",
+        report=f"{OUT}/report.json",
+    log:
+        f"{OUT}/logs/report.log",
+    params:
+        retries=RETRIES_FILE,
+        cores=min(workflow.cores, 10**6),
+    shell:
+        "python -m hepvine.report --merged {input.merged} --histograms {output.histograms}"
+        " --report {output.report} --retries {params.retries} --cores {params.cores} 2> {log};"
+        " tail -n 20 {log} >&2"

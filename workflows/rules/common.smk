@@ -1,0 +1,42 @@
+# Shared definitions of the campaign's rules: the validated dataset, its per-file tasks, and the merge tree.
+import json
+import math
+from pathlib import Path
+
+from snakemake.exceptions import WorkflowError
+
+from hepvine import dataset as hv_dataset
+
+OUT = f"results/{config['campaign']}"
+try:
+    SPEC = hv_dataset.load(config["dataset"])
+except hv_dataset.DatasetError as e:
+    raise WorkflowError(f"{e}\nFix the spec given as --config dataset=... and run again.")
+TASKS = {t.name: t for t in hv_dataset.tasks(SPEC)}
+FAN_IN = config["merge_fan_in"]
+
+
+def tree_levels(n_leaves, fan_in):
+    """Nodes per merge level: level 1 merges leaves in groups of FAN_IN, and so on up to a single node."""
+    levels = [math.ceil(n_leaves / fan_in)]
+    while levels[-1] > 1:
+        levels.append(math.ceil(levels[-1] / fan_in))
+    return levels
+
+
+LEVELS = tree_levels(len(TASKS), FAN_IN)
+LEAVES = [f"{OUT}/files/{name}.pkl" for name in sorted(TASKS)]
+
+
+def merge_inputs(wildcards):
+    level, index = int(wildcards.level), int(wildcards.index)
+    below = LEAVES if level == 1 else [f"{OUT}/merge/{level - 1}/{i}.pkl" for i in range(LEVELS[level - 2])]
+    return below[index * FAN_IN:(index + 1) * FAN_IN]
+
+
+MERGED = f"{OUT}/merge/{len(LEVELS)}/0.pkl"
+
+# Files that failed in an earlier run, with how often: a file's counter is a parameter of its analysis job, so a new
+# run retries exactly those (Snakemake reruns a job whose parameters changed). Written by the report rule.
+RETRIES_FILE = Path(f"{OUT}/retries.json")
+RETRIES = json.loads(RETRIES_FILE.read_text()) if RETRIES_FILE.exists() else {}
