@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--merged", required=True, type=Path)
     parser.add_argument("--histograms", required=True, type=Path)
     parser.add_argument("--report", required=True, type=Path)
-    parser.add_argument("--retries", required=True, type=Path, help="the failed files' retry counters (JSON)")
+    parser.add_argument("--previous-retries", default="{}", help="the counters so far, as JSON")
+    parser.add_argument("--retries", required=True, type=Path, help="where to write the updated counters (JSON)")
     parser.add_argument("--cores", type=int, default=1)
     args = parser.parse_args(argv)
     merged = load(args.merged)
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     args.report.write_text(json.dumps(report, indent=2) + "\n")
     for failure in report["failed_files"]:
         print(f"FAILED {failure['path']}: {failure['error']}", file=sys.stderr)
-    retries = json.loads(args.retries.read_text()) if args.retries.exists() else {}
+    retries = json.loads(args.previous_retries)
     for record in merged["records"]:
         if record["error"]:
             retries[record["name"]] = retries.get(record["name"], 0) + 1

@@ -1,4 +1,6 @@
 # The campaign: resolve the spec, analyse each file in its own job, merge in a tree, write histograms and report.
+# Every job parses the Snakefile, which reads the user's spec: it is an input of each rule, so that without a shared
+# filesystem it is sent along with the job.
 
 localrules: resolve_spec
 
@@ -20,6 +22,7 @@ rule resolve_spec:
 rule analyse:
     input:
         spec=rules.resolve_spec.output.spec,
+        user_spec=config["dataset"],
     output:
         result=f"{OUT}/files/{{name}}.pkl",
     log:
@@ -34,27 +37,31 @@ rule analyse:
 
 rule merge:
     input:
-        merge_inputs,
+        results=merge_inputs,
+        user_spec=config["dataset"],
     output:
         f"{OUT}/merge/{{level}}/{{index}}.pkl",
     log:
         f"{OUT}/logs/merge/{{level}}-{{index}}.log",
     shell:
-        "python -m hepvine.merge --output {output} {input} 2> {log}"
+        "python -m hepvine.merge --output {output} {input.results} 2> {log}"
 
 
 rule report:
     input:
         merged=MERGED,
+        user_spec=config["dataset"],
     output:
         histograms=f"{OUT}/histograms.root",
         report=f"{OUT}/report.json",
+        retries=RETRIES_FILE,
     log:
         f"{OUT}/logs/report.log",
     params:
-        retries=RETRIES_FILE,
+        previous=json.dumps(RETRIES),
         cores=min(workflow.cores, 10**6),
     shell:
         "python -m hepvine.report --merged {input.merged} --histograms {output.histograms}"
-        " --report {output.report} --retries {params.retries} --cores {params.cores} 2> {log};"
+        " --report {output.report} --retries {output.retries} --previous-retries '{params.previous}'"
+        " --cores {params.cores} 2> {log};"
         " tail -n 20 {log} >&2"

@@ -38,5 +38,5 @@ MERGED = f"{OUT}/merge/{len(LEVELS)}/0.pkl"
 
 # Files that failed in an earlier run, with how often: a file's counter is a parameter of its analysis job, so a new
 # run retries exactly those (Snakemake reruns a job whose parameters changed). Written by the report rule.
-RETRIES_FILE = Path(f"{OUT}/retries.json")
-RETRIES = json.loads(RETRIES_FILE.read_text()) if RETRIES_FILE.exists() else {}
+RETRIES_FILE = f"{OUT}/retries.json"
+RETRIES = json.loads(Path(RETRIES_FILE).read_text()) if Path(RETRIES_FILE).exists() else {}
