@@ -49,6 +49,7 @@ def test_campaign_counts_every_file_once_and_reports_failures(campaign):
     assert set(failed) == {missing, str(corrupt)}
     assert "FileNotFoundError" in failed[missing] or "No such file" in failed[missing]
     assert report["events"] == 9000 and report["bytes_read"] > 0
+    assert 1 <= report["cores"] <= 2  # --cores 2
     assert "INCOMPLETE" in done.stderr  # the summary says so
 
     # The merged histograms are the sum over the good files, computed here file by file.

@@ -35,12 +35,24 @@ def histograms(h, path: Path) -> list[str]:
     return names
 
 
-def summarise(records: list[dict], cores: int) -> dict:
+def peak_concurrency(records: list[dict]) -> int:
+    """The most file tasks that ran at once: the cores the campaign's analysis used (one per task)."""
+    edges = sorted([(r["start"], 1) for r in records] + [(r["end"], -1) for r in records],
+                   key=lambda e: (e[0], e[1]))
+    running = peak = 0
+    for _, step in edges:
+        running += step
+        peak = max(peak, running)
+    return max(peak, 1)
+
+
+def summarise(records: list[dict]) -> dict:
     ok = [r for r in records if not r["error"]]
     failed = [r for r in records if r["error"]]
     events = sum(r["events"] for r in ok)
     nbytes = sum(r["bytes_read"] for r in ok)
     wall = (max(r["end"] for r in records) - min(r["start"] for r in records)) if records else 0.0
+    cores = peak_concurrency(records)
     return {
         "complete": not failed,
         "files": {"total": len(records), "ok": len(ok), "failed": len(failed)},
@@ -63,11 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", required=True, type=Path)
     parser.add_argument("--previous-retries", default="{}", help="the counters so far, as JSON")
     parser.add_argument("--retries", required=True, type=Path, help="where to write the updated counters (JSON)")
-    parser.add_argument("--cores", type=int, default=1)
     args = parser.parse_args(argv)
     merged = load(args.merged)
     histograms(merged["hist"], args.histograms)
-    report = summarise(merged["records"], args.cores)
+    report = summarise(merged["records"])
     args.report.write_text(json.dumps(report, indent=2) + "\n")
     for failure in report["failed_files"]:
         print(f"FAILED {failure['path']}: {failure['error']}", file=sys.stderr)

@@ -59,9 +59,7 @@ rule report:
         f"{OUT}/logs/report.log",
     params:
         previous=json.dumps(RETRIES),
-        cores=min(workflow.cores, 10**6),
     shell:
         "python -m hepvine.report --merged {input.merged} --histograms {output.histograms}"
-        " --report {output.report} --retries {output.retries} --previous-retries '{params.previous}'"
-        " --cores {params.cores} 2> {log};"
+        " --report {output.report} --retries {output.retries} --previous-retries '{params.previous}' 2> {log};"
         " tail -n 20 {log} >&2"
