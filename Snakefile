@@ -1,5 +1,6 @@
 # hepvine: an analysis campaign over a dataset of ROOT files.
-#   snakemake --cores 2 --config dataset=<spec.json|yaml> [campaign=<name>] [lumi_pb=...] [merge_fan_in=...]
+#   snakemake --cores 2 --config dataset=<spec.json|yaml> [campaign=<name>] [recompress=zstd:5] [lumi_pb=...]
+#             [merge_fan_in=...]
 #   snakemake --profile profiles/sandbox --config dataset=...      # on TaskVine workers run by HTCondor
 from snakemake.utils import min_version, validate
 
@@ -15,3 +16,4 @@ rule all:
     input:
         f"{OUT}/report.json",
         f"{OUT}/histograms.root",
+        [f"{OUT}/dataset.{RECOMPRESS_CODEC}.json"] if RECOMPRESS else [],

@@ -83,6 +83,28 @@ def test_campaign_counts_every_file_once_and_reports_failures(campaign):
     assert {p: p.stat().st_mtime_ns for p in kept} == kept, "a file that had succeeded was analysed again"
 
 
+def test_recompressed_campaign_gives_the_same_histograms(campaign):
+    workdir, spec, missing, corrupt = campaign
+    spec_arg = f"dataset={workdir / 'spec.json'}"
+    plain = snakemake(workdir, spec_arg, "campaign=plain")
+    zstd = snakemake(workdir, spec_arg, "campaign=zstd", "recompress=zstd:5")
+    assert plain.returncode == 0 and zstd.returncode == 0, zstd.stderr[-3000:]
+    report = json.loads((workdir / "results/zstd/report.json").read_text())
+    assert report["files"] == {"total": 5, "ok": 3, "failed": 2}
+    causes = {f["path"]: f["error"] for f in report["failed_files"]}
+    assert missing in causes[missing] and str(corrupt) in causes[str(corrupt)]  # each cause names its file
+    assert all("recompressed" in r["read_from"] for r in report["inputs"])
+    copied = json.loads((workdir / "results/zstd/dataset.zstd.json").read_text())
+    first = copied["ttbar"]["nominal"]["files"][0]
+    assert first["source"] == spec["ttbar"]["nominal"]["files"][0]["path"]
+    assert first["path"].endswith("recompressed/ttbar__nominal__00000.root")
+    with uproot.open(workdir / "results/plain/histograms.root") as a, \
+            uproot.open(workdir / "results/zstd/histograms.root") as b:
+        assert set(a.keys()) == set(b.keys()) and len(a.keys()) == 8  # 2 regions x 2 processes x 2 variations
+        for name in a.keys():
+            np.testing.assert_array_equal(a[name].values(), b[name].values())
+
+
 def test_bad_spec_fails_before_any_task(tmp_path):
     (tmp_path / "spec.json").write_text(json.dumps({"ttbar": {"nominal": {"nevts_total": -1, "files": []}}}))
     done = snakemake(tmp_path, f"dataset={tmp_path / 'spec.json'}", "campaign=bad")

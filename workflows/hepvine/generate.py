@@ -134,7 +134,7 @@ def write_file(path: Path, process: str, n_events: int, index: int = 0, seed: in
         for start in range(0, n_events, EVENTS_PER_BASKET):
             chunk = events(process, min(EVENTS_PER_BASKET, n_events - start), rng, index * 10_000_000 + start)
             if tree is None:
-                tree = f.mktree("Events", {name: _branch_type(value) for name, value in chunk.items()})
+                tree = f.mktree("Events", {name: branch_type(value) for name, value in chunk.items()})
             tree.extend(chunk)
         lumis = np.unique((1 + (index * 10_000_000 + np.arange(n_events)) // 1000).astype(np.uint32))
         f.mktree("LuminosityBlocks", {"run": np.uint32, "luminosityBlock": np.uint32})
@@ -146,7 +146,8 @@ def write_file(path: Path, process: str, n_events: int, index: int = 0, seed: in
     return {"path": str(path), "nevts": n_events}
 
 
-def _branch_type(value):
+def branch_type(value):
+    """What uproot's mktree needs for VALUE: an awkward collection's list type, or a numpy dtype."""
     return value.type.content if isinstance(value, ak.Array) else value.dtype
 
 

@@ -19,10 +19,45 @@ rule resolve_spec:
             json.dump(SPEC, f, indent=2)
 
 
+if RECOMPRESS:
+
+    rule recompress:
+        input:
+            user_spec=config["dataset"],
+        output:
+            recompressed=f"{OUT}/recompressed/{{name}}.root",
+        log:
+            f"{OUT}/logs/recompress/{{name}}.log",
+        params:
+            source=lambda wildcards: TASKS[wildcards.name].path,
+            codec=config["recompress"],
+            retry=lambda wildcards: RETRIES.get(wildcards.name, 0),
+        shell:
+            "python -m hepvine.recompress {params.source:q} {output.recompressed} --codec {params.codec}"
+            " --record-failure 2> {log}"
+
+    rule recompressed_spec:
+        input:
+            copies=[f"{OUT}/recompressed/{name}.root" for name in sorted(TASKS)],
+        output:
+            spec=f"{OUT}/dataset.{RECOMPRESS_CODEC}.json",
+        log:
+            f"{OUT}/logs/recompressed_spec.log",
+        run:
+            with open(output.spec, "w") as f:
+                json.dump(copied_spec(SPEC, TASKS, OUT), f, indent=2)
+
+
+def analyse_inputs(wildcards):
+    inputs = {"spec": rules.resolve_spec.output.spec, "user_spec": config["dataset"]}
+    if RECOMPRESS:
+        inputs["recompressed"] = f"{OUT}/recompressed/{wildcards.name}.root"
+    return inputs
+
+
 rule analyse:
     input:
-        spec=rules.resolve_spec.output.spec,
-        user_spec=config["dataset"],
+        unpack(analyse_inputs),
     output:
         result=f"{OUT}/files/{{name}}.pkl",
     log:
@@ -30,9 +65,10 @@ rule analyse:
     params:
         lumi=config["lumi_pb"],
         retry=lambda wildcards: RETRIES.get(wildcards.name, 0),
+        read_from=lambda wildcards, input: f"--read-from {input.recompressed}" if RECOMPRESS else "",
     shell:
         "python -m hepvine.per_file --spec {input.spec} --task {wildcards.name} --lumi-pb {params.lumi}"
-        " --output {output.result} 2> {log}"
+        " {params.read_from} --output {output.result} 2> {log}"
 
 
 rule merge:

@@ -40,3 +40,15 @@ MERGED = f"{OUT}/merge/{len(LEVELS)}/0.pkl"
 # run retries exactly those (Snakemake reruns a job whose parameters changed). Written by the report rule.
 RETRIES_FILE = f"{OUT}/retries.json"
 RETRIES = json.loads(Path(RETRIES_FILE).read_text()) if Path(RETRIES_FILE).exists() else {}
+
+RECOMPRESS = config["recompress"] != "off"
+RECOMPRESS_CODEC = config["recompress"].split(":")[0]
+
+
+def copied_spec(spec, tasks, out):
+    """SPEC with each file's path replaced by its recompressed copy, and the original kept as ``source``."""
+    copied = json.loads(json.dumps(spec))
+    for task in tasks.values():
+        entry = copied[task.process][task.variation]["files"][task.index]
+        entry["source"], entry["path"] = entry["path"], f"{out}/recompressed/{task.name}.root"
+    return copied
