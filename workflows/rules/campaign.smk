@@ -2,7 +2,7 @@
 # Every job parses the Snakefile, which reads the user's spec: it is an input of each rule, so that without a shared
 # filesystem it is sent along with the job.
 
-localrules: resolve_spec
+localrules: resolve_spec, recompressed_spec
 
 
 rule resolve_spec:
