@@ -11,7 +11,6 @@ import os
 import secrets
 import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Sequence
 
@@ -184,17 +183,11 @@ class Manager:
         self._m.cancel_by_task_id(task_id)
         self._tasks.pop(task_id, None)
 
-    def empty(self) -> bool:
-        return self._m.empty()
-
     def workers_connected(self) -> int:
         return self._m.stats.workers_connected
 
     def workers_joined(self) -> int:
         return self._m.stats.workers_joined
-
-    def shutdown_workers(self) -> None:
-        self._m.workers_shutdown(0)
 
 
 class _Process:
@@ -207,13 +200,6 @@ class _Process:
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
                                          start_new_session=True)
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def running(self) -> bool:
-        return self.proc.poll() is None
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
         """SIGTERM, then SIGKILL after TIMEOUT_S; returns the exit status. Whatever it started on this machine
@@ -309,14 +295,3 @@ class Worker(_Process):
                 "--single-shot", "--parent-death", *_worker_options(password_file, ssl, memory_mb, disk_mb, features),
                 manager_host, str(manager_port)]
         super().__init__(argv, workspace.parent / f"{workspace.name}.log", env=_environment())
-
-
-def wait_until(predicate, timeout_s: float, poll_s: float = 0.5) -> bool:
-    """Poll PREDICATE until it is true or TIMEOUT_S passes; returns its last value."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if predicate():
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(poll_s)

@@ -20,6 +20,16 @@ def queued_jobs(condor_env, scratch_dir) -> list[str]:
     return [line for line in out.splitlines() if f" {scratch_dir}/" in line]
 
 
+def wait_until(predicate, timeout_s: float, poll_s: float = 0.5) -> bool:
+    """Poll PREDICATE until it is true (True) or TIMEOUT_S passes (False)."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)
+    return True
+
+
 def run_all(manager, specs, timeout_s):
     for spec in specs:
         manager.submit(spec)
@@ -53,7 +63,7 @@ def test_condor_factory_runs_20_tasks(services, condor_env, tmp_path):
         assert queued_jobs(condor_env, tmp_path / "factory"), "the factory's workers should be HTCondor jobs"
     finally:
         factory.stop()
-    gone = taskvine.wait_until(lambda: queued_jobs(condor_env, tmp_path / "factory") == [], timeout_s=60)
+    gone = wait_until(lambda: queued_jobs(condor_env, tmp_path / "factory") == [], timeout_s=60)
     assert gone, f"workers still queued after the factory stopped: {queued_jobs(condor_env, tmp_path / 'factory')}"
 
 

@@ -52,15 +52,6 @@ def seed_for(process: str, index: int, seed: int) -> int:
     return int.from_bytes(digest[:8], "little")
 
 
-def _collection(rng: np.random.Generator, counts: np.ndarray, fields: dict) -> ak.Array:
-    total = int(counts.sum())
-    return ak.unflatten(ak.zip({name: make(rng, total) for name, make in fields.items()}), counts)
-
-
-def _uniform(lo, hi, dtype=np.float32):
-    return lambda rng, n: rng.uniform(lo, hi, n).astype(dtype)
-
-
 def events(process: str, n: int, rng: np.random.Generator, first_event: int) -> dict:
     """One chunk of N events of PROCESS as branch name → array (collections as awkward records)."""
     p = PROCESSES[process]
