@@ -29,15 +29,18 @@ def test_ctrl_c_leaves_nothing_running_and_rerun_resumes(workflow):
     wf = workflow(SLOW)
     run = wf.popen(*ARGS)
     try:
+        # Names are taken when a process is first seen: short-lived ones may be gone by the time we look again.
         seen: dict[int, psutil.Process] = {}
+        names: set[str] = set()
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and "sleep" not in names:
             for proc in descendants(run.pid):
+                try:
+                    names.add(proc.name())
+                except psutil.NoSuchProcess:
+                    continue
                 seen[proc.pid] = proc
-            if any(p.name() == "sleep" for p in seen.values() if alive(p)):
-                break
             time.sleep(0.5)
-        names = {p.name() for p in seen.values()}
         assert {"vine_factory", "vine_worker", "sleep"} <= names, names
         # The run's password is handed over in a file, never on a command line that other users can read.
         password = next((wf.root / ".snakemake" / "taskvine").glob("*/vine.password")).read_text().strip()
