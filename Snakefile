@@ -16,4 +16,12 @@ rule all:
     input:
         f"{OUT}/report.json",
         f"{OUT}/histograms.root",
+        rules.plots.output,
         [f"{OUT}/dataset.{RECOMPRESS_CODEC}.json"] if RECOMPRESS else [],
+
+
+onsuccess:
+    from hepvine.report import summary_line
+
+    if Path(f"{OUT}/report.json").exists():
+        print(summary_line(json.loads(Path(f"{OUT}/report.json").read_text()), OUT))

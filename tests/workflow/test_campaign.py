@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import matplotlib.image
 import numpy as np
 import pytest
 import uproot
@@ -50,7 +51,14 @@ def test_campaign_counts_every_file_once_and_reports_failures(campaign):
     assert "FileNotFoundError" in failed[missing] or "No such file" in failed[missing]
     assert report["events"] == 9000 and report["bytes_read"] > 0
     assert 1 <= report["cores"] <= 2  # --cores 2
-    assert "INCOMPLETE" in done.stderr  # the summary says so
+    summary = done.stdout + done.stderr  # the summary printed at the end of the run
+    assert "hepvine campaign results/t: 3/5 files ok, 9,000 events" in summary and "INCOMPLETE" in summary
+    assert f"FAILED {missing}" in summary
+
+    # One plot per region of the analysis (the workflow lists them without importing it) and the timeline.
+    plots = {p.name: matplotlib.image.imread(p) for p in (out / "plots").glob("*.png")}
+    assert set(plots) == {f"{region}.png" for region in analysis.REGIONS} | {"timeline.png"}
+    assert all(img.shape[0] > 300 and img.shape[1] > 300 and img.std() > 0.01 for img in plots.values())
 
     # The merged histograms are the sum over the good files, computed here file by file.
     expected = analysis.new_histogram()

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from hepvine import report
+import numpy as np
+import pytest
+
+from hepvine import plots, report
 
 
 def record(name, start, end, events=100, nbytes=1000, error=None):
@@ -23,3 +26,20 @@ def test_cores_are_peak_concurrency_and_rates_use_campaign_wall_time():
 
 def test_back_to_back_tasks_share_a_core():
     assert report.peak_concurrency([record("a", 0, 5), record("b", 5, 9)]) == 1
+
+
+def test_timeline_keeps_every_byte_and_counts_running_tasks():
+    records = [record("a", 100, 110, nbytes=8e9), record("b", 105, 115, nbytes=4e9), record("c", 115, 120, nbytes=0)]
+    series = plots.timeline_series(records, bins=20)
+    width = series["time"][1] - series["time"][0]
+    assert series["time"][0] == 0 and series["time"][-1] == 20
+    assert np.sum(series["gbps"]) * width * 1e9 / 8 == pytest.approx(12e9)
+    assert series["running"].max() == pytest.approx(2)  # a and b overlap from 105 to 110
+    assert series["gbps"][0] == pytest.approx(6.4)  # a alone: 8 GB over 10 s
+
+
+def test_summary_names_failures_and_where_the_products_are():
+    summary = report.summarise([record("a", 0, 10), record("d", 5, 20, error="OSError: gone")])
+    text = report.summary_line(summary, "results/c")
+    assert "1/2 files ok" in text and "FAILED /store/d.root: OSError: gone" in text and "INCOMPLETE" in text
+    assert "results/c/histograms.root" in text

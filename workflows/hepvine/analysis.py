@@ -10,6 +10,8 @@ before the selection). Histograms: Reg(25, 50, 550) GeV, StrCat region/process/v
 
 from __future__ import annotations
 
+import itertools
+
 import awkward as ak
 import hist
 import numpy as np
@@ -34,49 +36,87 @@ def new_histogram() -> hist.Hist:
     )
 
 
-def _p4(jets: ak.Array) -> tuple:
-    px = jets.pt * np.cos(jets.phi)
-    py = jets.pt * np.sin(jets.phi)
-    pz = jets.pt * np.sinh(jets.eta)
-    energy = np.sqrt(px**2 + py**2 + pz**2 + jets.mass**2)
-    return px, py, pz, energy
+def _jagged(array: ak.Array) -> tuple[np.ndarray, np.ndarray]:
+    """A jagged branch as numpy arrays: (flat values, offsets), event i's objects being values[offsets[i]:offsets[i+1]]."""
+    layout = ak.to_packed(array).layout
+    return np.asarray(layout.content.data), np.asarray(layout.offsets)
 
 
-def observables(events: dict, pt_scale: float = 1.0) -> dict[str, ak.Array]:
-    """Per region, the observable of each selected event (a flat array), for jet pt scaled by PT_SCALE."""
-    jets = ak.zip({
-        "pt": events["Jet_pt"] * pt_scale, "eta": events["Jet_eta"], "phi": events["Jet_phi"],
-        "mass": events["Jet_mass"], "btag": events["Jet_btagCSVV2"], "id": events["Jet_jetId"],
-    })
-    electrons = ((events["Electron_pt"] > 30) & (abs(events["Electron_eta"]) < 2.1)
-                 & (events["Electron_cutBased"] == 4) & (events["Electron_sip3d"] < 4))
-    muons = ((events["Muon_pt"] > 30) & (abs(events["Muon_eta"]) < 2.1) & events["Muon_tightId"]
-             & (events["Muon_sip3d"] < 4) & (events["Muon_pfRelIso04_all"] < 0.15))
-    jets = jets[(jets.pt > 30) & (abs(jets.eta) < 2.4) & ((jets.id & 4) != 0)]
-    nbtag = ak.sum(jets.btag > BTAG_CUT, axis=1)
-    selected = ((ak.sum(electrons, axis=1) + ak.sum(muons, axis=1)) == 1) & (ak.num(jets) >= 4)
+def _per_event(mask: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """How many objects of each event pass MASK (flat, boolean)."""
+    passed = np.zeros(len(mask) + 1, dtype=np.int64)
+    np.cumsum(mask, out=passed[1:])
+    return passed[offsets[1:]] - passed[offsets[:-1]]
 
-    one_b = jets[selected & (nbtag == 1)]
-    ht = ak.sum(one_b.pt, axis=1)
 
-    two_b = jets[selected & (nbtag >= 2)]
-    trijet = ak.combinations(two_b, 3, fields=["a", "b", "c"])
-    parts = [_p4(trijet[k]) for k in ("a", "b", "c")]
-    px, py, pz, energy = (sum(p[i] for p in parts) for i in range(4))
-    trijet_pt = np.sqrt(px**2 + py**2)
-    has_b = (trijet.a.btag > BTAG_CUT) | (trijet.b.btag > BTAG_CUT) | (trijet.c.btag > BTAG_CUT)
-    candidate_pt = ak.where(has_b, trijet_pt, -1.0)
-    best = ak.argmax(candidate_pt, axis=1, keepdims=True)
-    mass = np.sqrt(np.maximum(energy**2 - px**2 - py**2 - pz**2, 0))
-    m3 = ak.flatten(mass[best])
-    return {"4j1b": ak.to_numpy(ht), "4j2b": ak.to_numpy(m3)}
+def _best_trijet_mass(p4: np.ndarray, btagged: np.ndarray, njets: np.ndarray) -> np.ndarray:
+    """Per event, the mass of the three-jet combination with at least one b tag and the largest vector-sum pt.
+
+    P4 holds (px, py, pz, E) of the events' jets, event after event, NJETS of them each. Events are taken in groups of
+    equal jet multiplicity, so each group's combinations are one numpy gather.
+    """
+    masses = np.empty(len(njets))
+    first = np.zeros(len(njets), dtype=np.int64)
+    np.cumsum(njets[:-1], out=first[1:])
+    for k in np.unique(njets):
+        events = np.flatnonzero(njets == k)
+        combos = np.array(list(itertools.combinations(range(k), 3)))  # (C, 3)
+        a, b, c = (first[events][:, None] + combos[None, :, i] for i in range(3))  # each (events, C)
+        total = p4[:, a] + p4[:, b] + p4[:, c]  # (4, events, C)
+        pt = np.hypot(total[0], total[1])
+        best = np.argmax(np.where(btagged[a] | btagged[b] | btagged[c], pt, -1.0), axis=1)
+        px, py, pz, energy = total[:, np.arange(len(events)), best]
+        masses[events] = np.sqrt(np.maximum(energy**2 - px**2 - py**2 - pz**2, 0))
+    return masses
+
+
+def observables(events: dict) -> dict[str, dict[str, np.ndarray]]:
+    """Per variation and region, the observable of each selected event (a flat array).
+
+    Columnar with numpy on the flat object arrays: the lepton selection and the jet cuts that no variation changes
+    are evaluated once per chunk, and the three-jet combinations of region 4j2b are formed only for its events.
+    """
+    e = {x: _jagged(events[f"Electron_{x}"]) for x in ("pt", "eta", "cutBased", "sip3d")}
+    m = {x: _jagged(events[f"Muon_{x}"]) for x in ("pt", "eta", "tightId", "sip3d", "pfRelIso04_all")}
+    j = {x: _jagged(events[f"Jet_{x}"]) for x in ("pt", "eta", "phi", "mass", "btagCSVV2", "jetId")}
+    electrons = ((e["pt"][0] > 30) & (np.abs(e["eta"][0]) < 2.1) & (e["cutBased"][0] == 4) & (e["sip3d"][0] < 4))
+    muons = ((m["pt"][0] > 30) & (np.abs(m["eta"][0]) < 2.1) & m["tightId"][0].astype(bool) & (m["sip3d"][0] < 4)
+             & (m["pfRelIso04_all"][0] < 0.15))
+    one_lepton = (_per_event(electrons, e["pt"][1]) + _per_event(muons, m["pt"][1])) == 1
+
+    # The jets that any variation could select: in one-lepton events, passing the cuts no variation changes.
+    offsets = j["pt"][1]
+    n = len(offsets) - 1
+    candidate = ((np.abs(j["eta"][0]) < 2.4) & ((j["jetId"][0] & 4) != 0)
+                 & np.repeat(one_lepton, np.diff(offsets)))
+    event = np.repeat(np.arange(n), np.diff(offsets))[candidate]
+    raw_pt, eta, phi, mass = (j[x][0][candidate] for x in ("pt", "eta", "phi", "mass"))
+    btagged = j["btagCSVV2"][0][candidate] > BTAG_CUT
+
+    result = {}
+    for variation, scale in VARIATIONS.items():
+        pt = raw_pt * scale
+        good = pt > 30
+        njets = np.bincount(event[good], minlength=n)
+        nbtag = np.bincount(event[good & btagged], minlength=n)
+        one_b, two_b = (njets >= 4) & (nbtag == 1), (njets >= 4) & (nbtag >= 2)
+
+        in_one_b = good & one_b[event]
+        ht = np.bincount(event[in_one_b], weights=pt[in_one_b], minlength=n)[one_b]
+
+        jets = good & two_b[event]
+        pt_j, eta_j, phi_j = pt[jets].astype(np.float64), eta[jets], phi[jets]
+        px, py, pz = pt_j * np.cos(phi_j), pt_j * np.sin(phi_j), pt_j * np.sinh(eta_j)
+        p4 = np.stack([px, py, pz, np.sqrt(px**2 + py**2 + pz**2 + mass[jets].astype(np.float64) ** 2)])
+        result[variation] = {"4j1b": ht, "4j2b": _best_trijet_mass(p4, btagged[jets], njets[two_b])}
+    return result
 
 
 def fill(h: hist.Hist, events: dict, process: str, weight: float) -> dict[str, int]:
     """Fill H with EVENTS of PROCESS for every region and variation; returns the nominal count per region."""
     counts = {}
-    for variation, scale in VARIATIONS.items():
-        for region, values in observables(events, scale).items():
+    for variation, regions in observables(events).items():
+        for region, values in regions.items():
             h.fill(region=region, process=process, variation=variation, observable=values,
                    weight=np.full(len(values), weight))
             if variation == "nominal":

@@ -68,6 +68,22 @@ def summarise(records: list[dict]) -> dict:
     }
 
 
+def summary_line(report: dict, where: Path | str) -> str:
+    """The campaign's outcome in a few lines: files, events, bytes, rates, failures, and where the products are."""
+    files = report["files"]
+    lines = [f"hepvine campaign {where}: {files['ok']}/{files['total']} files ok, {report['events']:,} events, "
+             f"{report['bytes_read'] / 1e6:,.1f} MB read in {report['wall_seconds']:.1f} s on {report['cores']} cores",
+             f"  {report['event_rate_hz']:,.0f} events/s ({report['event_rate_per_core_hz']:,.0f} per core), "
+             f"{report['data_rate_gbps']:.3f} Gbps"]
+    for failure in report["failed_files"][:5]:
+        lines.append(f"  FAILED {failure['path']}: {failure['error']}")
+    if len(report["failed_files"]) > 5:
+        lines.append(f"  ... and {len(report['failed_files']) - 5} more failed files (report.json: failed_files)")
+    lines.append(f"  products: {where}/histograms.root, {where}/plots/, {where}/report.json"
+                 + ("" if report["complete"] else " — INCOMPLETE: run the same command again to retry the failed files"))
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--merged", required=True, type=Path)
@@ -87,11 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         if record["error"]:
             retries[record["name"]] = retries.get(record["name"], 0) + 1
     args.retries.write_text(json.dumps(retries, indent=2, sort_keys=True) + "\n")
-    files = report["files"]
-    print(f"campaign: {files['ok']}/{files['total']} files ok, {report['events']} events, "
-          f"{report['bytes_read'] / 1e6:.1f} MB in {report['wall_seconds']:.1f} s: {report['event_rate_hz']:.0f} Hz, "
-          f"{report['data_rate_gbps']:.3f} Gbps{'' if report['complete'] else ' — INCOMPLETE, run again to retry'}",
-          file=sys.stderr)
+    print(summary_line(report, args.report.parent), file=sys.stderr)
     return 0
 
 

@@ -97,5 +97,17 @@ rule report:
         previous=json.dumps(RETRIES),
     shell:
         "python -m hepvine.report --merged {input.merged} --histograms {output.histograms}"
-        " --report {output.report} --retries {output.retries} --previous-retries '{params.previous}' 2> {log};"
-        " tail -n 20 {log} >&2"
+        " --report {output.report} --retries {output.retries} --previous-retries '{params.previous}' 2> {log}"
+
+
+rule plots:
+    input:
+        merged=MERGED,
+        user_spec=config["dataset"],
+    output:
+        [f"{OUT}/plots/{region}.png" for region in REGIONS],
+        timeline=f"{OUT}/plots/timeline.png",
+    log:
+        f"{OUT}/logs/plots.log",
+    shell:
+        "python -m hepvine.plots --merged {input.merged} --outdir {OUT}/plots 2> {log}"

@@ -14,6 +14,9 @@ except hv_dataset.DatasetError as e:
     raise WorkflowError(f"{e}\nFix the spec given as --config dataset=... and run again.")
 TASKS = {t.name: t for t in hv_dataset.tasks(SPEC)}
 FAN_IN = config["merge_fan_in"]
+# The analysis's regions (hepvine.analysis.REGIONS, not imported: every job parses this file, and importing the
+# analysis costs awkward and hist; a test checks the two agree). One plot each.
+REGIONS = ("4j1b", "4j2b")
 
 
 def tree_levels(n_leaves, fan_in):

@@ -1,0 +1,200 @@
+"""``make bench`` (analysis part): per-core event rates, measured side by side in one process on the same events, of
+
+(a) uproot reading the analysis's branches and nothing else — the I/O limit — on LZMA-9 and on ZSTD-5 inputs;
+(b) the hepvine analysis of a file (``hepvine.per_file.analyse``, what a campaign task runs) on the LZMA-9 inputs;
+(c) the same on their ZSTD-5 copies;
+(d) the same selection written with coffea's NanoEvents, on the ZSTD-5 copies (checked to select the same events);
+
+plus the recompression's throughput (``hepvine.recompress``: copy, then verify every branch) and the ZSTD/LZMA size
+ratio. Writes results/bench/analysis.json. Everything runs in this one process, so "per core" is per process;
+each rate is the best of ``--repeat`` rounds, taken in turn so that machine noise hits every variant alike.
+
+The inputs (generated NanoAOD-like ttbar, LZMA-9, as in CMS NanoAOD) are made once and kept in results/bench/inputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+import warnings
+from pathlib import Path
+
+import awkward as ak
+import numpy as np
+import uproot
+
+from hepvine import analysis, dataset, generate, per_file, recompress
+
+OUT = Path("results/bench")
+TARGETS = {"zstd_over_lzma": 3.0, "zstd_over_io_limit": 0.6, "hepvine_over_coffea": 1.5, "zstd_size_over_lzma": 1.3}
+
+
+def inputs(files: int, events: int, seed: int) -> list[Path]:
+    """The LZMA-9 inputs, generated the first time (a manifest says what the kept files are)."""
+    where = OUT / "inputs" / "lzma"
+    manifest = where / "manifest.json"
+    wanted = {"files": files, "events": events, "seed": seed, "process": "ttbar"}
+    paths = [where / f"ttbar_{i:04d}.root" for i in range(files)]
+    if manifest.exists() and json.loads(manifest.read_text()) == wanted and all(p.exists() for p in paths):
+        return paths
+    for i, path in enumerate(paths):
+        print(f"bench: generating {path} ({events} events, LZMA-9)", flush=True)
+        generate.write_file(path, "ttbar", events, index=i, seed=seed)
+    manifest.write_text(json.dumps(wanted))
+    return paths
+
+
+def timed(fn) -> tuple[float, float]:
+    """(wall, cpu) seconds of FN()."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def read_only(paths: list[Path]) -> int:
+    events = 0
+    for path in paths:
+        with uproot.open(path) as f:
+            for chunk in f["Events"].iterate(analysis.BRANCHES, step_size=per_file.STEP_SIZE, library="ak"):
+                events += len(chunk)
+    return events
+
+
+def hepvine_analysis(paths: list[Path], events_per_file: int) -> tuple[int, int]:
+    """(events, bytes read) of the analysis of PATHS."""
+    events = nbytes = 0
+    n = events_per_file
+    for path in paths:
+        task = dataset.FileTask(name=path.stem, process="ttbar", variation="nominal", index=0, path=str(path),
+                                nevts=n, nevts_total=n, xsec=833.9)
+        result = per_file.analyse(task, lumi_pb=3378)
+        if result["record"]["error"]:
+            raise RuntimeError(result["record"]["error"])
+        events += result["record"]["events"]
+        nbytes += result["record"]["bytes_read"]
+    return events, nbytes
+
+
+def coffea_observables(events, scale: float) -> dict[str, np.ndarray]:
+    """The AGC selection as a coffea user writes it: NanoEvents collections and their four-vector behaviour."""
+    electrons = events.Electron[(events.Electron.pt > 30) & (abs(events.Electron.eta) < 2.1)
+                                & (events.Electron.cutBased == 4) & (events.Electron.sip3d < 4)]
+    muons = events.Muon[(events.Muon.pt > 30) & (abs(events.Muon.eta) < 2.1) & events.Muon.tightId
+                        & (events.Muon.sip3d < 4) & (events.Muon.pfRelIso04_all < 0.15)]
+    jets = ak.with_field(events.Jet, events.Jet.pt * scale, "pt")
+    jets = jets[(jets.pt > 30) & (abs(jets.eta) < 2.4) & ((jets.jetId & 4) != 0)]
+    nbtag = ak.sum(jets.btagCSVV2 > analysis.BTAG_CUT, axis=1)
+    selected = (ak.num(electrons) + ak.num(muons) == 1) & (ak.num(jets) >= 4)
+    ht = ak.sum(jets[selected & (nbtag == 1)].pt, axis=1)
+    trijet = ak.combinations(jets[selected & (nbtag >= 2)], 3, fields=["j1", "j2", "j3"])
+    p4 = trijet.j1 + trijet.j2 + trijet.j3
+    max_btag = np.maximum(np.maximum(trijet.j1.btagCSVV2, trijet.j2.btagCSVV2), trijet.j3.btagCSVV2)
+    best = ak.argmax(ak.where(max_btag > analysis.BTAG_CUT, p4.pt, -1.0), axis=1, keepdims=True)
+    return {"4j1b": ak.to_numpy(ht), "4j2b": ak.to_numpy(ak.flatten(p4[best].mass))}
+
+
+def coffea_analysis(paths: list[Path], counts: dict | None = None) -> int:
+    from coffea.nanoevents import NanoAODSchema, NanoEventsFactory
+
+    events_total = 0
+    for path in paths:
+        with warnings.catch_warnings():  # the generated files lack NanoAOD's cross-reference indices; harmless here
+            warnings.simplefilter("ignore")
+            events = NanoEventsFactory.from_root({str(path): "Events"}, schemaclass=NanoAODSchema,
+                                                 mode="virtual").events()
+        h = analysis.new_histogram()
+        for variation, scale in analysis.VARIATIONS.items():
+            for region, values in coffea_observables(events, scale).items():
+                h.fill(region=region, process="ttbar", variation=variation, observable=values,
+                       weight=np.full(len(values), 0.1))
+                if counts is not None and variation == "nominal":
+                    counts[region] = counts.get(region, 0) + len(values)
+        events_total += len(events)
+    return events_total
+
+
+def selected_by_hepvine(paths: list[Path]) -> dict:
+    counts = {}
+    for path in paths:
+        events = uproot.open(path)["Events"].arrays(analysis.BRANCHES, library="ak")
+        for region, n in analysis.fill(analysis.new_histogram(), events, "ttbar", 0.1).items():
+            counts[region] = counts.get(region, 0) + n
+    return counts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--files", type=int, default=2)
+    parser.add_argument("--events", type=int, default=100_000, help="events per file")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--codec", default="zstd:5")
+    args = parser.parse_args(argv)
+    OUT.mkdir(parents=True, exist_ok=True)
+
+    lzma = inputs(args.files, args.events, seed=11)
+    zstd = [OUT / "inputs" / args.codec.replace(":", "-") / p.name for p in lzma]
+    recompress_wall = recompress_cpu = 0.0
+    for source, copy in zip(lzma, zstd):
+        wall, cpu = timed(lambda: recompress.recompress(str(source), copy, recompress.parse_codec(args.codec)))
+        recompress_wall, recompress_cpu = recompress_wall + wall, recompress_cpu + cpu
+    lzma_bytes, zstd_bytes = sum(p.stat().st_size for p in lzma), sum(p.stat().st_size for p in zstd)
+
+    hepvine_counts, coffea_counts = selected_by_hepvine(zstd), {}
+    coffea_analysis(zstd, coffea_counts)
+    if coffea_counts != hepvine_counts:
+        raise SystemExit(f"bench: coffea selects {coffea_counts}, hepvine {hepvine_counts}: not the same selection")
+
+    variants = {
+        "io_limit_lzma": lambda: read_only(lzma),
+        "io_limit_zstd": lambda: read_only(zstd),
+        "hepvine_lzma": lambda: hepvine_analysis(lzma, args.events),
+        "hepvine_zstd": lambda: hepvine_analysis(zstd, args.events),
+        "coffea_zstd": lambda: coffea_analysis(zstd),
+    }
+    events = args.files * args.events
+    best: dict[str, tuple[float, float]] = {}
+    for round_ in range(args.repeat):
+        for name, fn in variants.items():
+            wall, cpu = timed(fn)
+            print(f"bench: round {round_ + 1}: {name}: {events / wall / 1e6:.3f} MHz", flush=True)
+            if name not in best or wall < best[name][0]:
+                best[name] = (wall, cpu)
+    rates = {name: events / wall for name, (wall, _) in best.items()}
+    ratios = {
+        "zstd_over_lzma": rates["hepvine_zstd"] / rates["hepvine_lzma"],
+        "zstd_over_io_limit": rates["hepvine_zstd"] / rates["io_limit_zstd"],
+        "hepvine_over_coffea": rates["hepvine_zstd"] / rates["coffea_zstd"],
+        "zstd_size_over_lzma": zstd_bytes / lzma_bytes,
+    }
+    result = {
+        "what": "per-core (one process) event rates on the same events, best of the rounds",
+        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+                    "load_average": os.getloadavg()},
+        "events": events, "files": args.files, "codec": args.codec, "rounds": args.repeat,
+        "selected_events": hepvine_counts,
+        "rates_hz_per_core": {name: round(rate, 1) for name, rate in rates.items()},
+        "seconds": {name: {"wall": round(w, 3), "cpu": round(c, 3)} for name, (w, c) in best.items()},
+        "bytes": {"lzma_files": lzma_bytes, "zstd_files": zstd_bytes,
+                  "read_per_event_lzma": round(hepvine_analysis(lzma, args.events)[1] / events, 1),
+                  "read_per_event_zstd": round(hepvine_analysis(zstd, args.events)[1] / events, 1)},
+        "recompress": {"wall_seconds": round(recompress_wall, 2), "cpu_seconds": round(recompress_cpu, 2),
+                       "source_mb_per_s_per_core": round(lzma_bytes / 1e6 / recompress_wall, 2),
+                       "output_mb_per_s_per_core": round(zstd_bytes / 1e6 / recompress_wall, 2),
+                       "events_hz_per_core": round(events / recompress_wall, 1),
+                       "note": "copy every tree and branch, then verify entries and per-branch checksums"},
+        "ratios": {name: round(value, 3) for name, value in ratios.items()},
+        "targets": {name: {"target": target, "measured": round(ratios[name], 3),
+                           "met": ratios[name] <= target if name == "zstd_size_over_lzma" else ratios[name] >= target}
+                    for name, target in TARGETS.items()},
+    }
+    (OUT / "analysis.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({"rates_hz_per_core": result["rates_hz_per_core"], "targets": result["targets"],
+                      "recompress": result["recompress"]}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
