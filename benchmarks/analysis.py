@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--files", type=int, default=2)
     parser.add_argument("--events", type=int, default=100_000, help="events per file")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5, help="rounds; each rate is the best of them")
     parser.add_argument("--codec", default="zstd:5")
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
