@@ -143,6 +143,9 @@ MEMORY = {CONDOR_MEMORY_MB}
 SLOT_TYPE_1 = cpus={CONDOR_CPUS // CONDOR_SLOTS}, memory={CONDOR_MEMORY_MB // CONDOR_SLOTS}, disk={100 // CONDOR_SLOTS}%
 SLOT_TYPE_1_PARTITIONABLE = True
 NUM_SLOTS_TYPE_1 = {CONDOR_SLOTS}
+# Each slot stands for one rack (site-configs/sandbox.yaml): workers are sent to a rack by requiring HepvineRack.
+STARTD_ATTRS = $(STARTD_ATTRS) HepvineRack
+{chr(10).join(f'SLOT{i + 1}_HepvineRack = "{rack}"' for i, rack in enumerate(RACKS))}
 START = True
 SUSPEND = False
 PREEMPT = False

@@ -26,7 +26,7 @@ OBSERVABLE_LABEL = {"4j1b": r"$H_T$ [GeV]", "4j2b": r"$m_{bjj}$ [GeV]"}
 
 
 def stacked(h, region: str, path: Path) -> None:
-    """REGION's nominal histograms: simulation stacked (smallest on top), data as points with Poisson errors."""
+    """REGION's nominal histograms: simulation stacked (largest at the bottom), data as points, log scale."""
     mplhep.style.use("CMS")
     fig, ax = plt.subplots(figsize=(10, 8))
     processes = list(h.axes["process"]) if h is not None else []
@@ -41,6 +41,7 @@ def stacked(h, region: str, path: Path) -> None:
                         color="black", label=DATA, ax=ax)
     ax.set_xlabel(OBSERVABLE_LABEL.get(region, "observable [GeV]"))
     ax.set_ylabel("events / 20 GeV")
+    ax.set_yscale("log")  # weighted simulation and unweighted data differ by orders of magnitude in the demo
     ax.set_title(f"region {region}", loc="left", fontsize="medium")
     if processes:
         ax.legend()

@@ -1,0 +1,67 @@
+"""Site configs: every shipped config validates; routes take the form of the site's access mode; a bad config
+names the key and what to do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hepvine import site
+
+REPO = Path(__file__).resolve().parents[2]
+SANDBOX_ENV = {"HEPVINE_XROOTD_ORIGIN": "root://127.0.0.1:1000", "HEPVINE_XCACHE_RACK_A": "root://127.0.0.1:1001",
+               "HEPVINE_XCACHE_RACK_B": "root://127.0.0.1:1002"}
+
+
+@pytest.fixture
+def sandbox_env(monkeypatch):
+    for key, value in SANDBOX_ENV.items():
+        monkeypatch.setenv(key, value)
+
+
+@pytest.mark.parametrize("name", ["sandbox", "uchicago-af", "nebraska-coffea-casa", "freiburg-nemo", "cern-eos"])
+def test_shipped_configs_validate(name, sandbox_env):
+    config = site.load(REPO / "site-configs" / f"{name}.yaml")
+    assert config.name == name
+    assert {g["name"] for g in config.worker_groups} <= {r["name"] for r in config.racks}
+
+
+def test_routes_follow_the_access_mode(sandbox_env):
+    sandbox = site.load(REPO / "site-configs" / "sandbox.yaml")
+    route = sandbox.route("root://127.0.0.1:1000//store/demo/a.root")
+    assert route.lfn == "/store/demo/a.root" and route.cache in ("xcache-a", "xcache-b")
+    assert route.rack == {"xcache-a": "rack-a", "xcache-b": "rack-b"}[route.cache]
+    assert route.url == f"{SANDBOX_ENV['HEPVINE_XCACHE_RACK_' + route.rack[-1].upper()]}//store/demo/a.root"
+    # fail over: the other cache, then the origin itself
+    assert [cache for cache, _ in route.fallbacks] == [{"xcache-a": "xcache-b", "xcache-b": "xcache-a"}[route.cache],
+                                                        None]
+    assert route.fallbacks[-1][1] == "root://127.0.0.1:1000//store/demo/a.root"
+    assert sandbox.route("/tmp/local.root").url == "/tmp/local.root"  # local files are read where they are
+
+    proxy = site.load(REPO / "site-configs" / "freiburg-nemo.yaml")
+    url = proxy.route("root://se.bfg.uni-freiburg.de:1094//atlas/x.root").url
+    assert url.endswith(".nemo.uni-freiburg.de:1094//root://se.bfg.uni-freiburg.de:1094//atlas/x.root")
+
+    direct = site.load(REPO / "site-configs" / "cern-eos.yaml")
+    assert direct.route("root://eoscms.cern.ch//eos/cms/x.root").url == "root://eoscms.cern.ch//eos/cms/x.root"
+
+
+def test_bad_config_names_the_key(tmp_path, sandbox_env):
+    text = (REPO / "site-configs" / "sandbox.yaml").read_text()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace("rack: rack-b, gbps: 1}", "rack: rack-z, gbps: -1}"))
+    with pytest.raises(site.SiteError) as e:
+        site.load(bad)
+    assert str(bad) in str(e.value) and "caches.1.gbps" in str(e.value)
+    bad.write_text(text.replace("rack: rack-b, gbps: 1}", "rack: rack-z, gbps: 1}"))
+    with pytest.raises(site.SiteError, match=r"caches\[1\] \(xcache-b\): rack 'rack-z' is not one of racks"):
+        site.load(bad)
+
+
+def test_unset_variable_says_how_to_set_it(monkeypatch):
+    monkeypatch.delenv("HEPVINE_XCACHE_RACK_A", raising=False)
+    monkeypatch.setenv("HEPVINE_XROOTD_ORIGIN", "root://x")
+    monkeypatch.setenv("HEPVINE_XCACHE_RACK_B", "root://y")
+    with pytest.raises(site.SiteError, match=r"caches\[0\]\.url names \$\{HEPVINE_XCACHE_RACK_A\}"):
+        site.load(REPO / "site-configs" / "sandbox.yaml")
