@@ -57,6 +57,14 @@ class ExecutorSettings(ExecutorSettingsBase):
     worker_features: Optional[str] = _setting(
         None, "Comma-separated features the started workers advertise (vine_worker --feature); jobs ask for "
         "them with the resource taskvine_features.")
+    worker_groups: Optional[Path] = _setting(
+        None, "YAML file whose 'worker_groups' list describes groups of workers, each started by its own factory "
+        "(e.g. one per rack): name, features, condor_requirements, min_workers, max_workers, cores, memory_mb, "
+        "disk_mb; sizes left out come from the settings above. Tasks see their worker's group in "
+        "SNAKEMAKE_TASKVINE_WORKER_GROUP.")
+    prefer_wait_s: float = _setting(
+        30.0, "A job with the resource taskvine_prefer (comma-separated features) waits for a worker with those "
+        "features; after this many seconds, if workers without them sit idle, it runs on one of those instead.")
     scheduler: str = _setting(
         "files", "TaskVine's scheduling mode: 'files' (where the task's input files already are), 'time', "
         "'fcfs', 'rand' or 'worst'.", choices=list(SCHEDULERS))
@@ -100,10 +108,10 @@ class Executor(RemoteExecutor):
         self.next_seconds_between_status_checks = STATUS_POLL_S
         self.dispatcher = Dispatcher(dict(
             port=settings.port, name=settings.manager_name, password_file=self.password_file, ssl=settings.ssl,
-            run_info_dir=self.run_dir / "manager", scheduler=settings.scheduler))
+            run_info_dir=self.run_dir / "manager", scheduler=settings.scheduler), prefer_wait_s=settings.prefer_wait_s)
         port = self.dispatcher.start()
         self.logger.info(f"TaskVine manager listening on port {port}; run directory {self.run_dir}")
-        self.factory = provision.start_workers(settings, manager_port=port, password_file=self.password_file,
+        self.factories = provision.start_workers(settings, manager_port=port, password_file=self.password_file,
                                                run_dir=self.run_dir)
 
     def additional_general_args(self):
@@ -160,7 +168,6 @@ class Executor(RemoteExecutor):
         self.stop_workers()
 
     def stop_workers(self):
-        if self.factory is not None:
-            self.factory.stop()
-            self.factory = None
+        while self.factories:
+            self.factories.pop().stop()
         self.dispatcher.stop()

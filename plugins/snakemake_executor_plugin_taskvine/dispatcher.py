@@ -5,10 +5,15 @@ wait: in Snakemake's process that starves the scheduler (measured here: other th
 manager lives in a child process of its own, and Snakemake's threads talk to it through two pipes — requests
 (submit, cancel, stop) down, results up. The child ignores Ctrl-C (the parent decides) and exits when the parent
 goes away.
+
+Preferred features (``TaskSpec.preferred``) are soft: a task is first queued asking for them; when it has waited
+PREFER_WAIT_S without being dispatched while some worker sits idle, it is withdrawn and queued again without them,
+ahead of the rest, so that no worker idles while work waits for another group.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import signal
 import threading
@@ -25,7 +30,7 @@ class DispatcherError(RuntimeError):
     pass
 
 
-def _serve(manager_kwargs: dict, requests, results) -> None:
+def _serve(manager_kwargs: dict, prefer_wait_s: float, requests, results) -> None:
     """The child: own the manager, take requests, send back every finished task."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -35,6 +40,7 @@ def _serve(manager_kwargs: dict, requests, results) -> None:
         return
     results.send(("ready", manager.port))
     task_ids: dict[str, int] = {}
+    preferring: dict[str, tuple[TaskSpec, float]] = {}  # tag → (spec, when queued) of tasks still preferring
     try:
         while True:
             while requests.poll(0):
@@ -43,8 +49,12 @@ def _serve(manager_kwargs: dict, requests, results) -> None:
                     return
                 if what == "submit":
                     task_ids[arg.tag] = manager.submit(arg)
+                    if arg.preferred:
+                        preferring[arg.tag] = (arg, time.monotonic())
                 elif arg in task_ids:
                     manager.cancel(task_ids.pop(arg))
+                    preferring.pop(arg, None)
+            _drop_stale_preferences(manager, task_ids, preferring, prefer_wait_s)
             # Always wait, even with nothing queued: workers and factories are only answered inside wait().
             began = time.monotonic()
             result = manager.wait(WAIT_S)
@@ -53,6 +63,7 @@ def _serve(manager_kwargs: dict, requests, results) -> None:
                     time.sleep(IDLE_S)
                 continue
             task_ids.pop(result.tag, None)
+            preferring.pop(result.tag, None)
             results.send(("result", result))
     except (EOFError, BrokenPipeError):
         return  # the parent is gone
@@ -63,16 +74,33 @@ def _serve(manager_kwargs: dict, requests, results) -> None:
             manager.cancel(task_id)
 
 
+def _drop_stale_preferences(manager: Manager, task_ids: dict, preferring: dict, wait_s: float) -> None:
+    """Queue again, without their preferred features, the tasks that waited WAIT_S while workers sat idle."""
+    now = time.monotonic()
+    stale = [tag for tag, (_, since) in preferring.items() if now - since >= wait_s]
+    if not stale:
+        return
+    idle = manager.workers_idle()
+    for tag in stale:
+        if not manager.is_waiting(task_ids[tag]):
+            del preferring[tag]  # it was dispatched where it preferred
+        elif idle > 0:
+            spec, _ = preferring.pop(tag)
+            manager.cancel(task_ids[tag])
+            task_ids[tag] = manager.submit(dataclasses.replace(spec, preferred=(), priority=1))
+            idle -= 1
+
+
 class Dispatcher:
     """Starts the manager process and keeps the results it sends back, by task tag. Thread-safe."""
 
-    def __init__(self, manager_kwargs: dict):
+    def __init__(self, manager_kwargs: dict, prefer_wait_s: float = 30.0):
         context = multiprocessing.get_context("spawn")
         # Pipe(duplex=False) returns (receiving end, sending end).
         requests_in, self._requests = context.Pipe(duplex=False)
         self._results_recv, results_out = context.Pipe(duplex=False)
         self._process = context.Process(target=_serve, name="taskvine-manager", daemon=True,
-                                        args=(manager_kwargs, requests_in, results_out))
+                                        args=(manager_kwargs, prefer_wait_s, requests_in, results_out))
         self._send_lock = threading.Lock()
         self._recv_lock = threading.Lock()
         self._results: dict[str, TaskResult] = {}

@@ -1,7 +1,8 @@
 """Snakemake job → TaskVine task: the command, the resources, and (without a shared filesystem) the files to ship.
 
 Resources: ``threads`` → cores, ``mem_mb`` → memory, ``disk_mb`` → disk, ``runtime`` (minutes) → time limit, and
-the job resource ``taskvine_features`` (comma-separated) → features the worker must have.
+the job resource ``taskvine_features`` (comma-separated) → features the worker must have, and ``taskvine_prefer`` →
+features the worker should have (the dispatcher drops them when the job has waited too long while others idle).
 
 With a shared filesystem the task runs in the workflow directory. Without one, the task runs in its worker
 sandbox: the workflow's sources (Snakefile, included files, scripts, config files) and the job's local inputs are
@@ -27,8 +28,8 @@ def task_tag(job: JobExecutorInterface) -> str:
     return f"{job.name}-{job.jobid}-{uuid.uuid4().hex[:8]}"
 
 
-def features(job: JobExecutorInterface) -> list[str]:
-    value = job.resources.get("taskvine_features", "")
+def features(job: JobExecutorInterface, resource: str = "taskvine_features") -> list[str]:
+    value = job.resources.get(resource, "")
     return [f.strip() for f in str(value).split(",") if f.strip()]
 
 
@@ -114,6 +115,7 @@ def job_task(
         disk_mb=_int_resource(job, "disk_mb"),
         time_max_s=runtime_min * 60,
         features=features(job),
+        preferred=features(job, "taskvine_prefer"),
         retries=retries,
         inputs=inputs,
         outputs=outputs,

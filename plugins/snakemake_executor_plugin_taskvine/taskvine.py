@@ -70,8 +70,11 @@ class TaskSpec:
     disk_mb: int = 0
     time_max_s: int = 0
     features: Sequence[str] = ()
+    # Features the task prefers: asked for like FEATURES at first; the dispatcher may drop them (see dispatcher).
+    preferred: Sequence[str] = ()
     env: dict[str, str] = dataclasses.field(default_factory=dict)
     retries: int = 0
+    priority: int = 0  # higher runs first
     # (local path, name in the task's sandbox) pairs. Inputs are sent to the worker (and cached there for the
     # whole run); outputs are brought back to the local path when the task ends.
     inputs: Sequence[tuple[str, str]] = ()
@@ -142,7 +145,9 @@ class Manager:
             t.set_time_max(spec.time_max_s)
         if spec.retries:
             t.set_retries(spec.retries)
-        for feature in spec.features:
+        if spec.priority:
+            t.set_priority(spec.priority)
+        for feature in (*spec.features, *spec.preferred):
             t.add_feature(feature)
         for key, value in spec.env.items():
             t.set_env_var(key, value)
@@ -166,9 +171,8 @@ class Manager:
     def wait(self, timeout_s: int = 1) -> TaskResult | None:
         """The next finished task, or None after TIMEOUT_S (>= 1: ``wait(0)`` makes no network progress)."""
         t = self._m.wait(max(1, int(timeout_s)))
-        if t is None:
-            return None
-        self._tasks.pop(t.id, None)
+        if t is None or self._tasks.pop(t.id, None) is None:
+            return None  # nothing finished, or a task that was cancelled
         return TaskResult(
             task_id=t.id,
             tag=t.tag or "",
@@ -182,6 +186,14 @@ class Manager:
     def cancel(self, task_id: int) -> None:
         self._m.cancel_by_task_id(task_id)
         self._tasks.pop(task_id, None)
+
+    def is_waiting(self, task_id: int) -> bool:
+        """Whether the task is still queued at the manager, not yet sent to any worker."""
+        t = self._tasks.get(task_id)
+        return t is not None and t.state == "READY"
+
+    def workers_idle(self) -> int:
+        return self._m.stats.workers_idle
 
     def workers_connected(self) -> int:
         return self._m.stats.workers_connected
@@ -257,6 +269,7 @@ class Factory(_Process):
         disk_mb: int = 0,
         features: Sequence[str] = (),
         condor_requirements: str = "",
+        worker_env: dict[str, str] | None = None,
         worker_timeout_s: int = 300,
     ):
         argv = [
@@ -270,6 +283,8 @@ class Factory(_Process):
         # Workers report to the same loopback catalog as the factory.
         host, _, port = catalog_address().partition(":")
         argv += [f"--env=CATALOG_HOST={host}", f"--env=CATALOG_PORT={port or '9097'}"]
+        if worker_env:  # the factory's --env does not reach workers of the local batch type; a wrapper does
+            argv.append("--wrapper=env " + " ".join(f"{key}={value}" for key, value in worker_env.items()))
         argv += [manager_host, str(manager_port)]
         super().__init__(argv, scratch_dir / "factory.log", env=_environment())
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from snakemake_interface_common.exceptions import WorkflowError
 
-from .provision import WORKER_MODES
+from .provision import WORKER_MODES, worker_groups
 from .taskvine import SCHEDULERS
 
 
@@ -35,6 +35,9 @@ def problems(settings) -> list[str]:
     if settings.max_workers >= 1 and settings.min_workers > settings.max_workers:
         found.append(f"{flag('min_workers')} {settings.min_workers} is more than {flag('max_workers')} "
                      f"{settings.max_workers}")
+    if settings.prefer_wait_s < 0:
+        found.append(f"{flag('prefer_wait_s')} {settings.prefer_wait_s}: must not be negative")
+    found += worker_groups(settings)[1]
     if settings.password_file is not None:
         found += password_file_problems(Path(settings.password_file))
     return found
