@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 from snakemake_interface_common.exceptions import WorkflowError
 
+from .tasks import comma_separated
 from .taskvine import Factory
 
 WORKER_MODES = ("local", "condor", "none")
@@ -43,13 +44,9 @@ GROUP_KEYS = {f.name for f in dataclasses.fields(WorkerGroup)}
 SIZES = {"min_workers": 0, "max_workers": 1, "cores": 1, "memory_mb": 0, "disk_mb": 0}
 
 
-def _split(text) -> list[str]:
-    return [f.strip() for f in (text or "").split(",") if f.strip()]
-
-
 def worker_groups(settings) -> tuple[list[WorkerGroup], list[str]]:
     """(groups, problems). Without a groups file, one group made of the plugin's own settings."""
-    common = _split(settings.worker_features)
+    common = comma_separated(settings.worker_features)
     defaults = dict(min_workers=settings.min_workers, max_workers=settings.max_workers, cores=settings.worker_cores,
                     memory_mb=settings.worker_memory_mb, disk_mb=settings.worker_disk_mb,
                     condor_requirements=settings.condor_requirements or "")

@@ -28,9 +28,13 @@ def task_tag(job: JobExecutorInterface) -> str:
     return f"{job.name}-{job.jobid}-{uuid.uuid4().hex[:8]}"
 
 
+def comma_separated(value) -> list[str]:
+    """'a, b,,c' → ['a', 'b', 'c']; None or '' → []."""
+    return [f.strip() for f in str(value or "").split(",") if f.strip()]
+
+
 def features(job: JobExecutorInterface, resource: str = "taskvine_features") -> list[str]:
-    value = job.resources.get(resource, "")
-    return [f.strip() for f in str(value).split(",") if f.strip()]
+    return comma_separated(job.resources.get(resource, ""))
 
 
 def _int_resource(job: JobExecutorInterface, name: str) -> int:

@@ -71,9 +71,6 @@ class Site:
             return f"{cache_url.rstrip('/')}//{origin}/{lfn}"
         return f"{cache_url.rstrip('/')}/{lfn}"
 
-    def client_env(self) -> dict[str, str]:
-        return {key: str(value) for key, value in self.xrootd_client.items()}
-
 
 def _expand(value, where: str, source: Path):
     """VALUE with every ${NAME} replaced from the environment (recursively in lists and mappings)."""
