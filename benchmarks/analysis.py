@@ -47,11 +47,11 @@ def inputs(files: int, events: int, seed: int) -> list[Path]:
     return paths
 
 
-def timed(fn) -> tuple[float, float]:
-    """(wall, cpu) seconds of FN()."""
+def timed(fn) -> tuple[float, float, object]:
+    """(wall seconds, CPU seconds, what FN() returned)."""
     wall, cpu = time.perf_counter(), time.process_time()
-    fn()
-    return time.perf_counter() - wall, time.process_time() - cpu
+    value = fn()
+    return time.perf_counter() - wall, time.process_time() - cpu, value
 
 
 def read_only(paths: list[Path]) -> int:
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     zstd = [OUT / "inputs" / args.codec.replace(":", "-") / p.name for p in lzma]
     recompress_wall = recompress_cpu = 0.0
     for source, copy in zip(lzma, zstd):
-        wall, cpu = timed(lambda: recompress.recompress(str(source), copy, recompress.parse_codec(args.codec)))
+        wall, cpu, _ = timed(lambda: recompress.recompress(str(source), copy, recompress.parse_codec(args.codec)))
         recompress_wall, recompress_cpu = recompress_wall + wall, recompress_cpu + cpu
     lzma_bytes, zstd_bytes = sum(p.stat().st_size for p in lzma), sum(p.stat().st_size for p in zstd)
 
@@ -156,9 +156,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     events = args.files * args.events
     best: dict[str, tuple[float, float]] = {}
+    returned: dict[str, object] = {}
     for round_ in range(args.repeat):
         for name, fn in variants.items():
-            wall, cpu = timed(fn)
+            wall, cpu, returned[name] = timed(fn)
             print(f"bench: round {round_ + 1}: {name}: {events / wall / 1e6:.3f} MHz", flush=True)
             if name not in best or wall < best[name][0]:
                 best[name] = (wall, cpu)
@@ -178,8 +179,8 @@ def main(argv: list[str] | None = None) -> int:
         "rates_hz_per_core": {name: round(rate, 1) for name, rate in rates.items()},
         "seconds": {name: {"wall": round(w, 3), "cpu": round(c, 3)} for name, (w, c) in best.items()},
         "bytes": {"lzma_files": lzma_bytes, "zstd_files": zstd_bytes,
-                  "read_per_event_lzma": round(hepvine_analysis(lzma, args.events)[1] / events, 1),
-                  "read_per_event_zstd": round(hepvine_analysis(zstd, args.events)[1] / events, 1)},
+                  "read_per_event_lzma": round(returned["hepvine_lzma"][1] / events, 1),
+                  "read_per_event_zstd": round(returned["hepvine_zstd"][1] / events, 1)},
         "recompress": {"wall_seconds": round(recompress_wall, 2), "cpu_seconds": round(recompress_cpu, 2),
                        "source_mb_per_s_per_core": round(lzma_bytes / 1e6 / recompress_wall, 2),
                        "output_mb_per_s_per_core": round(zstd_bytes / 1e6 / recompress_wall, 2),
