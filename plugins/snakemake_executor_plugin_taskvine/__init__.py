@@ -111,7 +111,7 @@ class Executor(RemoteExecutor):
             run_info_dir=self.run_dir / "manager", scheduler=settings.scheduler), prefer_wait_s=settings.prefer_wait_s)
         port = self.dispatcher.start()
         self.logger.info(f"TaskVine manager listening on port {port}; run directory {self.run_dir}")
-        self.factories = provision.start_workers(settings, manager_port=port, password_file=self.password_file,
+        self.provisioned = provision.start_workers(settings, manager_port=port, password_file=self.password_file,
                                                run_dir=self.run_dir)
 
     def additional_general_args(self):
@@ -168,6 +168,6 @@ class Executor(RemoteExecutor):
         self.stop_workers()
 
     def stop_workers(self):
-        while self.factories:
-            self.factories.pop().stop()
+        while self.provisioned:
+            self.provisioned.pop().stop()
         self.dispatcher.stop()

@@ -3,8 +3,12 @@
 starts it stops, and each factory removes the workers it made.
 
 Worker groups (``--taskvine-worker-groups FILE``, a YAML file whose ``worker_groups`` list names each group with its
-features, HTCondor requirements and sizes) get one factory each — e.g. one per rack. Every worker of a group carries
-the group's features, and its tasks see the group's name in ``SNAKEMAKE_TASKVINE_WORKER_GROUP``.
+features, HTCondor requirements and sizes) — e.g. one per rack. Every worker of a group carries the group's features,
+and its tasks see the group's name in ``SNAKEMAKE_TASKVINE_WORKER_GROUP``. With ``condor`` each group has its own
+factory, all started at once. A factory counts every worker connected to the manager, its own or not, so a group's
+worker that is lost is replaced only while the manager has fewer workers than that group's maximum; and a factory
+started after other groups' workers have connected would start none. Local groups therefore do not use factories:
+the plugin starts each group's ``max_workers`` workers itself.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import yaml
 from snakemake_interface_common.exceptions import WorkflowError
 
 from .tasks import comma_separated
-from .taskvine import Factory
+from .taskvine import Factory, Worker
 
 WORKER_MODES = ("local", "condor", "none")
 CONDOR_CHECK_TIMEOUT_S = 20
@@ -111,14 +115,22 @@ def check_condor_reachable() -> None:
         )
 
 
-def start_workers(settings, *, manager_port: int, password_file: Path, run_dir: Path) -> list[Factory]:
-    """The factories that keep the run's workers connected to the manager on PORT: one per worker group (none for
-    ``workers=none``)."""
+def start_workers(settings, *, manager_port: int, password_file: Path, run_dir: Path) -> list[Factory | Worker]:
+    """What keeps the run's workers connected to the manager on PORT: a factory per worker group, or for local
+    worker groups the workers themselves (nothing for ``workers=none``)."""
     if settings.workers == "none":
         return []
     groups, found = worker_groups(settings)
     if found:  # validated at start-up already; a file changed since would land here
         raise WorkflowError("; ".join(found))
+    if settings.workers == "local" and settings.worker_groups:
+        return [
+            Worker(manager_host="127.0.0.1", manager_port=manager_port,
+                   workspace=run_dir / "workers" / f"{group.name}-{i}", password_file=password_file,
+                   ssl=settings.ssl, cores=group.cores, memory_mb=group.memory_mb, disk_mb=group.disk_mb,
+                   features=group.features, env={GROUP_ENV: group.name})
+            for group in groups for i in range(group.max_workers)
+        ]
     host = "127.0.0.1" if settings.workers == "local" else _manager_host()
     return [
         Factory(

@@ -305,8 +305,9 @@ class Worker(_Process):
         disk_mb: int = 0,
         features: Sequence[str] = (),
         timeout_s: int = 300,
+        env: dict[str, str] | None = None,
     ):
         argv = ["vine_worker", f"--workspace={workspace}", f"--cores={cores}", f"--timeout={timeout_s}",
                 "--single-shot", "--parent-death", *_worker_options(password_file, ssl, memory_mb, disk_mb, features),
                 manager_host, str(manager_port)]
-        super().__init__(argv, workspace.parent / f"{workspace.name}.log", env=_environment())
+        super().__init__(argv, workspace.parent / f"{workspace.name}.log", env={**_environment(), **(env or {})})
