@@ -30,21 +30,25 @@ def test_shipped_configs_validate(name, sandbox_env):
 def test_routes_follow_the_access_mode(sandbox_env):
     sandbox = site.load(REPO / "site-configs" / "sandbox.yaml")
     route = sandbox.route("root://127.0.0.1:1000//store/demo/a.root")
-    assert route.lfn == "/store/demo/a.root" and route.cache in ("xcache-a", "xcache-b")
-    assert route.rack == {"xcache-a": "rack-a", "xcache-b": "rack-b"}[route.cache]
-    assert route.url == f"{SANDBOX_ENV['HEPVINE_XCACHE_RACK_' + route.rack[-1].upper()]}//store/demo/a.root"
+    home = route.home
+    assert route.lfn == "/store/demo/a.root" and home.cache in ("xcache-a", "xcache-b")
+    assert home.rack == {"xcache-a": "rack-a", "xcache-b": "rack-b"}[home.cache]
+    assert home.url == f"{SANDBOX_ENV['HEPVINE_XCACHE_RACK_' + home.rack[-1].upper()]}//store/demo/a.root"
     # fail over: the other cache, then the origin itself
-    assert [cache for cache, _ in route.fallbacks] == [{"xcache-a": "xcache-b", "xcache-b": "xcache-a"}[route.cache],
-                                                        None]
-    assert route.fallbacks[-1][1] == "root://127.0.0.1:1000//store/demo/a.root"
-    assert sandbox.route("/tmp/local.root").url == "/tmp/local.root"  # local files are read where they are
+    other = {"xcache-a": "xcache-b", "xcache-b": "xcache-a"}[home.cache]
+    assert [s.cache for s in route.sources] == [home.cache, other, None]
+    assert route.sources[-1].url == "root://127.0.0.1:1000//store/demo/a.root"
+    assert route.as_dict()["cache"] == home.cache and len(route.as_dict()["sources"]) == 3
+    assert sandbox.route("/tmp/local.root").sources == (site.Source(url="/tmp/local.root"),)  # read where it is
+    assert sandbox.client_env().startswith("env XRD_")
+    assert sandbox.rack_cores() == {"rack-a": 2, "rack-b": 2}
 
     proxy = site.load(REPO / "site-configs" / "freiburg-nemo.yaml")
-    url = proxy.route("root://se.bfg.uni-freiburg.de:1094//atlas/x.root").url
+    url = proxy.route("root://se.bfg.uni-freiburg.de:1094//atlas/x.root").home.url
     assert url.endswith(".nemo.uni-freiburg.de:1094//root://se.bfg.uni-freiburg.de:1094//atlas/x.root")
 
     direct = site.load(REPO / "site-configs" / "cern-eos.yaml")
-    assert direct.route("root://eoscms.cern.ch//eos/cms/x.root").url == "root://eoscms.cern.ch//eos/cms/x.root"
+    assert direct.route("root://eoscms.cern.ch//eos/cms/x.root").home.url == "root://eoscms.cern.ch//eos/cms/x.root"
 
 
 def test_bad_config_names_the_key(tmp_path, sandbox_env):

@@ -14,8 +14,9 @@ from hepvine import generate, recompress
 def test_zstd_copy_equals_source(tmp_path):
     src = generate.write_file(tmp_path / "src.root", "ttbar", 5000, index=0, seed=11)["path"]
     dst = tmp_path / "copy.root"
-    entries = recompress.recompress(src, dst, recompress.parse_codec("zstd:5"))
+    entries, nbytes = recompress.recompress(src, dst, recompress.parse_codec("zstd:5"))
     assert entries == {"Events": 5000, "LuminosityBlocks": 5, "Runs": 1}
+    assert nbytes >= 0.9 * (tmp_path / "src.root").stat().st_size  # every branch is read
     assert not (tmp_path / "copy.root.partial").exists()
     with uproot.open(src) as a, uproot.open(dst) as b:
         assert b.file.compression.__class__.__name__ == "ZSTD"

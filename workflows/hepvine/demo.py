@@ -2,9 +2,9 @@
 
 The first time, it generates the demo dataset (24 NanoAOD-like files, 1.08 M events, LZMA-9) straight into the
 XRootD origin's /store/demo and keeps it. Then it runs the campaign workflow with the sandbox profile — every job a
-TaskVine task on workers that HTCondor runs, each file read with uproot through an XCache and recompressed to ZSTD,
-the analysis reading the verified copies — and prints the summary.
-Until cache affinity lands, files alternate between the two racks' caches.
+TaskVine task on workers that HTCondor runs in two racks, each file read with uproot through its home XCache (the
+sandbox site config) by a worker in that cache's rack and recompressed to ZSTD, the analysis reading the verified
+copies — and prints the summary.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def _write(args):
 def ensure_dataset(services: dict, workers: int) -> dict:
     """The demo spec; files missing from the origin are generated first (in parallel)."""
     data = Path(services["xrootd"]["origin"]["data_dir"]) / "store" / STORE_DIR
-    caches = [c["url"] for _, c in sorted(services["xrootd"]["caches"].items())]
+    origin = services["xrootd"]["origin"]["url"]
     jobs = [(str(data / p / f"{p}_{i:04d}.root"), p, i) for p, n in PROCESSES.items() for i in range(n)]
     todo = [j for j in jobs if not Path(j[0]).exists()]
     if todo:
@@ -44,8 +44,8 @@ def ensure_dataset(services: dict, workers: int) -> dict:
         with ProcessPoolExecutor(workers) as pool:
             list(pool.map(_write, todo))
     spec: dict = {}
-    for n, (path, process, index) in enumerate(jobs):
-        url = f"{caches[n % len(caches)]}//store/{STORE_DIR}/{process}/{Path(path).name}"
+    for path, process, index in jobs:
+        url = f"{origin}//store/{STORE_DIR}/{process}/{Path(path).name}"
         sample = spec.setdefault(process, {}).setdefault("nominal", {"nevts_total": 0, "files": []})
         sample["files"].append({"path": url, "nevts": EVENTS_PER_FILE})
         sample["nevts_total"] += EVENTS_PER_FILE
@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--campaign", default="demo")
     parser.add_argument("--profile", default="profiles/sandbox")
+    parser.add_argument("--site", default="site-configs/sandbox.yaml")
     parser.add_argument("--generate-workers", type=int, default=2)
     parser.add_argument("--recompress", default="zstd:5", help="codec for the copies the analysis reads, or off")
     args = parser.parse_args(argv)
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.time()
     done = subprocess.run([sys.executable, "-m", "snakemake", "--profile", args.profile,
                            "--config", f"dataset={spec_path}", f"campaign={args.campaign}",
-                           f"recompress={args.recompress}"])
+                           f"recompress={args.recompress}", f"site={args.site}"])
     report = Path("results") / args.campaign / "report.json"
     if done.returncode == 0 and report.exists():
         r = json.loads(report.read_text())

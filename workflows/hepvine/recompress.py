@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import sys
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import awkward as ak
 import numpy as np
 import uproot
 
+from hepvine import fetch
 from hepvine.generate import branch_type
 
 CHUNK_ENTRIES = 100_000
@@ -67,8 +69,8 @@ def _checksums(tree) -> dict[str, str]:
     return sums
 
 
-def recompress(source: str, destination: Path, compression) -> dict:
-    """Copy SOURCE to DESTINATION with COMPRESSION; returns {tree: entries}."""
+def recompress(source: str, destination: Path, compression) -> tuple[dict, int]:
+    """Copy SOURCE to DESTINATION with COMPRESSION; returns ({tree: entries}, bytes read from SOURCE)."""
     with uproot.open(source) as src:
         classes = src.classnames(cycle=False)
         others = sorted(f"{k} ({v})" for k, v in classes.items() if v != "TTree")
@@ -99,8 +101,9 @@ def recompress(source: str, destination: Path, compression) -> dict:
                     raise RecompressError(f"{source}: tree {name}: branches not copied: {', '.join(missing)}")
                 if _checksums(copy[name]) != _checksums(src[name]):
                     raise RecompressError(f"{source}: tree {name}: values differ between copy and source")
+        nbytes = int(src.file.source.num_requested_bytes)
     tmp.replace(destination)
-    return entries
+    return entries, nbytes
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,19 +111,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("source", help="input file (local path or root:// URL)")
     parser.add_argument("destination", type=Path)
     parser.add_argument("--codec", default="zstd:5", help="<codec>:<level>, e.g. zstd:5 (default)")
+    parser.add_argument("--route", help="where to read SOURCE: its route as JSON (default: SOURCE itself)")
+    parser.add_argument("--fetched", type=Path, help="write how SOURCE was read here (JSON)")
     parser.add_argument("--record-failure", action="store_true",
                         help="on failure, write the cause to DESTINATION (marked) and exit 0")
     args = parser.parse_args(argv)
+    route = fetch.parse_route(args.route, args.source)
+    fetched = {**fetch.record(route, route["sources"][0], []), "bytes": 0, "error": None}
     try:
-        entries = recompress(args.source, args.destination, parse_codec(args.codec))
+        compression = parse_codec(args.codec)
+        (entries, fetched["bytes"]), how = fetch.read(
+            route, lambda url: recompress(url, args.destination, compression))
+        fetched.update(how)
     except Exception as e:  # any failure of this file: reported with its cause
-        print(f"recompress: {args.source}: {type(e).__name__}: {e}", file=sys.stderr)
+        fetched["error"] = f"{type(e).__name__}: {e}"
+        print(f"recompress: {args.source}: {fetched['error']}", file=sys.stderr)
         if not args.record_failure:
             return 1
         args.destination.parent.mkdir(parents=True, exist_ok=True)
-        args.destination.write_bytes(FAILURE_MARK + f"{args.source}: {type(e).__name__}: {e}".encode())
+        args.destination.write_bytes(FAILURE_MARK + f"{args.source}: {fetched['error']}".encode())
         return 0
-    print(f"recompress: {args.source} → {args.destination} ({args.codec}): "
+    finally:
+        if args.fetched:
+            args.fetched.write_text(json.dumps(fetched, indent=2) + "\n")
+    print(f"recompress: {args.source} via {fetched['url']} → {args.destination} ({args.codec}): "
           + ", ".join(f"{k} {v} entries" for k, v in entries.items()), file=sys.stderr)
     return 0
 

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import uproot
 
-from hepvine import analysis
+from hepvine import analysis, cachestats
+from hepvine import site as hv_site
 from hepvine.merge import load
 
 
@@ -68,6 +69,39 @@ def summarise(records: list[dict]) -> dict:
     }
 
 
+def cache_section(records: list[dict], stats_start: dict, stats_end: dict, rack_cores: dict[str, int]) -> dict:
+    """What the campaign's reads did at the caches: hit ratio, bytes from the origin, bytes read across racks, bytes
+    each cache served, how busy each rack's workers were, and the files that had to fail over."""
+    per_cache = cachestats.difference(stats_start, stats_end)
+    counted = [d for d in per_cache.values() if d]
+    fetches = [r["fetch"] for r in records if r.get("fetch") and not r["fetch"].get("error")]
+    remote = [f for f in fetches if f["url"].startswith("root://")]
+    direct = sum(f["bytes"] for f in remote if f["cache"] is None)
+    hits = sum(d["hits"] for d in counted)
+    read = hits + sum(d["misses"] for d in counted) + direct
+    known = [f for f in remote if f["cache"] and f["worker_rack"]]
+    wall = (max(r["end"] for r in records) - min(r["start"] for r in records)) if records else 0.0
+    busy = {}
+    for rack, cores in sorted(rack_cores.items()):
+        seconds = sum(r["end"] - r["start"] for r in records if r.get("worker_rack") == rack)
+        busy[rack] = round(seconds / (wall * cores), 3) if wall and cores else 0.0
+    return {
+        "hit_ratio": round(hits / read, 4) if read else None,
+        "bytes_read_through_caches": sum(f["bytes"] for f in remote if f["cache"]),
+        "bytes_from_origin": sum(d["from_origin"] + d["prefetched_from_origin"] for d in counted) + direct,
+        "bytes_read_directly_from_origin": direct,
+        "same_rack_bytes": sum(f["bytes"] for f in known if f["cache_rack"] == f["worker_rack"]),
+        "cross_rack_bytes": sum(f["bytes"] for f in known if f["cache_rack"] != f["worker_rack"]),
+        "unknown_rack_bytes": sum(f["bytes"] for f in remote if f["cache"] and not f["worker_rack"]),
+        "per_cache": {name: d if d else {"down": (stats_end["caches"].get(name) or {}).get("down", "no counters")}
+                      for name, d in per_cache.items()},
+        "rack_busy_fraction": busy,
+        "failovers": [{"path": r["path"], "served_by": r["fetch"]["cache"] or "origin",
+                       "failed": [f"{f['cache'] or 'origin'}: {f['error']}" for f in r["fetch"]["failover"]]}
+                      for r in records if r.get("fetch") and r["fetch"].get("failover")],
+    }
+
+
 def summary_line(report: dict, where: Path | str) -> str:
     """The campaign's outcome in a few lines: files, events, bytes, rates, failures, and where the products are."""
     files = report["files"]
@@ -75,6 +109,11 @@ def summary_line(report: dict, where: Path | str) -> str:
              f"{report['bytes_read'] / 1e6:,.1f} MB read in {report['wall_seconds']:.1f} s on {report['cores']} cores",
              f"  {report['event_rate_hz']:,.0f} events/s ({report['event_rate_per_core_hz']:,.0f} per core), "
              f"{report['data_rate_gbps']:.3f} Gbps"]
+    if "cache" in report:
+        c = report["cache"]
+        ratio = "n/a" if c["hit_ratio"] is None else f"{c['hit_ratio']:.3f}"
+        lines.append(f"  caches: hit ratio {ratio}, {c['bytes_from_origin'] / 1e6:,.1f} MB from the origin, "
+                     f"{c['cross_rack_bytes'] / 1e6:,.1f} MB read across racks, {len(c['failovers'])} file(s) failed over")
     for failure in report["failed_files"][:5]:
         lines.append(f"  FAILED {failure['path']}: {failure['error']}")
     if len(report["failed_files"]) > 5:
@@ -91,10 +130,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", required=True, type=Path)
     parser.add_argument("--previous-retries", default="{}", help="the counters so far, as JSON")
     parser.add_argument("--retries", required=True, type=Path, help="where to write the updated counters (JSON)")
+    parser.add_argument("--site", help="the site config; with --cache-stats, the report gets a cache section")
+    parser.add_argument("--cache-stats", type=Path, help="the caches' counters at the run's start and end (JSON "
+                        "{start, end} of hepvine.cachestats snapshots)")
     args = parser.parse_args(argv)
     merged = load(args.merged)
     histograms(merged["hist"], args.histograms)
     report = summarise(merged["records"])
+    if args.site and args.cache_stats:
+        stats = json.loads(args.cache_stats.read_text())
+        report["cache"] = cache_section(merged["records"], stats["start"], stats["end"],
+                                        hv_site.load(args.site).rack_cores())
     args.report.write_text(json.dumps(report, indent=2) + "\n")
     for failure in report["failed_files"]:
         print(f"FAILED {failure['path']}: {failure['error']}", file=sys.stderr)

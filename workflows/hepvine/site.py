@@ -25,14 +25,30 @@ class SiteError(ValueError):
 
 
 @dataclass(frozen=True)
-class Route:
-    """Where one file is read from: URL (through CACHE, in RACK), then each of FALLBACKS in turn."""
+class Source:
+    """One place a file can be read from: a cache (in a rack), or the origin (cache and rack None)."""
 
-    lfn: str
     url: str
     cache: str | None = None
     rack: str | None = None
-    fallbacks: tuple[tuple[str | None, str], ...] = ()  # (cache or None for the origin, url)
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where one file is read from: its SOURCES in order, the home cache's first, then the fail-overs."""
+
+    lfn: str
+    sources: tuple[Source, ...]
+
+    @property
+    def home(self) -> Source:
+        return self.sources[0]
+
+    def as_dict(self) -> dict:
+        """The route as the resolved dataset spec records it, and as the per-file tasks take it."""
+        home = self.home
+        return {"lfn": self.lfn, "cache": home.cache, "rack": home.rack, "url": home.url,
+                "sources": [{"url": s.url, "cache": s.cache, "rack": s.rack} for s in self.sources]}
 
 
 @dataclass
@@ -44,27 +60,39 @@ class Site:
     racks: list[dict]
     worker_groups: list[dict] = field(default_factory=list)
     xrootd_client: dict = field(default_factory=dict)
-    prefer_wait_seconds: float = 30.0
     interconnect_gbps: float | None = None
     per_core_mbps: float | None = None
     path: str = ""
 
-    def rack_of(self, cache: str) -> str:
-        return next(c["rack"] for c in self.caches if c["name"] == cache)
+    def rack_cores(self) -> dict[str, int]:
+        """Cores of the worker pools per rack (a worker group is named after its rack)."""
+        racks = {r["name"] for r in self.racks}
+        cores: dict[str, int] = {}
+        for group in self.worker_groups:
+            if group["name"] in racks:
+                cores[group["name"]] = cores.get(group["name"], 0) + group.get("cores", 1) * group.get("max_workers", 1)
+        return cores
 
     def route(self, path: str) -> Route:
-        """The route of the file at PATH. ``root://server//lfn`` URLs go through the file's home cache (unless
-        access is ``direct``); anything else is a local file, read where it is."""
+        """The route of the file at PATH. ``root://server//lfn`` URLs go through the file's home cache and fail over
+        to the other caches by rendezvous rank, then the origin (with access ``direct``: the origin only); anything
+        else is a local file, read where it is."""
         match = ROOT_URL.match(path)
         if not match:
-            return Route(lfn=path, url=path)
+            return Route(lfn=path, sources=(Source(url=path),))
         origin, lfn = match.group(1), match.group(2)
         if self.access == "direct":
-            return Route(lfn=lfn, url=path)
+            return Route(lfn=lfn, sources=(Source(url=path),))
+        by_name = {c["name"]: c for c in self.caches}
         order = placement.ranked(lfn, [(c["name"], c.get("weight", 1.0)) for c in self.caches])
-        urls = {c["name"]: self._via(c["url"], origin, lfn) for c in self.caches}
-        fallbacks = tuple((name, urls[name]) for name in order[1:]) + ((None, path),)
-        return Route(lfn=lfn, url=urls[order[0]], cache=order[0], rack=self.rack_of(order[0]), fallbacks=fallbacks)
+        caches = tuple(Source(url=self._via(by_name[n]["url"], origin, lfn), cache=n, rack=by_name[n]["rack"])
+                       for n in order)
+        return Route(lfn=lfn, sources=caches + (Source(url=path),))
+
+    def client_env(self) -> str:
+        """The XRootD client settings as an ``env K=V ...`` command prefix (empty without settings)."""
+        settings = " ".join(f"{key}={value}" for key, value in sorted(self.xrootd_client.items()))
+        return f"env {settings}" if settings else ""
 
     def _via(self, cache_url: str, origin: str, lfn: str) -> str:
         if self.access == "forward-proxy":
@@ -112,7 +140,6 @@ def load(path: str | Path) -> Site:
     return Site(
         name=raw["name"], access=raw["access"], origins=raw["origins"], caches=raw.get("caches", []),
         racks=raw["racks"], worker_groups=raw.get("worker_groups", []), xrootd_client=raw.get("xrootd_client", {}),
-        prefer_wait_seconds=raw.get("placement", {}).get("prefer_wait_seconds", 30.0),
         interconnect_gbps=raw.get("interconnect_gbps"), per_core_mbps=raw.get("per_core_mbps"), path=str(path),
     )
 

@@ -1,40 +1,63 @@
-# The campaign: resolve the spec, analyse each file in its own job, merge in a tree, write histograms and report.
-# Every job parses the Snakefile, which reads the user's spec: it is an input of each rule, so that without a shared
-# filesystem it is sent along with the job.
+# The campaign: resolve the spec (with each file's route), analyse each file in its own job (in its home cache's rack),
+# merge in a tree, write histograms and report. Every rule has the files the workflow parses (PARSED) as inputs.
 
-localrules: resolve_spec, recompressed_spec
+localrules: resolve_spec, recompressed_spec, cache_stats
+
+
+if SITE:
+
+    onstart:
+        from hepvine import cachestats
+
+        Path(CACHE_STATS).mkdir(parents=True, exist_ok=True)
+        Path(f"{CACHE_STATS}/start.json").write_text(json.dumps(cachestats.snapshot(SITE), indent=2))
+
+    rule cache_stats:
+        input:
+            MERGED,
+            parsed=PARSED,
+        output:
+            f"{CACHE_STATS}/run.json",
+        run:
+            from hepvine import cachestats
+
+            # start.json is written when this run starts (onstart), so it is not an input: this rule runs locally.
+            start = json.loads(Path(f"{CACHE_STATS}/start.json").read_text())
+            Path(output[0]).write_text(json.dumps({"start": start, "end": cachestats.snapshot(SITE)}, indent=2))
 
 
 rule resolve_spec:
     input:
-        config["dataset"],
+        PARSED,
     output:
         spec=f"{OUT}/dataset.json",
     log:
         f"{OUT}/logs/resolve_spec.log",
     run:
-        import json
-
         with open(output.spec, "w") as f:
-            json.dump(SPEC, f, indent=2)
+            json.dump(routed_spec(SPEC, TASKS, ROUTES), f, indent=2)
 
 
 if RECOMPRESS:
 
     rule recompress:
         input:
-            user_spec=config["dataset"],
+            parsed=PARSED,
         output:
             recompressed=f"{OUT}/recompressed/{{name}}.root",
+            fetched=f"{OUT}/recompressed/{{name}}.fetched.json",
         log:
             f"{OUT}/logs/recompress/{{name}}.log",
         params:
             source=lambda wildcards: TASKS[wildcards.name].path,
+            route=route_json,
             codec=config["recompress"],
             retry=lambda wildcards: RETRIES.get(wildcards.name, 0),
+        resources:
+            taskvine_prefer=home_rack,
         shell:
-            "python -m hepvine.recompress {params.source:q} {output.recompressed} --codec {params.codec}"
-            " --record-failure 2> {log}"
+            "{XRD_ENV} python -m hepvine.recompress {params.source:q} {output.recompressed} --codec {params.codec}"
+            " --route {params.route:q} --fetched {output.fetched} --record-failure 2> {log}"
 
     rule recompressed_spec:
         input:
@@ -49,10 +72,18 @@ if RECOMPRESS:
 
 
 def analyse_inputs(wildcards):
-    inputs = {"spec": rules.resolve_spec.output.spec, "user_spec": config["dataset"]}
+    inputs = {"spec": rules.resolve_spec.output.spec, "parsed": PARSED}
     if RECOMPRESS:
         inputs["recompressed"] = f"{OUT}/recompressed/{wildcards.name}.root"
+        inputs["fetched"] = f"{OUT}/recompressed/{wildcards.name}.fetched.json"
     return inputs
+
+
+def read_how(wildcards, input):
+    """The analysis reads the recompressed copy (and keeps how the original was fetched), or the file's route."""
+    if RECOMPRESS:
+        return f"--copy {input.recompressed} --fetched {input.fetched}"
+    return f"--route '{route_json(wildcards)}'"
 
 
 rule analyse:
@@ -65,16 +96,18 @@ rule analyse:
     params:
         lumi=config["lumi_pb"],
         retry=lambda wildcards: RETRIES.get(wildcards.name, 0),
-        read_from=lambda wildcards, input: f"--read-from {input.recompressed}" if RECOMPRESS else "",
+        read=read_how,
+    resources:
+        taskvine_prefer=home_rack,
     shell:
-        "python -m hepvine.per_file --spec {input.spec} --task {wildcards.name} --lumi-pb {params.lumi}"
-        " {params.read_from} --output {output.result} 2> {log}"
+        "{XRD_ENV} python -m hepvine.per_file --spec {input.spec} --task {wildcards.name} --lumi-pb {params.lumi}"
+        " {params.read} --output {output.result} 2> {log}"
 
 
 rule merge:
     input:
         results=merge_inputs,
-        user_spec=config["dataset"],
+        parsed=PARSED,
     output:
         f"{OUT}/merge/{{level}}/{{index}}.pkl",
     log:
@@ -83,10 +116,22 @@ rule merge:
         "python -m hepvine.merge --output {output} {input.results} 2> {log}"
 
 
+def report_inputs(wildcards):
+    inputs = {"merged": MERGED, "parsed": PARSED}
+    if SITE:
+        inputs["cache_stats"] = rules.cache_stats.output[0]
+    return inputs
+
+
+def cache_options(wildcards, input):
+    if not SITE:
+        return ""
+    return f"--site {config['site']} --cache-stats {input.cache_stats}"
+
+
 rule report:
     input:
-        merged=MERGED,
-        user_spec=config["dataset"],
+        unpack(report_inputs),
     output:
         histograms=f"{OUT}/histograms.root",
         report=f"{OUT}/report.json",
@@ -95,15 +140,17 @@ rule report:
         f"{OUT}/logs/report.log",
     params:
         previous=json.dumps(RETRIES),
+        cache=cache_options,
     shell:
         "python -m hepvine.report --merged {input.merged} --histograms {output.histograms}"
-        " --report {output.report} --retries {output.retries} --previous-retries '{params.previous}' 2> {log}"
+        " --report {output.report} --retries {output.retries} --previous-retries '{params.previous}'"
+        " {params.cache} 2> {log}"
 
 
 rule plots:
     input:
         merged=MERGED,
-        user_spec=config["dataset"],
+        parsed=PARSED,
     output:
         [f"{OUT}/plots/{region}.png" for region in REGIONS],
         timeline=f"{OUT}/plots/timeline.png",

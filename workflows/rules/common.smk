@@ -6,6 +6,8 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 
 from hepvine import dataset as hv_dataset
+from hepvine import fetch as hv_fetch
+from hepvine import site as hv_site
 
 OUT = f"results/{config['campaign']}"
 try:
@@ -13,6 +15,26 @@ try:
 except hv_dataset.DatasetError as e:
     raise WorkflowError(f"{e}\nFix the spec given as --config dataset=... and run again.")
 TASKS = {t.name: t for t in hv_dataset.tasks(SPEC)}
+try:
+    SITE = hv_site.load(config["site"]) if config["site"] else None
+except hv_site.SiteError as e:
+    raise WorkflowError(f"{e}\nFix the site config given as --config site=... and run again.")
+# Each file's route: home cache, its rack, and where to fail over to (without a site: the path, read where it is).
+ROUTES = {name: (SITE.route(t.path).as_dict() if SITE else hv_fetch.local_route(t.path)) for name, t in TASKS.items()}
+# Every job parses this workflow, which reads these files: each rule lists them as inputs, so that without a shared
+# filesystem they are sent along with the job.
+PARSED = [config["dataset"]] + ([config["site"]] if SITE else [])
+XRD_ENV = SITE.client_env() if SITE else ""
+CACHE_STATS = f"{OUT}/cache-stats"
+
+
+def home_rack(wildcards):
+    """The rack a file's task prefers (TaskVine executor: the job resource taskvine_prefer); empty for none."""
+    return ROUTES[wildcards.name]["rack"] or ""
+
+
+def route_json(wildcards):
+    return json.dumps(ROUTES[wildcards.name], separators=(",", ":"))
 FAN_IN = config["merge_fan_in"]
 # The analysis's regions (hepvine.analysis.REGIONS, not imported: every job parses this file, and importing the
 # analysis costs awkward and hist; a test checks the two agree). One plot each.
@@ -46,6 +68,14 @@ RETRIES = json.loads(Path(RETRIES_FILE).read_text()) if Path(RETRIES_FILE).exist
 
 RECOMPRESS = config["recompress"] != "off"
 RECOMPRESS_CODEC = config["recompress"].split(":")[0]
+
+
+def routed_spec(spec, tasks, routes):
+    """SPEC with each file's route (home cache, rack, URL, fail-overs) recorded next to its path."""
+    routed = json.loads(json.dumps(spec))
+    for task in tasks.values():
+        routed[task.process][task.variation]["files"][task.index]["route"] = routes[task.name]
+    return routed
 
 
 def copied_spec(spec, tasks, out):
