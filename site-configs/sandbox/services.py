@@ -284,6 +284,7 @@ def start_all() -> None:
         f"CATALOG_HOST=127.0.0.1\nCATALOG_PORT={catalog}\n"
         f"HEPVINE_XROOTD_ORIGIN=root://127.0.0.1:{origin}\n"
         + "".join(f"HEPVINE_XCACHE_{r.upper().replace('-', '_')}=root://127.0.0.1:{c['port']}\n"
+                  f"HEPVINE_XCACHE_{r.upper().replace('-', '_')}_DISK={c['cache_dir']}\n"
                   for r, c in info["xrootd"]["caches"].items())
     )
     print(f"services: up (collector 127.0.0.1:{collector}, catalog {catalog}, origin {origin}, "

@@ -11,7 +11,8 @@ from hepvine import site
 
 REPO = Path(__file__).resolve().parents[2]
 SANDBOX_ENV = {"HEPVINE_XROOTD_ORIGIN": "root://127.0.0.1:1000", "HEPVINE_XCACHE_RACK_A": "root://127.0.0.1:1001",
-               "HEPVINE_XCACHE_RACK_B": "root://127.0.0.1:1002"}
+               "HEPVINE_XCACHE_RACK_B": "root://127.0.0.1:1002", "HEPVINE_XCACHE_RACK_A_DISK": "/srv/a",
+               "HEPVINE_XCACHE_RACK_B_DISK": "/srv/b"}
 
 
 @pytest.fixture

@@ -1,60 +1,54 @@
-"""The XCaches' own byte counters, read before and after a campaign, and what the campaign's reads did to them.
+"""What the caches fetched from the origin during a run, measured on their disks.
 
-Each cache answers ``query stats`` (XRootD's ``kXR_query`` with ``a``: all statistics) with an XML document whose
-``<stats id="cache" type="pfc">`` part counts, since the cache started, the bytes it served from what it held
-(``rd/hits``), the bytes it had to fetch first (``rd/miss``), what it read from the origin (``rd/in``, plus
-``prerd/in`` for prefetching) and what it sent to clients (``rd/out``). The difference of two snapshots is the
-campaign's share — if nothing else read through the same caches meanwhile.
+An XCache stores what it fetches for a file in a sparse copy under its ``oss.localroot``: the copy's allocated
+blocks grow by what the cache had to read from the origin, and not at all when it served bytes it already held.
+A snapshot records, for the campaign's files, the bytes allocated in each cache whose disk the site config names
+(``caches[].disk``, readable from the machine that runs snakemake — the sandbox); the difference of two snapshots is
+what the run fetched. Caches without a ``disk`` are reported as not measured. (XCache 5.8's own counters, from
+``query stats``, stay at zero, and its ``pfc-stats/DirStat.json`` holds only the last interval; neither can give a
+run's totals.)
 """
 
 from __future__ import annotations
 
+import os
 import time
-import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Iterable
 
 from hepvine import site as hv_site
 
-COUNTERS = {"served": "rd/out", "hits": "rd/hits", "misses": "rd/miss", "from_origin": "rd/in",
-            "prefetched_from_origin": "prerd/in"}
+
+def stored_bytes(disk: str, lfns: Iterable[str]) -> tuple[int, int]:
+    """(bytes allocated, files present) on the cache disk DISK for the logical file names LFNS."""
+    total = files = 0
+    for lfn in lfns:
+        try:
+            info = os.stat(Path(disk) / lfn.lstrip("/"))
+        except FileNotFoundError:
+            continue
+        total += info.st_blocks * 512
+        files += 1
+    return total, files
 
 
-def parse(xml: str) -> dict[str, int]:
-    """The cache counters of one ``query stats`` answer."""
-    cache = ET.fromstring(xml).find("stats[@id='cache']")
-    if cache is None:
-        raise ValueError("the server's statistics have no cache part: is it an XCache (pss.cachelib libXrdPfc)?")
-    return {name: int(cache.findtext(path, "0")) for name, path in COUNTERS.items()}
-
-
-def query(url: str) -> str:
-    """The statistics document of the XRootD server at URL."""
-    from XRootD import client
-    from XRootD.client.flags import QueryCode
-
-    status, answer = client.FileSystem(url).query(QueryCode.STATS, "a", timeout=10)
-    if not status.ok:
-        raise OSError(f"{url}: query stats failed: {status.message}")
-    return answer.decode(errors="replace").rstrip("\0")
-
-
-def snapshot(site: hv_site.Site) -> dict:
-    """Every cache's counters now; a cache that does not answer is recorded as down, with the cause."""
+def snapshot(site: hv_site.Site, lfns: list[str]) -> dict:
+    """Per cache, the bytes of the files LFNS that its disk holds now."""
     caches = {}
     for cache in site.caches:
-        try:
-            caches[cache["name"]] = parse(query(cache["url"]))
-        except (OSError, ValueError, ET.ParseError) as e:
-            caches[cache["name"]] = {"down": f"{type(e).__name__}: {e}"}
+        if not cache.get("disk"):
+            caches[cache["name"]] = {"unmeasured": "the site config names no disk for this cache"}
+            continue
+        stored, files = stored_bytes(cache["disk"], lfns)
+        caches[cache["name"]] = {"stored_bytes": stored, "files": files}
     return {"time": time.time(), "caches": caches}
 
 
-def difference(start: dict, end: dict) -> dict[str, dict]:
-    """Per cache, what each counter grew by between the snapshots START and END (caches down in either: None)."""
+def fetched(start: dict, end: dict) -> dict[str, int | None]:
+    """Per cache, the bytes it fetched from the origin between the snapshots START and END (None: not measured)."""
     out = {}
     for name, after in end["caches"].items():
         before = start["caches"].get(name, {})
-        if "down" in after or "down" in before or not before:
-            out[name] = None
-        else:
-            out[name] = {key: after[key] - before[key] for key in COUNTERS}
+        measured = "stored_bytes" in after and "stored_bytes" in before
+        out[name] = after["stored_bytes"] - before["stored_bytes"] if measured else None
     return out

@@ -70,15 +70,19 @@ def summarise(records: list[dict]) -> dict:
 
 
 def cache_section(records: list[dict], stats_start: dict, stats_end: dict, rack_cores: dict[str, int]) -> dict:
-    """What the campaign's reads did at the caches: hit ratio, bytes from the origin, bytes read across racks, bytes
-    each cache served, how busy each rack's workers were, and the files that had to fail over."""
-    per_cache = cachestats.difference(stats_start, stats_end)
-    counted = [d for d in per_cache.values() if d]
+    """What the campaign's reads did at the caches: bytes each cache served and fetched from the origin, the hit
+    ratio, bytes read across racks, how busy each rack's workers were, and the files that had to fail over.
+
+    ``hit_ratio`` is 1 - (bytes the caches fetched from the origin) / (bytes read through the caches): a cache fetches
+    whole blocks, so a cold read can fetch more than it serves (ratio 0, never below); a warm one fetches nothing.
+    """
     fetches = [r["fetch"] for r in records if r.get("fetch") and not r["fetch"].get("error")]
     remote = [f for f in fetches if f["url"].startswith("root://")]
     direct = sum(f["bytes"] for f in remote if f["cache"] is None)
-    hits = sum(d["hits"] for d in counted)
-    read = hits + sum(d["misses"] for d in counted) + direct
+    through_caches = sum(f["bytes"] for f in remote if f["cache"])
+    from_origin = cachestats.fetched(stats_start, stats_end)
+    measured = all(v is not None for v in from_origin.values())
+    fetched_total = sum(v for v in from_origin.values() if v is not None)
     known = [f for f in remote if f["cache"] and f["worker_rack"]]
     wall = (max(r["end"] for r in records) - min(r["start"] for r in records)) if records else 0.0
     busy = {}
@@ -86,15 +90,16 @@ def cache_section(records: list[dict], stats_start: dict, stats_end: dict, rack_
         seconds = sum(r["end"] - r["start"] for r in records if r.get("worker_rack") == rack)
         busy[rack] = round(seconds / (wall * cores), 3) if wall and cores else 0.0
     return {
-        "hit_ratio": round(hits / read, 4) if read else None,
-        "bytes_read_through_caches": sum(f["bytes"] for f in remote if f["cache"]),
-        "bytes_from_origin": sum(d["from_origin"] + d["prefetched_from_origin"] for d in counted) + direct,
+        "hit_ratio": (round(max(0.0, 1 - fetched_total / through_caches), 4)
+                      if measured and through_caches else None),
+        "bytes_read_through_caches": through_caches,
+        "bytes_from_origin": fetched_total + direct if measured else None,
         "bytes_read_directly_from_origin": direct,
         "same_rack_bytes": sum(f["bytes"] for f in known if f["cache_rack"] == f["worker_rack"]),
         "cross_rack_bytes": sum(f["bytes"] for f in known if f["cache_rack"] != f["worker_rack"]),
         "unknown_rack_bytes": sum(f["bytes"] for f in remote if f["cache"] and not f["worker_rack"]),
-        "per_cache": {name: d if d else {"down": (stats_end["caches"].get(name) or {}).get("down", "no counters")}
-                      for name, d in per_cache.items()},
+        "per_cache": {name: {"served_bytes": sum(f["bytes"] for f in remote if f["cache"] == name),
+                             "fetched_from_origin_bytes": from_origin[name]} for name in sorted(from_origin)},
         "rack_busy_fraction": busy,
         "failovers": [{"path": r["path"], "served_by": r["fetch"]["cache"] or "origin",
                        "failed": [f"{f['cache'] or 'origin'}: {f['error']}" for f in r["fetch"]["failover"]]}
@@ -112,7 +117,8 @@ def summary_line(report: dict, where: Path | str) -> str:
     if "cache" in report:
         c = report["cache"]
         ratio = "n/a" if c["hit_ratio"] is None else f"{c['hit_ratio']:.3f}"
-        lines.append(f"  caches: hit ratio {ratio}, {c['bytes_from_origin'] / 1e6:,.1f} MB from the origin, "
+        origin = "n/a" if c["bytes_from_origin"] is None else f"{c['bytes_from_origin'] / 1e6:,.1f}"
+        lines.append(f"  caches: hit ratio {ratio}, {origin} MB from the origin, "
                      f"{c['cross_rack_bytes'] / 1e6:,.1f} MB read across racks, {len(c['failovers'])} file(s) failed over")
     for failure in report["failed_files"][:5]:
         lines.append(f"  FAILED {failure['path']}: {failure['error']}")

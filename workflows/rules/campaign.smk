@@ -10,7 +10,7 @@ if SITE:
         from hepvine import cachestats
 
         Path(CACHE_STATS).mkdir(parents=True, exist_ok=True)
-        Path(f"{CACHE_STATS}/start.json").write_text(json.dumps(cachestats.snapshot(SITE), indent=2))
+        Path(f"{CACHE_STATS}/start.json").write_text(json.dumps(cachestats.snapshot(SITE, LFNS), indent=2))
 
     rule cache_stats:
         input:
@@ -23,7 +23,8 @@ if SITE:
 
             # start.json is written when this run starts (onstart), so it is not an input: this rule runs locally.
             start = json.loads(Path(f"{CACHE_STATS}/start.json").read_text())
-            Path(output[0]).write_text(json.dumps({"start": start, "end": cachestats.snapshot(SITE)}, indent=2))
+            end = cachestats.snapshot(SITE, LFNS)
+            Path(output[0]).write_text(json.dumps({"start": start, "end": end}, indent=2))
 
 
 rule resolve_spec:

@@ -26,6 +26,7 @@ ROUTES = {name: (SITE.route(t.path).as_dict() if SITE else hv_fetch.local_route(
 PARSED = [config["dataset"]] + ([config["site"]] if SITE else [])
 XRD_ENV = SITE.client_env() if SITE else ""
 CACHE_STATS = f"{OUT}/cache-stats"
+LFNS = sorted({route["lfn"] for route in ROUTES.values()})
 
 
 def home_rack(wildcards):
