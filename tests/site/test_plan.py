@@ -1,0 +1,77 @@
+"""The planner's flow model on published and made-up sites: the UChicago facility as published is capped near
+200 Gbps by its 80 Gbps interconnect when tasks ignore racks, and rack-aware affinity lifts it to the cores' limit;
+the numbers below are worked out by hand from the site config."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hepvine import plan
+from hepvine import site as hv_site
+
+REPO = Path(__file__).resolve().parents[2]
+UCHICAGO = REPO / "site-configs" / "uchicago-af.yaml"
+LZMA_PER_CORE = 0.121  # Gbps, about what `make bench` measures for LZMA inputs here
+
+
+@pytest.fixture(scope="module")
+def uchicago():
+    site = hv_site.load(UCHICAGO)
+    files = plan.files_of("20000:17TB", None)
+    return site, files, plan.capacities(site, LZMA_PER_CORE)
+
+
+def test_random_placement_is_capped_by_the_interconnect(uchicago):
+    site, files, cap = uchicago
+    out = plan.best("random", plan.shares("random", files, site), cap, cold=False)
+    # 5 of 8 caches in rack 1, 1,000 of 2,504 cores there: rack 1 -> rack 2 carries 5/8 x 1504/2504 of the rate,
+    # and 80 Gbps / 0.3754 = 213 Gbps.
+    assert out.gbps == pytest.approx(80 / (5 / 8 * 1504 / 2504), rel=0.002)
+    assert out.bottleneck == "interconnect af-rack-1 -> af-rack-2 (80 Gbps)"
+
+
+def test_affinity_lifts_the_cap_to_the_cores(uchicago):
+    site, files, cap = uchicago
+    random = plan.best("random", plan.shares("random", files, site), cap, cold=False)
+    affinity = plan.best("affinity", plan.shares("affinity", files, site), cap, cold=False)
+    assert affinity.gbps == pytest.approx(2504 * LZMA_PER_CORE, rel=0.01)  # every core busy
+    assert affinity.bottleneck.startswith("cores of") and affinity.cross_rack_gbps < 80
+    assert affinity.gbps > 1.4 * random.gbps
+
+
+def test_shares_follow_the_placement(uchicago):
+    site, files, _ = uchicago
+    for policy in plan.POLICIES:
+        share = plan.shares(policy, files, site)
+        assert sum(share.values()) == pytest.approx(1.0) and len(share) == 8
+        assert all(0.10 < s < 0.15 for s in share.values()), (policy, share)  # close to 1/8 over 20k files
+    assert set(plan.shares("random", files, site).values()) == {1 / 8}
+
+
+def test_without_a_rack_constraint_every_policy_is_the_same(tmp_path):
+    config = (REPO / "site-configs" / "uchicago-af.yaml").read_text().replace("interconnect_gbps: 80",
+                                                                              "interconnect_gbps: 100000")
+    (tmp_path / "wide.yaml").write_text(config)
+    site = hv_site.load(tmp_path / "wide.yaml")
+    files = plan.files_of("1000:1TB", None)
+    cap = plan.capacities(site, 10.0)  # fast cores: the caches limit, 8 x 50 Gbps at best
+    rates = {p: plan.best(p, plan.shares(p, files, site), cap, cold=True).gbps for p in plan.POLICIES}
+    assert rates["random"] == pytest.approx(200, rel=0.001)  # cold: the origin sends every byte (200 Gbps)
+    assert rates["affinity"] == pytest.approx(rates["hashing"], rel=0.001)
+
+
+def test_command_writes_table_and_plot_and_explains_a_missing_benchmark(tmp_path):
+    cmd = [sys.executable, "-m", "hepvine.cli", "plan", "--site", str(UCHICAGO), "--dataset", "2000:2TB"]
+    missing = subprocess.run(cmd + ["--bench", str(tmp_path / "none.json")], capture_output=True, text=True)
+    assert missing.returncode == 2 and "run `make bench`" in missing.stderr
+    done = subprocess.run(cmd + ["--per-core-gbps", str(LZMA_PER_CORE), "--output", str(tmp_path)],
+                          capture_output=True, text=True, check=True)
+    assert "random" in done.stdout and "interconnect af-rack-1 -> af-rack-2" in done.stdout
+    result = json.loads((tmp_path / "uchicago-af.json").read_text())
+    assert [p["policy"] for p in result["policies"]] == list(plan.POLICIES)
+    assert (tmp_path / "uchicago-af.png").stat().st_size > 10_000
