@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pickle
 import socket
 import sys
@@ -66,7 +67,10 @@ def analyse(task: dataset.FileTask, lumi_pb: float, route: dict | None = None, c
         record["traceback"] = traceback.format_exc(limit=3)
         h = None
     fetched = record["fetch"] or {}
-    record.update(cache=fetched.get("cache"), rack=fetched.get("rack"), worker_rack=fetched.get("worker_rack"))
+    # worker_rack: the rack of the worker that read the file from its cache (the recompression's, if it ran);
+    # analysis_worker_rack: this task's.
+    record.update(cache=fetched.get("cache"), rack=fetched.get("rack"), worker_rack=fetched.get("worker_rack"),
+                  analysis_worker_rack=os.environ.get(fetch.WORKER_GROUP_ENV) or None)
     record.update(end=time.time(), wall_seconds=time.perf_counter() - wall0, cpu_seconds=time.process_time() - cpu0)
     return {"record": record, "hist": h}
 

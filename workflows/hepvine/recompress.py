@@ -10,6 +10,7 @@ import argparse
 import hashlib
 import json
 import sys
+import time
 from pathlib import Path
 
 import awkward as ak
@@ -117,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="on failure, write the cause to DESTINATION (marked) and exit 0")
     args = parser.parse_args(argv)
     route = fetch.parse_route(args.route, args.source)
-    fetched = {**fetch.record(route, route["sources"][0], []), "bytes": 0, "error": None}
+    fetched = {**fetch.record(route, route["sources"][0], []), "bytes": 0, "error": None, "start": time.time()}
     try:
         compression = parse_codec(args.codec)
         (entries, fetched["bytes"]), how = fetch.read(
@@ -132,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         args.destination.write_bytes(FAILURE_MARK + f"{args.source}: {fetched['error']}".encode())
         return 0
     finally:
+        fetched["end"] = time.time()
         if args.fetched:
             args.fetched.write_text(json.dumps(fetched, indent=2) + "\n")
     print(f"recompress: {args.source} via {fetched['url']} → {args.destination} ({args.codec}): "

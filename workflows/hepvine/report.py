@@ -84,10 +84,13 @@ def cache_section(records: list[dict], stats_start: dict, stats_end: dict, rack_
     measured = all(v is not None for v in from_origin.values())
     fetched_total = sum(v for v in from_origin.values() if v is not None)
     known = [f for f in remote if f["cache"] and f["worker_rack"]]
-    wall = (max(r["end"] for r in records) - min(r["start"] for r in records)) if records else 0.0
+    # Busy: the seconds of each file's tasks (recompression, when it ran, and analysis) on each rack's workers.
+    spans = [(r.get("analysis_worker_rack"), r["start"], r["end"]) for r in records]
+    spans += [(f["worker_rack"], f["start"], f["end"]) for f in fetches if "start" in f]
+    wall = (max(end for _, _, end in spans) - min(start for _, start, _ in spans)) if spans else 0.0
     busy = {}
     for rack, cores in sorted(rack_cores.items()):
-        seconds = sum(r["end"] - r["start"] for r in records if r.get("worker_rack") == rack)
+        seconds = sum(end - start for where, start, end in spans if where == rack)
         busy[rack] = round(seconds / (wall * cores), 3) if wall and cores else 0.0
     return {
         "hit_ratio": (round(max(0.0, 1 - fetched_total / through_caches), 4)

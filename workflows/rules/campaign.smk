@@ -99,6 +99,9 @@ rule analyse:
         retry=lambda wildcards: RETRIES.get(wildcards.name, 0),
         read=read_how,
     resources:
+        # Also when reading a recompressed copy: it is on the worker that made it, in the home rack unless the
+        # recompression spilled. (Without the preference TaskVine sends the task to whichever worker is free first,
+        # which in the demo was the copy's worker for only 12 of 24 files.)
         taskvine_prefer=home_rack,
     shell:
         "{XRD_ENV} python -m hepvine.per_file --spec {input.spec} --task {wildcards.name} --lumi-pb {params.lumi}"
