@@ -55,11 +55,12 @@ def test_routes_follow_the_access_mode(sandbox_env):
 def test_bad_config_names_the_key(tmp_path, sandbox_env):
     text = (REPO / "site-configs" / "sandbox.yaml").read_text()
     bad = tmp_path / "bad.yaml"
-    bad.write_text(text.replace("rack: rack-b, gbps: 1}", "rack: rack-z, gbps: -1}"))
+    assert "rack: rack-b, gbps: 1," in text  # what the cases below change
+    bad.write_text(text.replace("rack: rack-b, gbps: 1,", "rack: rack-z, gbps: -1,"))
     with pytest.raises(site.SiteError) as e:
         site.load(bad)
     assert str(bad) in str(e.value) and "caches.1.gbps" in str(e.value)
-    bad.write_text(text.replace("rack: rack-b, gbps: 1}", "rack: rack-z, gbps: 1}"))
+    bad.write_text(text.replace("rack: rack-b, gbps: 1,", "rack: rack-z, gbps: 1,"))
     with pytest.raises(site.SiteError, match=r"caches\[1\] \(xcache-b\): rack 'rack-z' is not one of racks"):
         site.load(bad)
 
