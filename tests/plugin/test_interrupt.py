@@ -1,9 +1,11 @@
-"""Ctrl-C: the run stops, the tasks are cancelled, the factory, its workers and the manager process are gone, and
-the same command run again finishes the workflow. (Also: the run's password is on no command line.)"""
+"""Ctrl-C: the run stops, the tasks are cancelled, the factory, its workers and the manager process are gone — with
+HTCondor workers, their jobs are out of the queue — and the same command run again finishes the workflow. (Also:
+the run's password is on no command line.)"""
 
 from __future__ import annotations
 
 import signal
+import subprocess
 import time
 
 import psutil
@@ -66,3 +68,37 @@ def test_ctrl_c_leaves_nothing_running_and_rerun_resumes(workflow):
     again = wf.run(*ARGS, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
     assert sorted(p.read_text() for p in (wf.root / "out").glob("*.txt")) == ["0\n", "1\n", "2\n", "3\n"]
+
+
+def _condor_jobs(condor_env, root) -> list[str]:
+    """'cluster.proc status' of each HTCondor job whose working directory is under ROOT: the run's workers."""
+    done = subprocess.run(["condor_q", "-allusers", "-constraint", f'regexp("^{root}", Iwd)', "-af:j", "JobStatus"],
+                          capture_output=True, text=True, env=condor_env, timeout=60, check=True)
+    return done.stdout.splitlines()
+
+
+def test_ctrl_c_removes_condor_workers(workflow, condor_env):
+    wf = workflow(SLOW)
+    args = ("--taskvine-workers", "condor", *ARGS)
+    run = wf.popen(*args)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and not any(j.endswith(" 2") for j in _condor_jobs(condor_env, wf.root)):
+            time.sleep(2)
+        assert any(j.endswith(" 2") for j in _condor_jobs(condor_env, wf.root)), "no worker job started (status 2)"
+        time.sleep(5)  # tasks reach the workers
+        run.send_signal(signal.SIGINT)
+        run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    # The factory removed its worker jobs from the pool on the way out.
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and _condor_jobs(condor_env, wf.root):
+        time.sleep(2)
+    assert _condor_jobs(condor_env, wf.root) == [], "worker jobs left in the HTCondor queue after Ctrl-C"
+    assert not list((wf.root / "out").glob("*.txt")), "no job could have finished"
+    again = wf.run(*args, timeout=400)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert sorted(p.read_text() for p in (wf.root / "out").glob("*.txt")) == ["0\n", "1\n", "2\n", "3\n"]
+
