@@ -102,14 +102,16 @@ def job_task(
     workdir: str,
     retries: int,
     sources: Iterable[str] = (),
+    function: bool = False,
 ) -> TaskSpec:
-    """The TaskVine task that runs JOB's COMMAND (its ``python -m snakemake ...`` line)."""
+    """The TaskVine task that runs JOB's COMMAND (its ``python -m snakemake ...`` line), as a process of its own or
+    as a call of the workers' library (FUNCTION)."""
     inputs: list[tuple[str, str]] = []
     outputs: list[tuple[str, str]] = []
-    if shared_fs:
-        command = f"cd {shlex.quote(workdir)} && {command}"
-    else:
+    if not shared_fs:
         inputs, outputs = shipped_files(job, sources, workdir)
+    elif not function:  # a library call is given the directory instead
+        command = f"cd {shlex.quote(workdir)} && {command}"
     runtime_min = _int_resource(job, "runtime")
     return TaskSpec(
         command=command,
@@ -123,4 +125,6 @@ def job_task(
         retries=retries,
         inputs=inputs,
         outputs=outputs,
+        function=function,
+        directory=workdir if shared_fs and function else "",
     )

@@ -18,6 +18,7 @@ LOOPBACK_CATALOG = "127.0.0.1:9097"
 # TaskVine's scheduling modes (VINE_SCHEDULE_<NAME>): files = where the task's input files already are.
 SCHEDULERS = ("files", "time", "fcfs", "rand", "worst")
 STOP_TIMEOUT_S = 30.0
+LIBRARY_NAME = "snakemake-jobs"
 # A worker killed outright can leave its tasks' processes holding its connection open, so the manager does not see
 # it go; keepalives find it: one every KEEPALIVE_INTERVAL_S, and a worker silent for KEEPALIVE_TIMEOUT_S is dropped
 # (its tasks are dispatched again). TaskVine's defaults (2 and 15 minutes) would stall a run that long.
@@ -75,6 +76,10 @@ class TaskSpec:
     env: dict[str, str] = dataclasses.field(default_factory=dict)
     retries: int = 0
     priority: int = 0  # higher runs first
+    # Run COMMAND as a call of the library's run_job (see library.py) instead of a process of its own, in DIRECTORY
+    # (default: the call's sandbox). Cores, memory and disk are then the library's: one call per function slot.
+    function: bool = False
+    directory: str = ""
     # (local path, name in the task's sandbox) pairs. Inputs are sent to the worker (and cached there for the
     # whole run); outputs are brought back to the local path when the task ends.
     inputs: Sequence[tuple[str, str]] = ()
@@ -107,6 +112,7 @@ class Manager:
         ssl: bool = False,
         run_info_dir: Path | None = None,
         scheduler: str = "files",
+        library: bool = False,
     ):
         vine = import_taskvine()
         from ndcctools.taskvine import cvine
@@ -126,21 +132,38 @@ class Manager:
         self._m.set_scheduler(getattr(cvine, f"VINE_SCHEDULE_{scheduler.upper()}"))
         self._tasks: dict[int, object] = {}
         self._files: dict[str, object] = {}
+        if library:
+            self._install_library()
+
+    def _install_library(self) -> None:
+        """One library per worker that has imported Snakemake; calls are forked from it (library.py). It takes the
+        whole worker, with one function slot per core."""
+        import snakemake.cli
+
+        from . import library
+
+        lib = self._m.create_library_from_functions(LIBRARY_NAME, library.run_job, add_env=False,
+                                                    hoisting_modules=[snakemake.cli], exec_mode="fork")
+        self._m.tune("watch-library-logfiles", 1)  # its log comes back to the run directory (library-logs/)
+        self._m.install_library(lib)
 
     @property
     def port(self) -> int:
         return self._m.port
 
     def submit(self, spec: TaskSpec) -> int:
-        t = self._vine.Task(spec.command)
+        if spec.function:
+            t = self._vine.FunctionCall(LIBRARY_NAME, "run_job", spec.command, spec.directory)
+        else:
+            t = self._vine.Task(spec.command)
+            if spec.cores:
+                t.set_cores(spec.cores)
+            if spec.memory_mb:
+                t.set_memory(spec.memory_mb)
+            if spec.disk_mb:
+                t.set_disk(spec.disk_mb)
         if spec.tag:
             t.set_tag(spec.tag)
-        if spec.cores:
-            t.set_cores(spec.cores)
-        if spec.memory_mb:
-            t.set_memory(spec.memory_mb)
-        if spec.disk_mb:
-            t.set_disk(spec.disk_mb)
         if spec.time_max_s:
             t.set_time_max(spec.time_max_s)
         if spec.retries:
@@ -173,15 +196,18 @@ class Manager:
         t = self._m.wait(max(1, int(timeout_s)))
         if t is None or self._tasks.pop(t.id, None) is None:
             return None  # nothing finished, or a task that was cancelled
-        return TaskResult(
-            task_id=t.id,
-            tag=t.tag or "",
-            successful=bool(t.successful()),
-            exit_code=t.exit_code if t.completed() else None,
-            result=str(t.result),
-            output=t.output or "",
-            hostname=t.hostname or "",
-        )
+        successful, exit_code = bool(t.successful()), t.exit_code if t.completed() else None
+        if isinstance(t, self._vine.FunctionCall):
+            returned = t.output if successful else None
+            if isinstance(returned, dict):  # run_job's {"exit_code", "output"}
+                exit_code, output = returned["exit_code"], returned["output"]
+                successful = exit_code == 0
+            else:
+                output, successful = f"the function call returned no result ({returned!r})", False
+        else:
+            output = t.output or ""
+        return TaskResult(task_id=t.id, tag=t.tag or "", successful=successful, exit_code=exit_code,
+                          result=str(t.result), output=output, hostname=t.hostname or "")
 
     def cancel(self, task_id: int) -> None:
         self._m.cancel_by_task_id(task_id)

@@ -1,0 +1,56 @@
+"""Jobs as function calls (``--taskvine-library``): each worker runs one TaskVine library process that has imported
+Snakemake once, and each job is a call of ``run_job`` in a child forked from it — no interpreter start and no
+``import snakemake.cli`` per job, which are most of a short job's ~2 s.
+
+``run_job`` takes the job's command as Snakemake formats it (``<python> -m snakemake <args>``) and runs those
+arguments through ``snakemake.cli.main`` in the forked child, in DIRECTORY (the workflow directory with a shared
+filesystem) or in the call's own sandbox; any other command runs in a shell. Everything the job writes to its
+standard output and error is kept, and its tail is returned with the exit code. This module imports nothing of
+TaskVine: the adapter (``taskvine.py``) makes the library from it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import traceback
+
+OUTPUT_KEEP = 200_000  # characters of output returned to the manager
+SNAKEMAKE_COMMAND = re.compile(r"^\S+ -m snakemake (?P<args>.*)$", re.S)
+
+
+def run_job(command: str, directory: str = "") -> dict:
+    """Run one job's COMMAND in this process (a fork of the library); {"exit_code", "output"}."""
+    log = os.path.abspath("job-output.log")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sandbox = os.getcwd()  # where TaskVine collects the call's result once it returns
+    if directory:
+        os.chdir(directory)
+    match = SNAKEMAKE_COMMAND.match(command)
+    try:
+        if match:
+            import snakemake.cli
+
+            snakemake.cli.main(shlex.split(match.group("args")))
+            code = 0
+        else:
+            code = subprocess.call(command, shell=True)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except Exception:  # the job's own failure, reported to the manager with its traceback
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.chdir(sandbox)
+    with open(log, errors="replace") as f:
+        output = f.read()
+    return {"exit_code": code, "output": output[-OUTPUT_KEEP:]}

@@ -1,0 +1,35 @@
+"""--taskvine-library: every job is a call of a TaskVine library on the workers (Snakemake imported once per worker,
+each call a forked child), on real local workers, in both filesystem modes; a failing job is reported like any
+other, with its rule and the last lines of its output."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.sandbox
+
+from snakemake_runs import slow_snakefile
+
+# Each job also says which process ran it: in library mode, a child of the library process, not of a shell.
+JOBS = slow_snakefile("echo {wildcards.i} > {output}; cat /proc/$PPID/cmdline | tr '\\\\0' ' ' >> {output}", n=6)
+NO_SHARED_FS = ("--shared-fs-usage", "none", "--taskvine-worker-memory-mb", "1000", "--taskvine-worker-disk-mb",
+                "1000", "--default-resources", "mem_mb=100", "disk_mb=10")
+
+
+@pytest.mark.parametrize("fs", [(), NO_SHARED_FS], ids=["shared-fs", "no-shared-fs"])
+def test_jobs_run_as_library_calls(workflow, fs):
+    wf = workflow(JOBS)
+    wf.run("--taskvine-library", *fs, timeout=240, check=True)
+    outputs = {p.name: p.read_text().splitlines() for p in (wf.root / "out").glob("*.txt")}
+    assert sorted(outputs) == [f"{i}.txt" for i in range(6)]
+    for name, lines in outputs.items():
+        assert lines[0] == name.split(".")[0]
+        # The shell's parent is the forked library process (TaskVine's library_code.py), not `python -m snakemake`.
+        assert "library_code.py" in lines[1] and "-m snakemake" not in lines[1], lines[1]
+
+
+def test_failing_library_call_names_rule_and_output(workflow):
+    wf = workflow(slow_snakefile("echo about to fail; exit 3", n=1))
+    done = wf.run("--taskvine-library", timeout=240)
+    assert done.returncode != 0
+    assert "of rule slow failed" in done.stderr and "about to fail" in done.stderr, done.stderr[-3000:]
