@@ -1,6 +1,7 @@
 """``make bench`` (dispatch part): 200 short jobs and a fan-in, run side by side in one session on the sandbox by
-Snakemake's local executor, ``--executor taskvine`` with local workers and with HTCondor workers, and the
-HTCondor executor plugin on the same pool. Writes makespan and per-job overhead to results/bench/dispatch.json,
+Snakemake's local executor, ``--executor taskvine`` with local workers and with HTCondor workers (each job a
+process, or with ``--taskvine-library`` a call of a library on the worker), and the HTCondor executor plugin on the
+same pool. Writes makespan and per-job overhead to results/bench/dispatch.json,
 and a profile of where a TaskVine job's time goes.
 
 Per-job overhead (core-seconds) = makespan × cores the variant was given ÷ jobs: the jobs themselves do no work
@@ -50,6 +51,15 @@ VARIANTS = {
     "taskvine-condor": (["--executor", "taskvine", "--jobs", "100", "--taskvine-workers", "condor",
                          "--taskvine-min-workers", "2", "--taskvine-max-workers", "2",
                          "--taskvine-worker-cores", str(POOL_CORES // 2), *TASKVINE_WORKER], POOL_CORES),
+    # The same, each job a call of a TaskVine library on the workers (Snakemake imported once per worker).
+    "taskvine-local-library": (["--executor", "taskvine", "--jobs", "100", "--taskvine-workers", "local",
+                                "--taskvine-min-workers", str(MACHINE_CORES), "--taskvine-max-workers",
+                                str(MACHINE_CORES), "--taskvine-worker-cores", "1", "--taskvine-library",
+                                *TASKVINE_WORKER], MACHINE_CORES),
+    "taskvine-condor-library": (["--executor", "taskvine", "--jobs", "100", "--taskvine-workers", "condor",
+                                 "--taskvine-min-workers", "2", "--taskvine-max-workers", "2",
+                                 "--taskvine-worker-cores", str(POOL_CORES // 2), "--taskvine-library",
+                                 *TASKVINE_WORKER], POOL_CORES),
     # It checks job status every 10 s by default; every second here, so that it is not charged for polling.
     "htcondor-plugin": (["--executor", "htcondor", "--jobs", str(POOL_CORES), "--envvars", "PATH",
                          "--seconds-between-status-checks", "1",
@@ -154,9 +164,10 @@ def main(argv: list[str] | None = None) -> int:
         "variants": records,
         "profile": job_profile(workdir),
     }
-    if "taskvine-condor" in by_name and "htcondor-plugin" in by_name:
-        result["speedup_taskvine_condor_vs_htcondor_plugin"] = round(
-            by_name["htcondor-plugin"]["makespan_s"] / by_name["taskvine-condor"]["makespan_s"], 2)
+    for variant in ("taskvine-condor", "taskvine-condor-library"):
+        if variant in by_name and "htcondor-plugin" in by_name:
+            result[f"speedup_{variant.replace('-', '_')}_vs_htcondor_plugin"] = round(
+                by_name["htcondor-plugin"]["makespan_s"] / by_name[variant]["makespan_s"], 2)
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
