@@ -13,6 +13,8 @@ import json
 import os
 from typing import Callable, TypeVar
 
+from hepvine import site
+
 WORKER_GROUP_ENV = "SNAKEMAKE_TASKVINE_WORKER_GROUP"
 T = TypeVar("T")
 
@@ -22,9 +24,8 @@ class FetchError(OSError):
 
 
 def local_route(path: str) -> dict:
-    """The route of a file read where it is."""
-    return {"lfn": path, "cache": None, "rack": None, "url": path, "sources": [{"url": path, "cache": None,
-                                                                                   "rack": None}]}
+    """The route of a file read where it is (what a site gives a path that is not a root:// URL)."""
+    return site.Route(lfn=path, sources=(site.Source(url=path),)).as_dict()
 
 
 def parse_route(text: str | None, path: str) -> dict:

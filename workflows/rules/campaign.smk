@@ -84,7 +84,7 @@ def read_how(wildcards, input):
     """The analysis reads the recompressed copy (and keeps how the original was fetched), or the file's route."""
     if RECOMPRESS:
         return f"--copy {input.recompressed} --fetched {input.fetched}"
-    return f"--route '{route_json(wildcards)}'"
+    return f"--route {shlex.quote(route_json(wildcards))}"
 
 
 rule analyse:

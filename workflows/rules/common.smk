@@ -1,6 +1,7 @@
 # Shared definitions of the campaign's rules: the validated dataset, its per-file tasks, and the merge tree.
 import json
 import math
+import shlex
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
@@ -71,18 +72,21 @@ RECOMPRESS = config["recompress"] != "off"
 RECOMPRESS_CODEC = config["recompress"].split(":")[0]
 
 
+def spec_with(spec, tasks, fields):
+    """A copy of SPEC in which each task's file entry is updated with FIELDS(task, entry) (a dict)."""
+    changed = json.loads(json.dumps(spec))
+    for task in tasks.values():
+        entry = changed[task.process][task.variation]["files"][task.index]
+        entry.update(fields(task, entry))
+    return changed
+
+
 def routed_spec(spec, tasks, routes):
     """SPEC with each file's route (home cache, rack, URL, fail-overs) recorded next to its path."""
-    routed = json.loads(json.dumps(spec))
-    for task in tasks.values():
-        routed[task.process][task.variation]["files"][task.index]["route"] = routes[task.name]
-    return routed
+    return spec_with(spec, tasks, lambda task, entry: {"route": routes[task.name]})
 
 
 def copied_spec(spec, tasks, out):
     """SPEC with each file's path replaced by its recompressed copy, and the original kept as ``source``."""
-    copied = json.loads(json.dumps(spec))
-    for task in tasks.values():
-        entry = copied[task.process][task.variation]["files"][task.index]
-        entry["source"], entry["path"] = entry["path"], f"{out}/recompressed/{task.name}.root"
-    return copied
+    return spec_with(spec, tasks, lambda task, entry: {"source": entry["path"],
+                                                       "path": f"{out}/recompressed/{task.name}.root"})
