@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from hepvine import generate
+from hepvine import generate, site
 
 pytestmark = pytest.mark.sandbox
 
@@ -40,10 +40,14 @@ def base_files(tmp_path_factory) -> list[Path]:
 def store(services, base_files):
     """make(n): N files in a fresh directory of the origin's /store; returns the dataset spec (origin URLs)."""
     origin = services["xrootd"]["origin"]
-    directory = f"test-{uuid.uuid4().hex[:8]}"
-    root = Path(origin["data_dir"]) / "store" / directory
+    sandbox = site.load(SANDBOX_SITE)
+    root = None
 
     def make(n: int) -> dict:
+        nonlocal root
+        directory = homed_on_every_cache(sandbox, origin["url"], n)
+        root = Path(origin["data_dir"]) / "store" / directory
+        make.directory = directory
         root.mkdir(parents=True)
         files = []
         for i in range(n):
@@ -51,9 +55,20 @@ def store(services, base_files):
             files.append({"path": f"{origin['url']}//store/{directory}/f{i:03d}.root", "nevts": EVENTS})
         return {"ttbar": {"xsec": 1.0, "nominal": {"nevts_total": EVENTS * n, "files": files}}}
 
-    make.directory = directory
     yield make
-    shutil.rmtree(root, ignore_errors=True)
+    if root is not None:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def homed_on_every_cache(sandbox: site.Site, origin_url: str, n: int) -> str:
+    """A fresh /store directory name under which the files f000 ... of N files have every cache of the site as home
+    for at least one of them (a random name alone leaves a rack without files now and then: 1 in 2**(N-1))."""
+    caches = {c["name"] for c in sandbox.caches}
+    while True:
+        directory = f"test-{uuid.uuid4().hex[:8]}"
+        homes = {sandbox.route(f"{origin_url}//store/{directory}/f{i:03d}.root").home.cache for i in range(n)}
+        if homes == caches:
+            return directory
 
 
 @pytest.fixture
