@@ -22,6 +22,7 @@ import time
 from .taskvine import Manager, TaskResult, TaskSpec
 
 WAIT_S = 1  # each manager.wait(); >= 1, since wait(0) makes no network progress
+LOST_CHECK_S = 1  # how often tasks are checked for lost workers (Manager.give_up_lost)
 IDLE_S = 0.05
 START_TIMEOUT_S = 60
 
@@ -41,6 +42,7 @@ def _serve(manager_kwargs: dict, prefer_wait_s: float, requests, results) -> Non
     results.send(("ready", manager.port))
     task_ids: dict[str, int] = {}
     preferring: dict[str, tuple[TaskSpec, float]] = {}  # tag → (spec, when queued) of tasks still preferring
+    lost_checked = time.monotonic()
     try:
         while True:
             while requests.poll(0):
@@ -55,6 +57,11 @@ def _serve(manager_kwargs: dict, prefer_wait_s: float, requests, results) -> Non
                     manager.cancel(task_ids.pop(arg))
                     preferring.pop(arg, None)
             _drop_stale_preferences(manager, task_ids, preferring, prefer_wait_s)
+            if time.monotonic() - lost_checked >= LOST_CHECK_S:
+                lost_checked = time.monotonic()
+                for result in manager.give_up_lost():
+                    task_ids.pop(result.tag, None)
+                    results.send(("result", result))
             # Always wait, even with nothing queued: workers and factories are only answered inside wait().
             began = time.monotonic()
             result = manager.wait(WAIT_S)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 
-from .taskvine import TaskResult
+from .taskvine import GAVE_UP_LOST, TaskResult
 
 TAIL_LINES = 20
 
@@ -19,6 +19,10 @@ def describe_failure(job: JobExecutorInterface, result: TaskResult, log_dir: Pat
     where = f"on worker {result.hostname}" if result.hostname else "before reaching a worker"
     if result.result == "success":
         why = f"exit code {result.exit_code}"
+    elif result.result == GAVE_UP_LOST:
+        why = (f"its worker was lost {result.lost_workers} times, once more than --taskvine-retries allows: find out "
+               "why the workers vanish (the factory's and workers' logs are in the run directory), or raise "
+               "--taskvine-retries")
     else:
         why = f"TaskVine: {result.result}" + (f", exit code {result.exit_code}" if result.exit_code else "")
     tail = result.output.rstrip().splitlines()[-TAIL_LINES:]

@@ -19,6 +19,7 @@ LOOPBACK_CATALOG = "127.0.0.1:9097"
 SCHEDULERS = ("files", "time", "fcfs", "rand", "worst")
 STOP_TIMEOUT_S = 30.0
 LIBRARY_NAME = "snakemake-jobs"
+GAVE_UP_LOST = "lost workers"  # TaskResult.result of a task given up after losing more workers than its retries
 # A worker killed outright can leave its tasks' processes holding its connection open, so the manager does not see
 # it go; keepalives find it: one every KEEPALIVE_INTERVAL_S, and a worker silent for KEEPALIVE_TIMEOUT_S is dropped
 # (its tasks are dispatched again). TaskVine's defaults (2 and 15 minutes) would stall a run that long.
@@ -97,6 +98,25 @@ class TaskResult:
     result: str
     output: str
     hostname: str
+    lost_workers: int = 0  # how often the task's worker was lost under it before this result
+
+
+@dataclasses.dataclass
+class _Losses:
+    """How often a task's worker was lost under it, as seen from outside TaskVine by looking at the task now and
+    then: a dispatch seen earlier is over while the task has no result (its commit time changed or was cleared),
+    or the time TaskVine books on failed attempts grew (time_workers_execute_failure, which only a worker's removal
+    adds to). At most one loss is counted per look: two that both happen between two looks count as one."""
+
+    retries: int
+    lost: int = 0
+    commit_start: int = 0
+    failed_us: int = 0
+
+    def observe(self, commit_start: int, failed_us: int) -> None:
+        if (self.commit_start and commit_start != self.commit_start) or failed_us > self.failed_us:
+            self.lost += 1
+        self.commit_start, self.failed_us = commit_start, failed_us
 
 
 class Manager:
@@ -131,6 +151,7 @@ class Manager:
             self._m.set_password_file(str(password_file))
         self._m.set_scheduler(getattr(cvine, f"VINE_SCHEDULE_{scheduler.upper()}"))
         self._tasks: dict[int, object] = {}
+        self._losses: dict[int, _Losses] = {}
         self._files: dict[str, object] = {}
         if library:
             self._install_library()
@@ -167,7 +188,7 @@ class Manager:
         if spec.time_max_s:
             t.set_time_max(spec.time_max_s)
         if spec.retries:
-            t.set_retries(spec.retries)
+            t.set_retries(spec.retries)  # TaskVine's own retries: after resource exhaustion only
         if spec.priority:
             t.set_priority(spec.priority)
         for feature in (*spec.features, *spec.preferred):
@@ -181,6 +202,7 @@ class Manager:
             t.add_output(self._file(local), remote)
         task_id = self._m.submit(t)
         self._tasks[task_id] = t
+        self._losses[task_id] = _Losses(retries=spec.retries)
         return task_id
 
     def _file(self, local: str):
@@ -196,6 +218,7 @@ class Manager:
         t = self._m.wait(max(1, int(timeout_s)))
         if t is None or self._tasks.pop(t.id, None) is None:
             return None  # nothing finished, or a task that was cancelled
+        losses = self._losses.pop(t.id)
         successful, exit_code = bool(t.successful()), t.exit_code if t.completed() else None
         if isinstance(t, self._vine.FunctionCall):
             returned = t.output if successful else None
@@ -207,11 +230,31 @@ class Manager:
         else:
             output = t.output or ""
         return TaskResult(task_id=t.id, tag=t.tag or "", successful=successful, exit_code=exit_code,
-                          result=str(t.result), output=output, hostname=t.hostname or "")
+                          result=str(t.result), output=output, hostname=t.hostname or "",
+                          lost_workers=losses.lost)
+
+    def give_up_lost(self) -> list[TaskResult]:
+        """Cancel the tasks whose worker was lost more often than their spec's retries, and return them as failed.
+        TaskVine itself sends a task again after every lost worker, without limit (its retries count resource
+        exhaustion only), so the count is kept here by looking at each task (_Losses); call this every second or
+        so."""
+        given_up = []
+        for task_id, t in list(self._tasks.items()):
+            losses = self._losses[task_id]
+            losses.observe(t.get_metric("time_when_commit_start"), t.get_metric("time_workers_execute_failure"))
+            if losses.lost > losses.retries:
+                given_up.append(TaskResult(
+                    task_id=task_id, tag=t.tag or "", successful=False, exit_code=None, result=GAVE_UP_LOST,
+                    hostname=t.hostname or "", lost_workers=losses.lost,
+                    output=f"The task's worker was lost under it {losses.lost} times; TaskVine would have sent it to "
+                           "another worker again.\n"))
+                self.cancel(task_id)
+        return given_up
 
     def cancel(self, task_id: int) -> None:
         self._m.cancel_by_task_id(task_id)
         self._tasks.pop(task_id, None)
+        self._losses.pop(task_id, None)
 
     def is_waiting(self, task_id: int) -> bool:
         """Whether the task is still queued at the manager, not yet sent to any worker."""

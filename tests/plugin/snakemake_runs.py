@@ -48,3 +48,24 @@ def alive(proc: psutil.Process) -> bool:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def workers_under(directory) -> list[psutil.Process]:
+    """The vine_worker processes that the run's factory started (the factory runs in DIRECTORY)."""
+    found = []
+    for proc in psutil.process_iter(["name"]):
+        try:
+            if proc.info["name"] == "vine_worker" and any(
+                parent.cwd().startswith(str(directory)) for parent in proc.parents()
+            ):
+                found.append(proc)
+        except (psutil.Error, OSError):  # gone, a zombie, or not ours
+            continue
+    return found
+
+
+def busy(worker: psutil.Process) -> bool:
+    try:
+        return any(child.name() == "sleep" for child in worker.children(recursive=True))
+    except psutil.NoSuchProcess:
+        return False

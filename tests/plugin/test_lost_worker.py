@@ -1,5 +1,7 @@
 """A worker killed in the middle of a job: TaskVine dispatches the task again, the workflow completes, and every
-output is whole and written once (without a shared filesystem, outputs only come back from a finished task)."""
+output is whole and written once (without a shared filesystem, outputs only come back from a finished task).
+A job whose worker is lost on every try is dispatched 1 + --taskvine-retries times, then fails with an error that
+names the rule and what to do, and leaves no output behind."""
 
 from __future__ import annotations
 
@@ -12,30 +14,9 @@ import pytest
 
 pytestmark = pytest.mark.sandbox
 
-from snakemake_runs import slow_snakefile
+from snakemake_runs import busy, slow_snakefile, workers_under
 
 SLOW = slow_snakefile("echo first-half > {output}; sleep 8; echo second-half >> {output}")
-
-
-def workers_under(directory) -> list[psutil.Process]:
-    """The vine_worker processes that the run's factory started (the factory runs in DIRECTORY)."""
-    found = []
-    for proc in psutil.process_iter(["name"]):
-        try:
-            if proc.info["name"] == "vine_worker" and any(
-                parent.cwd().startswith(str(directory)) for parent in proc.parents()
-            ):
-                found.append(proc)
-        except (psutil.Error, OSError):  # gone, a zombie, or not ours
-            continue
-    return found
-
-
-def busy(worker: psutil.Process) -> bool:
-    try:
-        return any(child.name() == "sleep" for child in worker.children(recursive=True))
-    except psutil.NoSuchProcess:
-        return False
 
 
 def test_killed_worker_job_is_redispatched(workflow):
@@ -71,3 +52,43 @@ def test_killed_worker_job_is_redispatched(workflow):
     # The run really lost a worker: TaskVine's log shows the disconnection.
     transactions = next((wf.root / ".snakemake" / "taskvine").glob("*/manager/*/vine-logs/transactions"))
     assert "DISCONNECTION" in transactions.read_text()
+
+
+def test_job_losing_its_worker_more_than_retries_times_fails(workflow):
+    wf = workflow(slow_snakefile("echo first-half > {output}; sleep 60; echo second-half >> {output}", n=1))
+    retries = 1
+    run = wf.popen("--shared-fs-usage", "none", "--taskvine-retries", str(retries), "--taskvine-min-workers", "1",
+                   "--taskvine-max-workers", "1", "--taskvine-worker-cores", "1",
+                   "--taskvine-worker-memory-mb", "1000", "--taskvine-worker-disk-mb", "2000",
+                   "--default-resources", "mem_mb=100", "disk_mb=50")
+    killed = []
+    try:
+        # Each time a (new) worker runs the job, kill it and what it started; the factory replaces the worker.
+        # After 1 + retries losses the job must fail at once (a whole run of it takes 60 s).
+        deadline = time.monotonic() + 240
+        while run.poll() is None and time.monotonic() < deadline and len(killed) <= retries:
+            victim = next((w for w in workers_under(wf.root / ".snakemake" / "taskvine")
+                           if w.pid not in killed and busy(w)), None)
+            if victim is None:
+                time.sleep(0.5)
+                continue
+            doomed = [victim, *victim.children(recursive=True)]
+            killed.append(victim.pid)
+            for proc in doomed:
+                try:
+                    proc.kill()
+                except psutil.NoSuchProcess:
+                    pass
+        lost_all = time.monotonic()
+        output, _ = run.communicate(timeout=120)
+        gave_up_s = time.monotonic() - lost_all
+    finally:
+        if run.poll() is None:
+            run.send_signal(signal.SIGINT)
+            run.wait(60)
+    assert run.returncode != 0, output[-4000:]
+    assert len(killed) == retries + 1, (killed, output[-4000:])
+    assert "of rule slow failed" in output and f"its worker was lost {retries + 1} times" in output \
+        and "raise --taskvine-retries" in output, output[-4000:]
+    assert gave_up_s < 50, f"the run went on for {gave_up_s:.0f} s after the last lost worker"
+    assert not (wf.root / "out" / "0.txt").exists()
