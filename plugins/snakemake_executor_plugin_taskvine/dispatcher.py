@@ -9,6 +9,9 @@ goes away.
 Preferred features (``TaskSpec.preferred``) are soft: a task is first queued asking for them; when it has waited
 PREFER_WAIT_S without being dispatched while some worker sits idle, it is withdrawn and queued again without them,
 ahead of the rest, so that no worker idles while work waits for another group.
+
+Once a second it also asks the manager for the tasks that lost more workers than their retries allow
+(``Manager.give_up_lost``) and sends those back as failed.
 """
 
 from __future__ import annotations
@@ -60,8 +63,7 @@ def _serve(manager_kwargs: dict, prefer_wait_s: float, requests, results) -> Non
             if time.monotonic() - lost_checked >= LOST_CHECK_S:
                 lost_checked = time.monotonic()
                 for result in manager.give_up_lost():
-                    task_ids.pop(result.tag, None)
-                    results.send(("result", result))
+                    _send_result(result, task_ids, preferring, results)
             # Always wait, even with nothing queued: workers and factories are only answered inside wait().
             began = time.monotonic()
             result = manager.wait(WAIT_S)
@@ -69,9 +71,7 @@ def _serve(manager_kwargs: dict, prefer_wait_s: float, requests, results) -> Non
                 if time.monotonic() - began < IDLE_S:  # with no tasks TaskVine returns at once: do not spin
                     time.sleep(IDLE_S)
                 continue
-            task_ids.pop(result.tag, None)
-            preferring.pop(result.tag, None)
-            results.send(("result", result))
+            _send_result(result, task_ids, preferring, results)
     except (EOFError, BrokenPipeError):
         return  # the parent is gone
     except Exception as e:
@@ -79,6 +79,13 @@ def _serve(manager_kwargs: dict, prefer_wait_s: float, requests, results) -> Non
     finally:
         for task_id in task_ids.values():
             manager.cancel(task_id)
+
+
+def _send_result(result: TaskResult, task_ids: dict, preferring: dict, results) -> None:
+    """Forget the finished (or given up) task and send its result to the parent."""
+    task_ids.pop(result.tag, None)
+    preferring.pop(result.tag, None)
+    results.send(("result", result))
 
 
 def _drop_stale_preferences(manager: Manager, task_ids: dict, preferring: dict, wait_s: float) -> None:
