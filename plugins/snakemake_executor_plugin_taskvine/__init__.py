@@ -64,7 +64,8 @@ class ExecutorSettings(ExecutorSettingsBase):
         "SNAKEMAKE_TASKVINE_WORKER_GROUP.")
     prefer_wait_s: float = _setting(
         30.0, "A job with the resource taskvine_prefer (comma-separated features) waits for a worker with those "
-        "features; after this many seconds, if workers without them sit idle, it runs on one of those instead.")
+        "features; once it has waited this many seconds while workers without them sat idle, it runs on one of "
+        "those instead.")
     scheduler: str = _setting(
         "files", "TaskVine's scheduling mode: 'files' (where the task's input files already are), 'time', "
         "'fcfs', 'rand' or 'worst'.", choices=list(SCHEDULERS))

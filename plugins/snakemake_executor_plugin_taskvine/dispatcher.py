@@ -6,9 +6,9 @@ manager lives in a child process of its own, and Snakemake's threads talk to it 
 (submit, cancel, stop) down, results up. The child ignores Ctrl-C (the parent decides) and exits when the parent
 goes away.
 
-Preferred features (``TaskSpec.preferred``) are soft: a task is first queued asking for them; when it has waited
-PREFER_WAIT_S without being dispatched while some worker sits idle, it is withdrawn and queued again without them,
-ahead of the rest, so that no worker idles while work waits for another group.
+Preferred features (``TaskSpec.preferred``) are soft: a task is first queued asking for them; once it has waited
+PREFER_WAIT_S in all while some worker sat idle (time when every worker was busy does not count), it is withdrawn
+and queued again without them, ahead of the rest, so that no worker idles while work waits for another group.
 
 Once a second it also asks the manager for the tasks that lost more workers than their retries allow
 (``Manager.give_up_lost``) and sends those back as failed.
@@ -44,8 +44,8 @@ def _serve(manager_kwargs: dict, prefer_wait_s: float, requests, results) -> Non
         return
     results.send(("ready", manager.port))
     task_ids: dict[str, int] = {}
-    preferring: dict[str, tuple[TaskSpec, float]] = {}  # tag → (spec, when queued) of tasks still preferring
-    lost_checked = time.monotonic()
+    preferring: dict[str, Preferring] = {}  # by tag, the tasks still queued with their preferred features
+    lost_checked = looked = time.monotonic()
     try:
         while True:
             while requests.poll(0):
@@ -55,11 +55,13 @@ def _serve(manager_kwargs: dict, prefer_wait_s: float, requests, results) -> Non
                 if what == "submit":
                     task_ids[arg.tag] = manager.submit(arg)
                     if arg.preferred:
-                        preferring[arg.tag] = (arg, time.monotonic())
+                        preferring[arg.tag] = Preferring(arg)
                 elif arg in task_ids:
                     manager.cancel(task_ids.pop(arg))
                     preferring.pop(arg, None)
-            _drop_stale_preferences(manager, task_ids, preferring, prefer_wait_s)
+            now = time.monotonic()
+            drop_stale_preferences(manager, task_ids, preferring, prefer_wait_s, now - looked)
+            looked = now
             if time.monotonic() - lost_checked >= LOST_CHECK_S:
                 lost_checked = time.monotonic()
                 for result in manager.give_up_lost():
@@ -88,20 +90,30 @@ def _send_result(result: TaskResult, task_ids: dict, preferring: dict, results) 
     results.send(("result", result))
 
 
-def _drop_stale_preferences(manager: Manager, task_ids: dict, preferring: dict, wait_s: float) -> None:
-    """Queue again, without their preferred features, the tasks that waited WAIT_S while workers sat idle."""
-    now = time.monotonic()
-    stale = [tag for tag, (_, since) in preferring.items() if now - since >= wait_s]
-    if not stale:
+@dataclasses.dataclass
+class Preferring:
+    """A task queued with its preferred features, and how long it has waited so while some worker sat idle."""
+
+    spec: TaskSpec
+    idle_waited_s: float = 0.0
+
+
+def drop_stale_preferences(manager: Manager, task_ids: dict, preferring: dict, wait_s: float,
+                           elapsed_s: float) -> None:
+    """Queue again, without their preferred features, the tasks that have now waited WAIT_S in all while workers
+    sat idle (ELAPSED_S since the last look counts as such when a worker is idle now), one per idle worker."""
+    idle = manager.workers_idle() if preferring else 0
+    if idle == 0:
         return
-    idle = manager.workers_idle()
-    for tag in stale:
+    for tag, waiting in list(preferring.items()):
         if not manager.is_waiting(task_ids[tag]):
             del preferring[tag]  # it was dispatched where it preferred
-        elif idle > 0:
-            spec, _ = preferring.pop(tag)
+            continue
+        waiting.idle_waited_s += elapsed_s
+        if waiting.idle_waited_s >= wait_s and idle > 0:
+            del preferring[tag]
             manager.cancel(task_ids[tag])
-            task_ids[tag] = manager.submit(dataclasses.replace(spec, preferred=(), priority=1))
+            task_ids[tag] = manager.submit(dataclasses.replace(waiting.spec, preferred=(), priority=1))
             idle -= 1
 
 
