@@ -45,7 +45,7 @@ def _serve(manager_kwargs: dict, prefer_wait_s: float, requests, results) -> Non
     results.send(("ready", manager.port))
     task_ids: dict[str, int] = {}
     preferring: dict[str, Preferring] = {}  # by tag, the tasks still queued with their preferred features
-    lost_checked = looked = time.monotonic()
+    lost_checked = time.monotonic()
     try:
         while True:
             while requests.poll(0):
@@ -55,13 +55,11 @@ def _serve(manager_kwargs: dict, prefer_wait_s: float, requests, results) -> Non
                 if what == "submit":
                     task_ids[arg.tag] = manager.submit(arg)
                     if arg.preferred:
-                        preferring[arg.tag] = Preferring(arg)
+                        preferring[arg.tag] = Preferring(arg, looked=time.monotonic())
                 elif arg in task_ids:
                     manager.cancel(task_ids.pop(arg))
                     preferring.pop(arg, None)
-            now = time.monotonic()
-            drop_stale_preferences(manager, task_ids, preferring, prefer_wait_s, now - looked)
-            looked = now
+            drop_stale_preferences(manager, task_ids, preferring, prefer_wait_s, time.monotonic())
             if time.monotonic() - lost_checked >= LOST_CHECK_S:
                 lost_checked = time.monotonic()
                 for result in manager.give_up_lost():
@@ -92,25 +90,27 @@ def _send_result(result: TaskResult, task_ids: dict, preferring: dict, results) 
 
 @dataclasses.dataclass
 class Preferring:
-    """A task queued with its preferred features, and how long it has waited so while some worker sat idle."""
+    """A task queued with its preferred features: how long it has waited so far while some worker sat idle, and
+    when it was last looked at (at first: when it was queued)."""
 
     spec: TaskSpec
+    looked: float
     idle_waited_s: float = 0.0
 
 
-def drop_stale_preferences(manager: Manager, task_ids: dict, preferring: dict, wait_s: float,
-                           elapsed_s: float) -> None:
+def drop_stale_preferences(manager: Manager, task_ids: dict, preferring: dict, wait_s: float, now: float) -> None:
     """Queue again, without their preferred features, the tasks that have now waited WAIT_S in all while workers
-    sat idle (ELAPSED_S since the last look counts as such when a worker is idle now), one per idle worker."""
+    sat idle (the time since a task's last look counts as such when a worker is idle now), one per idle worker."""
     idle = manager.workers_idle() if preferring else 0
-    if idle == 0:
-        return
     for tag, waiting in list(preferring.items()):
+        since, waiting.looked = waiting.looked, now
+        if idle == 0:
+            continue
         if not manager.is_waiting(task_ids[tag]):
             del preferring[tag]  # it was dispatched where it preferred
             continue
-        waiting.idle_waited_s += elapsed_s
-        if waiting.idle_waited_s >= wait_s and idle > 0:
+        waiting.idle_waited_s += now - since
+        if waiting.idle_waited_s >= wait_s:
             del preferring[tag]
             manager.cancel(task_ids[tag])
             task_ids[tag] = manager.submit(dataclasses.replace(waiting.spec, preferred=(), priority=1))

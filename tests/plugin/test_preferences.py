@@ -32,28 +32,39 @@ class StandIn:
 def queue(manager: StandIn, n: int) -> tuple[dict, dict]:
     task_ids = {f"t{i}": i for i in range(n)}
     manager.queued |= set(task_ids.values())
-    return task_ids, {tag: Preferring(TaskSpec("true", tag=tag, preferred=("rack-b",))) for tag in task_ids}
+    return task_ids, {tag: Preferring(TaskSpec("true", tag=tag, preferred=("rack-b",)), looked=0.0)
+                      for tag in task_ids}
 
 
 def test_time_with_every_worker_busy_does_not_count():
     manager = StandIn(idle=0)
     task_ids, preferring = queue(manager, 2)
-    for _ in range(100):  # 100 s queued, nobody idle
-        drop_stale_preferences(manager, task_ids, preferring, wait_s=10, elapsed_s=1)
+    for now in range(1, 101):  # 100 s queued, nobody idle
+        drop_stale_preferences(manager, task_ids, preferring, wait_s=10, now=now)
     assert set(preferring) == {"t0", "t1"} and not manager.submitted
     manager.idle = 1
-    for _ in range(9):
-        drop_stale_preferences(manager, task_ids, preferring, wait_s=10, elapsed_s=1)
+    for now in range(101, 110):
+        drop_stale_preferences(manager, task_ids, preferring, wait_s=10, now=now)
     assert not manager.submitted
-    drop_stale_preferences(manager, task_ids, preferring, wait_s=10, elapsed_s=1)
+    drop_stale_preferences(manager, task_ids, preferring, wait_s=10, now=110)
     # One idle worker: one task queued again, without its preference and ahead of the rest.
     assert [(s.tag, s.preferred, s.priority) for s in manager.submitted] == [("t0", (), 1)]
     assert set(preferring) == {"t1"} and task_ids["t0"] == 101 and 0 not in manager.queued
+
+
+def test_the_time_before_a_task_was_queued_does_not_count():
+    manager = StandIn(idle=2)
+    task_ids, preferring = queue(manager, 1)
+    preferring["t0"].looked = 50.0  # queued at 50 s, when workers had long been idle
+    drop_stale_preferences(manager, task_ids, preferring, wait_s=10, now=55)
+    assert not manager.submitted
+    drop_stale_preferences(manager, task_ids, preferring, wait_s=10, now=60)
+    assert [s.tag for s in manager.submitted] == ["t0"]
 
 
 def test_a_task_dispatched_where_it_preferred_is_left_alone():
     manager = StandIn(idle=2)
     task_ids, preferring = queue(manager, 2)
     manager.queued.discard(task_ids["t1"])  # TaskVine sent it to a rack-b worker
-    drop_stale_preferences(manager, task_ids, preferring, wait_s=5, elapsed_s=6)
+    drop_stale_preferences(manager, task_ids, preferring, wait_s=5, now=6)
     assert [s.tag for s in manager.submitted] == ["t0"] and not preferring

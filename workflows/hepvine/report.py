@@ -121,8 +121,10 @@ def summary_line(report: dict, where: Path | str) -> str:
         c = report["cache"]
         ratio = "n/a" if c["hit_ratio"] is None else f"{c['hit_ratio']:.3f}"
         origin = "n/a" if c["bytes_from_origin"] is None else f"{c['bytes_from_origin'] / 1e6:,.1f}"
-        lines.append(f"  caches: hit ratio {ratio}, {origin} MB from the origin, "
-                     f"{c['cross_rack_bytes'] / 1e6:,.1f} MB read across racks, {len(c['failovers'])} file(s) failed over")
+        racked = c["same_rack_bytes"] + c["cross_rack_bytes"]
+        lines.append(f"  caches: hit ratio {ratio}, {origin} MB from the origin, {c['cross_rack_bytes'] / 1e6:,.1f} of "
+                     f"{racked / 1e6:,.1f} MB read from a cache in another rack, {len(c['failovers'])} file(s) "
+                     "failed over")
     for failure in report["failed_files"][:5]:
         lines.append(f"  FAILED {failure['path']}: {failure['error']}")
     if len(report["failed_files"]) > 5:
