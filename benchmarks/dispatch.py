@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from snakemake_executor_plugin_taskvine.tasks import JOB_MAIN
+
 SNAKEFILE = """
 N = {n}
 
@@ -142,7 +144,9 @@ def job_profile(workdir: Path) -> dict:
     return {
         "python_start_s": time_command([python, "-c", "pass"]),
         "import_snakemake_cli_s": time_command([python, "-c", "import snakemake.cli"]),
+        # As Snakemake's remote executors run it, and as the TaskVine plugin does (without waiting for the timer).
         "remote_job_s": time_command(job),
+        "remote_job_taskvine_s": time_command([python, "-c", JOB_MAIN, *job[3:]]),
     }
 
 
