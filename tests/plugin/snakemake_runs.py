@@ -69,3 +69,12 @@ def busy(worker: psutil.Process) -> bool:
         return any(child.name() == "sleep" for child in worker.children(recursive=True))
     except psutil.NoSuchProcess:
         return False
+
+
+def kill_all(procs) -> None:
+    """SIGKILL each of PROCS that is still there."""
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass

@@ -63,9 +63,13 @@ def test_ctrl_c_leaves_nothing_running_and_rerun_resumes(workflow):
         time.sleep(0.5)
     left = [f"{p.pid} {p.name()}" for p in seen.values() if alive(p)]
     assert left == [], f"still running after Ctrl-C: {left}"
+    assert_rerun_finishes(wf, ARGS, timeout=300)
+
+
+def assert_rerun_finishes(wf, args, timeout: float) -> None:
+    """After Ctrl-C no job had finished; the same command again finishes the workflow."""
     assert not list((wf.root / "out").glob("*.txt")), "no job could have finished"
-    # The same command again finishes the workflow.
-    again = wf.run(*ARGS, timeout=300)
+    again = wf.run(*args, timeout=timeout)
     assert again.returncode == 0, again.stderr[-3000:]
     assert sorted(p.read_text() for p in (wf.root / "out").glob("*.txt")) == ["0\n", "1\n", "2\n", "3\n"]
 
@@ -97,8 +101,5 @@ def test_ctrl_c_removes_condor_workers(workflow, condor_env):
     while time.monotonic() < deadline and _condor_jobs(condor_env, wf.root):
         time.sleep(2)
     assert _condor_jobs(condor_env, wf.root) == [], "worker jobs left in the HTCondor queue after Ctrl-C"
-    assert not list((wf.root / "out").glob("*.txt")), "no job could have finished"
-    again = wf.run(*args, timeout=400)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert sorted(p.read_text() for p in (wf.root / "out").glob("*.txt")) == ["0\n", "1\n", "2\n", "3\n"]
+    assert_rerun_finishes(wf, args, timeout=400)
 

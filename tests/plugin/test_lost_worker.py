@@ -9,12 +9,11 @@ import os
 import signal
 import time
 
-import psutil
 import pytest
 
 pytestmark = pytest.mark.sandbox
 
-from snakemake_runs import busy, slow_snakefile, workers_under
+from snakemake_runs import busy, kill_all, slow_snakefile, workers_under
 
 SLOW = slow_snakefile("echo first-half > {output}; sleep 8; echo second-half >> {output}")
 
@@ -38,11 +37,7 @@ def test_killed_worker_job_is_redispatched(workflow):
         output, _ = run.communicate(timeout=300)
     finally:
         # What the killed worker left behind (its transfer server, its job's processes) is ours to end.
-        for proc in orphans:
-            try:
-                proc.kill()
-            except psutil.NoSuchProcess:
-                pass
+        kill_all(orphans)
         if run.poll() is None:
             run.send_signal(signal.SIGINT)
             run.wait(60)
@@ -72,13 +67,8 @@ def test_job_losing_its_worker_more_than_retries_times_fails(workflow):
             if victim is None:
                 time.sleep(0.5)
                 continue
-            doomed = [victim, *victim.children(recursive=True)]
             killed.append(victim.pid)
-            for proc in doomed:
-                try:
-                    proc.kill()
-                except psutil.NoSuchProcess:
-                    pass
+            kill_all([victim, *victim.children(recursive=True)])
         lost_all = time.monotonic()
         output, _ = run.communicate(timeout=120)
         gave_up_s = time.monotonic() - lost_all
