@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from hepvine import plan
+from hepvine import rates
 from hepvine import site as hv_site
 
 REPO = Path(__file__).resolve().parents[2]
@@ -75,3 +76,50 @@ def test_command_writes_table_and_plot_and_explains_a_missing_benchmark(tmp_path
     result = json.loads((tmp_path / "uchicago-af.json").read_text())
     assert [p["policy"] for p in result["policies"]] == list(plan.POLICIES)
     assert (tmp_path / "uchicago-af.png").stat().st_size > 10_000
+
+
+def run_plan(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """``hepvine plan`` on UChicago, run in CWD (where it looks for results/bench/analysis.json)."""
+    return subprocess.run([sys.executable, "-m", "hepvine.cli", "plan", "--site", str(UCHICAGO), *args],
+                          capture_output=True, text=True, check=True, cwd=cwd)
+
+
+def table(stdout: str) -> dict[str, float]:
+    """Gbps per policy from the printed table."""
+    return {line.split()[0]: float(line.split()[1]) for line in stdout.splitlines()
+            if line.split() and line.split()[0] in plan.POLICIES}
+
+
+def test_fresh_clone_plans_with_the_shipped_rates(tmp_path):
+    # No results/bench/analysis.json under tmp_path: the rate shipped with hepvine is used, and the output says so.
+    done = run_plan("--dataset", "2000:2TB", "--codec", "lzma", cwd=tmp_path)
+    shipped = rates.ANALYSIS["lzma"]
+    per_core = shipped["hz_per_core"] * shipped["bytes_per_event"] * 8 / 1e9
+    assert f"per-core rate: {per_core:.3f} Gbps, shipped with hepvine: {rates.provenance()}" in done.stdout
+    assert "2026-11-22" in done.stdout and "make bench" in done.stdout
+    result = json.loads((tmp_path / "results" / "plan" / "uchicago-af.json").read_text())
+    assert result["per_core_gbps"] == pytest.approx(per_core) and result["codec"] == "lzma"
+    assert result["per_core_source"].startswith("shipped with hepvine: ")
+    gbps = table(done.stdout)
+    assert gbps["random"] == pytest.approx(213, rel=0.01) and gbps["affinity"] > 1.4 * gbps["random"], gbps
+
+
+def test_readme_command_with_a_given_rate(tmp_path):
+    # The README's command with --per-core-gbps 0.2: 2,504 cores x 0.2 = 501 Gbps of cores, so affinity reaches the
+    # caches (8 x 50 Gbps, shared unevenly by rendezvous hashing), while random and hashing stop at the interconnect.
+    done = run_plan("--dataset", "219000:191TB", "--per-core-gbps", "0.2", cwd=tmp_path)
+    assert "per-core rate: 0.200 Gbps, given (--per-core-gbps)" in done.stdout
+    assert {p: round(g) for p, g in table(done.stdout).items()} == {"random": 213, "hashing": 213, "affinity": 398}
+
+
+def test_a_local_bench_result_takes_precedence(tmp_path):
+    bench = tmp_path / "results" / "bench" / "analysis.json"
+    bench.parent.mkdir(parents=True)
+    bench.write_text(json.dumps({"rates_hz_per_core": {"hepvine_zstd": 1e6, "hepvine_lzma": 1e5},
+                                 "bytes": {"read_per_event_zstd": 125.0, "read_per_event_lzma": 100.0}}))
+    done = run_plan("--dataset", "2000:2TB", cwd=tmp_path)
+    assert "per-core rate: 1.000 Gbps, local bench results/bench/analysis.json (zstd inputs" in done.stdout
+    bench.write_text("{}")
+    broken = subprocess.run([sys.executable, "-m", "hepvine.cli", "plan", "--site", str(UCHICAGO), "--dataset",
+                             "2000:2TB"], capture_output=True, text=True, cwd=tmp_path)
+    assert broken.returncode == 2 and "not a `make bench` result" in broken.stderr, broken.stderr

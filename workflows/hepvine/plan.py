@@ -1,5 +1,6 @@
 """``hepvine plan``: how fast a campaign can read on a site, and what limits it — for three ways of placing files and
-tasks, from the site config's capacities and the per-core rate that ``make bench`` measured.
+tasks, from the site config's capacities and the per-core rate that ``make bench`` measured (here, in
+results/bench/analysis.json, or as shipped in hepvine.rates).
 
 The model is a steady-state flow. Every file's bytes come from one cache; each cache's share of the bytes follows
 from the placement (``random``: a random cache per file, so equal shares, and tasks on any core; ``hashing``:
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from hepvine import dataset as hv_dataset
 from hepvine import placement
+from hepvine import rates
 from hepvine import site as hv_site
 
 POLICIES = ("random", "hashing", "affinity")
@@ -148,14 +150,33 @@ def files_of(text: str, bytes_per_event: float | None) -> list[tuple[str, float]
     return out
 
 
-def calibration(path: Path, codec: str) -> tuple[float, float]:
-    """(per-core Gbps read, bytes read per event) of the hepvine analysis on CODEC, as ``make bench`` measured."""
+@dataclass(frozen=True)
+class Calibration:
+    """The per-core rate the plan uses (Gbps), the bytes read per event, and where they come from."""
+
+    per_core_gbps: float
+    bytes_per_event: float
+    source: str
+
+
+def calibration(path: Path | None, codec: str) -> Calibration:
+    """The hepvine analysis's per-core rate and bytes read per event on CODEC: from PATH (``make bench``'s results)
+    if given; else from ``results/bench/analysis.json`` if it exists; else the figures shipped in hepvine.rates."""
+    if path is None and not BENCH.is_file():
+        shipped = rates.ANALYSIS[codec]
+        return Calibration(shipped["hz_per_core"] * shipped["bytes_per_event"] * 8 / 1e9, shipped["bytes_per_event"],
+                           f"shipped with hepvine: {rates.provenance()}")
+    path = path or BENCH
     try:
         bench = json.loads(path.read_text())
+        per_event = bench["bytes"][f"read_per_event_{codec}"]
+        hz = bench["rates_hz_per_core"][f"hepvine_{codec}"]
     except OSError as e:
         raise PlanError(f"{path}: {e.strerror}; run `make bench` (it writes it), or give --per-core-gbps") from e
-    per_event = bench["bytes"][f"read_per_event_{codec}"]
-    return bench["rates_hz_per_core"][f"hepvine_{codec}"] * per_event * 8 / 1e9, per_event
+    except (ValueError, KeyError, TypeError) as e:
+        raise PlanError(f"{path}: not a `make bench` result with the {codec} analysis rate ({e!r}); run "
+                        "`make bench` again, or give --per-core-gbps") from e
+    return Calibration(hz * per_event * 8 / 1e9, per_event, f"local bench {path}")
 
 
 def plot(outcomes_by_scale: dict[float, list[Outcome]], cores: int, title: str, path: Path) -> None:
@@ -187,16 +208,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--site", required=True, help="site config, e.g. site-configs/uchicago-af.yaml")
     parser.add_argument("--dataset", required=True, help="a dataset spec, or COUNT:SIZE such as 219000:191TB")
     parser.add_argument("--codec", default="zstd", choices=("zstd", "lzma"), help="the inputs' compression")
-    parser.add_argument("--per-core-gbps", type=float, help="per-core rate (default: from results/bench/analysis.json)")
-    parser.add_argument("--bench", type=Path, default=BENCH, help="the analysis benchmark's results")
+    parser.add_argument("--per-core-gbps", type=float,
+                        help=f"per-core rate (default: the analysis rate on --codec from {BENCH} if it exists, else "
+                             "the one shipped with hepvine)")
+    parser.add_argument("--bench", type=Path, help=f"the analysis benchmark's results (default: {BENCH} if it exists)")
     parser.add_argument("--cold", action="store_true", help="caches start empty: the origin sends every byte once")
     parser.add_argument("--output", type=Path, default=Path("results/plan"), help="directory for the table and plot")
     args = parser.parse_args(argv)
     try:
         site = hv_site.load(args.site)
-        per_core, per_event = ((args.per_core_gbps, None) if args.per_core_gbps
-                               else calibration(args.bench, args.codec))
-        files = files_of(args.dataset, per_event)
+        calib = calibration(args.bench, args.codec)
+        if args.per_core_gbps:
+            calib = Calibration(args.per_core_gbps, calib.bytes_per_event, "given (--per-core-gbps)")
+        per_core = calib.per_core_gbps
+        files = files_of(args.dataset, calib.bytes_per_event)
         cap = capacities(site, per_core)
     except (PlanError, hv_site.SiteError, hv_dataset.DatasetError) as e:
         print(f"hepvine plan: {e}", file=sys.stderr)
@@ -206,8 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     total = sum(size for _, size in files)
     cores = sum(site.rack_cores().values())
     lines = [f"hepvine plan: site {site.name}, {len(files):,} files, {total / 1e12:,.2f} TB read, {cores:,} cores at "
-             f"{per_core:.3f} Gbps each ({'given' if args.per_core_gbps else f'make bench, {args.codec}'}), caches "
-             f"{'cold' if args.cold else 'warm'}",
+             f"{per_core:.3f} Gbps each, caches {'cold' if args.cold else 'warm'}",
+             f"per-core rate: {per_core:.3f} Gbps, {calib.source}"
+             + ("" if args.per_core_gbps else f" ({args.codec} inputs, {calib.bytes_per_event:g} bytes per event)"),
              f"{'policy':<10} {'Gbps':>8} {'cross-rack Gbps':>16} {'campaign':>10}  bottleneck"]
     for o in outcomes:
         minutes = total * 8 / 1e9 / o.gbps / 60 if o.gbps else float("inf")
@@ -220,9 +246,9 @@ def main(argv: list[str] | None = None) -> int:
          f"{'cold' if args.cold else 'warm'}", args.output / f"{site.name}.png")
     (args.output / f"{site.name}.json").write_text(json.dumps({
         "site": site.name, "files": len(files), "bytes": total, "cores": cores, "per_core_gbps": per_core,
-        "cold": args.cold, "policies": [{"policy": o.policy, "gbps": o.gbps, "bottleneck": o.bottleneck,
-                                         "cross_rack_gbps": o.cross_rack_gbps, "cache_shares": o.cache_shares}
-                                        for o in outcomes],
+        "per_core_source": calib.source, "codec": args.codec, "cold": args.cold,
+        "policies": [{"policy": o.policy, "gbps": o.gbps, "bottleneck": o.bottleneck,
+                      "cross_rack_gbps": o.cross_rack_gbps, "cache_shares": o.cache_shares} for o in outcomes],
         "cores_sweep": {str(s * cores): {o.policy: o.gbps for o in by_scale[s]} for s in scales},
     }, indent=2) + "\n")
     print(f"table and plot: {args.output}/{site.name}.json, {args.output}/{site.name}.png")
