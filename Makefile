@@ -5,6 +5,10 @@ ENTER := $(SANDBOX)/enter.sh
 SERVICES := python3 $(SANDBOX)/services.py
 PYTEST_ARGS ?=
 CMD ?=
+# make run CMD='...': the command reaches the shell as typed. Make would expand `$` in CMD when it exports it to the
+# recipe's environment (`$HOME` -> `OME`, `$(...)` evaluated by make), so CMD is not exported; the run recipe gets
+# its raw text, $(value CMD), in HEPVINE_RUN_CMD instead (tests/sandbox/test_make_run.py).
+unexport CMD
 
 .PHONY: help sandbox services-start services-stop services-status shell run test demo bench clean-sandbox
 
@@ -34,9 +38,10 @@ shell: services-start
 	@echo "sandbox: services stay up after the shell ends; 'make services-stop' stops them" >&2
 	@$(ENTER) -- bash -l
 
+run: export HEPVINE_RUN_CMD = $(value CMD)
 run: services-start
-	@[ -n "$$CMD" ] || { echo "usage: make run CMD='command ...'" >&2; exit 2; }
-	@$(ENTER) -- bash -c "$$CMD"
+	@[ -n "$$HEPVINE_RUN_CMD" ] || { echo "usage: make run CMD='command ...'" >&2; exit 2; }
+	@$(ENTER) -- bash -c "$$HEPVINE_RUN_CMD"
 
 test: sandbox
 	@$(SANDBOX)/with-services.sh python -m pytest $(PYTEST_ARGS)
