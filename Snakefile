@@ -1,6 +1,6 @@
 # hepvine: an analysis campaign over a dataset of ROOT files.
-#   snakemake --cores 2 --config dataset=<spec.json|yaml> [campaign=<name>] [recompress=zstd:5] [lumi_pb=...]
-#             [merge_fan_in=...]
+#   snakemake --cores 2 --config dataset=<spec.json|yaml> [campaign=<name>] [site=...] [recompress=zstd:5]
+#             [files_per_job=...] [lumi_pb=...] [merge_fan_in=...]
 #   snakemake --profile profiles/sandbox --config dataset=...      # on TaskVine workers run by HTCondor
 from snakemake.utils import min_version, validate
 
@@ -21,7 +21,11 @@ rule all:
 
 
 onsuccess:
-    from hepvine.report import summary_line
+    from hepvine.report import summary_line, update_retries
 
     if Path(f"{OUT}/report.json").exists():
-        print(summary_line(json.loads(Path(f"{OUT}/report.json").read_text()), OUT))
+        report = json.loads(Path(f"{OUT}/report.json").read_text())
+        update_retries(report, Path(RETRIES_FILE))
+        if report["complete"] and Path(f"{CACHE_STATS}/start.json").exists():
+            Path(f"{CACHE_STATS}/start.json").unlink()
+        print(summary_line(report, OUT))

@@ -2,8 +2,10 @@
 "nevts": n}]}}}`` plus a per-process ``"xsec"`` (pb; absent for data), in JSON or YAML.
 
 ``load`` reads and validates a spec; every problem found is reported together, each naming the file, the entry
-(``ttbar/nominal/files[3]``) and what is wrong, before any task starts. ``tasks`` flattens a spec into one record per
-input file, with a name a user can find the file's task by.
+(``ttbar/nominal/files[3]``) and what is wrong, before any task starts. A path listed twice anywhere in the spec is
+refused, naming both places: it would be counted twice. ``tasks`` flattens a spec into one ``FileTask`` per input
+file, identified by ``<process>/<variation>/<index>`` — unique (names cannot contain ``/``), stable while the spec's
+order is, and readable.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ class DatasetError(ValueError):
 class FileTask:
     """One input file of the campaign and what its analysis needs to know."""
 
-    name: str  # <process>__<variation>__<index>: the task's wildcard, unique in the campaign
+    fid: str  # <process>/<variation>/<index>: the file's identity in the campaign
     process: str
     variation: str
     index: int
@@ -56,6 +58,7 @@ def problems(spec) -> list[str]:
     if not isinstance(spec, dict) or not spec:
         return ["the spec must be a non-empty mapping of process name to variations"]
     found = []
+    seen: dict[str, str] = {}  # path → where it was first listed
     for process, variations in spec.items():
         if not NAME.match(str(process)):
             found.append(f"{process}: a process name may use letters, digits, '_', '.' and '-' only")
@@ -84,7 +87,6 @@ def problems(spec) -> list[str]:
             if not isinstance(files, list) or not files:
                 found.append(f"{where}/files: must be a non-empty list of {{path, nevts}}")
                 continue
-            seen = set()
             for i, entry in enumerate(files):
                 at = f"{where}/files[{i}]"
                 if not isinstance(entry, dict):
@@ -94,9 +96,10 @@ def problems(spec) -> list[str]:
                 if not isinstance(path, str) or not path:
                     found.append(f"{at}/path: must be a local path or a root:// URL")
                 elif path in seen:
-                    found.append(f"{at}/path: {path} is listed twice in {where}")
+                    found.append(f"{at}/path: {path} is listed twice, here and at {seen[path]}; it would be counted "
+                                 "twice: keep one of them")
                 else:
-                    seen.add(path)
+                    seen[path] = at
                 if not _positive_int(entry.get("nevts")):
                     found.append(f"{at}/nevts: must be a positive integer, got {entry.get('nevts')!r}")
     return found
@@ -120,7 +123,7 @@ def tasks(spec: dict) -> list[FileTask]:
         for variation in sorted(k for k in spec[process] if k != "xsec"):
             sample = spec[process][variation]
             for i, entry in enumerate(sample["files"]):
-                out.append(FileTask(name=f"{process}__{variation}__{i:05d}", process=process, variation=variation,
+                out.append(FileTask(fid=f"{process}/{variation}/{i}", process=process, variation=variation,
                                     index=i, path=entry["path"], nevts=entry["nevts"],
                                     nevts_total=sample["nevts_total"], xsec=xsec))
     return out

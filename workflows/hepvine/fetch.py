@@ -4,13 +4,19 @@ the rack of the worker that read it, and every source that failed with its cause
 
 A task learns its worker's rack from ``SNAKEMAKE_TASKVINE_WORKER_GROUP`` (set by the TaskVine executor; a site's
 worker groups are named after their racks). Only I/O errors (``OSError``: refused connections, timeouts, missing
-files) move on to the next source; anything else is a problem of the file itself and is raised at once.
+files) move on to the next source; anything else is a problem of the file itself and is raised at once. When every
+source failed, the round is tried again after a back-off (doubling, with jitter) up to ``Retry.attempts`` rounds —
+a cache or the origin that is down for a few seconds costs a wait, not the file — unless every source said the file
+does not exist.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
+import time
+from dataclasses import dataclass
 from typing import Callable, TypeVar
 
 from hepvine import site
@@ -20,7 +26,24 @@ T = TypeVar("T")
 
 
 class FetchError(OSError):
-    """Every source of a file failed; the message lists each with its cause."""
+    """Every source of a file failed; the message lists each with its cause. ``missing``: every source said the
+    file does not exist."""
+
+    def __init__(self, message: str, missing: bool):
+        super().__init__(message)
+        self.missing = missing
+
+
+@dataclass(frozen=True)
+class Retry:
+    """How often to go over a file's sources (ATTEMPTS rounds) and how long to wait before the second round
+    (BACKOFF_S, doubled each further round, times a random factor in [0.5, 1.5))."""
+
+    attempts: int = 3
+    backoff_s: float = 2.0
+
+    def wait_s(self, round_: int) -> float:
+        return self.backoff_s * 2 ** (round_ - 1) * (0.5 + random.random())
 
 
 def local_route(path: str) -> dict:
@@ -33,18 +56,32 @@ def parse_route(text: str | None, path: str) -> dict:
     return json.loads(text) if text else local_route(path)
 
 
-def read(route: dict, reader: Callable[[str], T]) -> tuple[T, dict]:
-    """READER(url) for the first of ROUTE's sources that can be read; (its result, the fetch record)."""
+def _missing(error: OSError) -> bool:
+    return isinstance(error, FileNotFoundError) or "no such file" in str(error).lower()
+
+
+def read(route: dict, reader: Callable[[str], T], retry: Retry = Retry()) -> tuple[T, dict]:
+    """READER(url) for the first of ROUTE's sources that can be read, going over them up to RETRY.attempts times;
+    (its result, the fetch record, whose ``failover`` lists every failed try)."""
     failed = []
-    for source in route["sources"]:
-        try:
-            result = reader(source["url"])
-        except OSError as e:
-            failed.append({**source, "error": f"{type(e).__name__}: {e}"})
-            continue
-        return result, record(route, source, failed)
-    raise FetchError(f"{route['lfn']}: no source could be read: "
-                     + "; ".join(f"{f['url']} ({f['error']})" for f in failed))
+    for round_ in range(1, retry.attempts + 1):
+        errors = []
+        for source in route["sources"]:
+            try:
+                result = reader(source["url"])
+            except OSError as e:
+                errors.append(e)
+                failed.append({**source, "error": f"{type(e).__name__}: {e}", "round": round_})
+                continue
+            return result, record(route, source, failed)
+        if all(_missing(e) for e in errors) or round_ == retry.attempts:
+            missing = all(_missing(e) for e in errors)
+            raise FetchError(f"{route['lfn']}: no source could be read"
+                             + (" (every source says the file does not exist)" if missing else
+                                f" in {round_} round(s)") + ": "
+                             + "; ".join(f"{f['url']} ({f['error']})" for f in failed[-len(errors):]), missing)
+        time.sleep(retry.wait_s(round_))
+    raise AssertionError("unreachable: attempts >= 1")
 
 
 def record(route: dict, source: dict, failed: list[dict]) -> dict:

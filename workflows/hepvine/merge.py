@@ -1,5 +1,5 @@
-"""One node of the merge tree: sum the histograms of several per-file (or already merged) results and keep every
-file's record. The tree (fan-in ``merge_fan_in``) is laid out by the workflow; this merges one group."""
+"""One node of the merge tree: sum the histograms and event counts of several batch (or already merged) results and
+keep every file's record. The tree (fan-in ``merge_fan_in``) is laid out by the workflow; this merges one group."""
 
 from __future__ import annotations
 
@@ -8,15 +8,20 @@ import pickle
 import sys
 from pathlib import Path
 
+from hepvine import atomic
+
 
 def merge(results: list[dict]) -> dict:
-    """{"records": [...every file...], "hist": sum of the histograms of the files that succeeded, or None}."""
-    records, total = [], None
+    """{"records": every file's record, "hist": the sum of the histograms (None if none), "events": the summed
+    events per "<process>/<variation>" of the files that succeeded}."""
+    records, total, events = [], None, {}
     for result in results:
-        records += result["records"] if "records" in result else [result["record"]]
+        records += result["records"]
         if result["hist"] is not None:
             total = result["hist"].copy() if total is None else total + result["hist"]
-    return {"records": records, "hist": total}
+        for key, n in result["events"].items():
+            events[key] = events.get(key, 0) + n
+    return {"records": records, "hist": total, "events": events}
 
 
 def load(path: Path) -> dict:
@@ -29,11 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", required=True, type=Path)
     parser.add_argument("inputs", nargs="+", type=Path)
     args = parser.parse_args(argv)
-    merged = merge([load(p) for p in args.inputs])
-    tmp = args.output.with_name(args.output.name + ".partial")
-    with open(tmp, "wb") as f:
-        pickle.dump(merged, f)
-    tmp.replace(args.output)
+    atomic.write_pickle(args.output, merge([load(p) for p in args.inputs]))
     return 0
 
 

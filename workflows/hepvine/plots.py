@@ -77,7 +77,7 @@ def timeline(records: list[dict], path: Path) -> None:
     running.stairs(series["running"], series["time"], color="tab:orange")
     running.set_ylabel("tasks running")
     running.set_xlabel("time since the first file task started [s]")
-    failed = sum(1 for r in records if r["error"])
+    failed = sum(1 for r in records if r["failure"] is not None)
     rate.set_title(f"{len(records)} files, {failed} failed", loc="left", fontsize="medium")
     fig.savefig(path, dpi=80)
     plt.close(fig)

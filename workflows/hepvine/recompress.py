@@ -1,6 +1,7 @@
 """Recompress one ROOT file (e.g. LZMA NanoAOD) to another codec (ZSTD reads several times faster): every TTree,
 every branch, the same entries and identical values. The copy is written under a temporary name and renamed only
-after it is verified — entries per tree and a checksum per branch against the source. Objects that are not TTrees
+after it is verified — entries per tree and a checksum per branch against the source, the source's taken from the
+reads that made the copy (the source is read once). Objects that are not TTrees
 cannot be copied this way: they are listed in the error, never silently dropped.
 """
 
@@ -8,27 +9,27 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import sys
-import time
 from pathlib import Path
 
 import awkward as ak
 import numpy as np
 import uproot
 
-from hepvine import fetch
+from hepvine import atomic
 from hepvine.generate import branch_type
+from hepvine.records import FileProblem
 
 CHUNK_ENTRIES = 100_000
-# With --record-failure, a file that cannot be recompressed gets this line and the cause instead of a copy, so the
-# campaign goes on and the analysis reports the cause (see per_file.py).
-FAILURE_MARK = b"hepvine: recompression failed: "
 CODECS = {"zstd": uproot.ZSTD, "lzma": uproot.LZMA, "zlib": uproot.ZLIB, "lz4": uproot.LZ4}
 
 
-class RecompressError(RuntimeError):
-    pass
+class RecompressError(FileProblem):
+    """The file cannot be copied faithfully (a permanent problem of the file)."""
+
+    def __init__(self, message: str):
+        super().__init__("not-copyable", message, "recompress only files that hold TTrees only, or run with "
+                         "recompress=off")
 
 
 def parse_codec(text: str):
@@ -60,14 +61,19 @@ def _chunk(arrays, collections: dict[str, list[str]], flat: list[str]) -> dict:
     return out
 
 
+def _digest(digests: dict, arrays) -> None:
+    """Add a chunk of every branch in ARRAYS to its running sha256 in DIGESTS."""
+    for name in arrays.fields:
+        flat = ak.to_numpy(ak.flatten(arrays[name], axis=None))
+        digests.setdefault(name, hashlib.sha256()).update(np.ascontiguousarray(flat).tobytes())
+
+
 def _checksums(tree) -> dict[str, str]:
-    sums = {}
-    for name in tree.keys():
-        digest = hashlib.sha256()
-        for arrays in tree.iterate([name], step_size=CHUNK_ENTRIES, library="ak"):
-            digest.update(np.ascontiguousarray(ak.to_numpy(ak.flatten(arrays[name], axis=None))).tobytes())
-        sums[name] = digest.hexdigest()
-    return sums
+    """A sha256 per branch of TREE, reading every branch once, in bulk."""
+    digests: dict = {}
+    for arrays in tree.iterate(library="ak", step_size=CHUNK_ENTRIES):
+        _digest(digests, arrays)
+    return {name: d.hexdigest() for name, d in digests.items()}
 
 
 def recompress(source: str, destination: Path, compression) -> tuple[dict, int]:
@@ -79,32 +85,46 @@ def recompress(source: str, destination: Path, compression) -> tuple[dict, int]:
             raise RecompressError(f"{source}: cannot copy non-TTree object(s) {', '.join(others)}; "
                                   "recompress only files that hold TTrees (NanoAOD does)")
         trees = sorted(classes)
-        tmp = destination.with_name(destination.name + ".partial")
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        with uproot.recreate(tmp, compression=compression) as dst:
-            for name in trees:
-                tree = src[name]
-                collections, flat = _layout(tree)
-                out = None
-                for arrays in tree.iterate(library="ak", step_size=CHUNK_ENTRIES):
-                    chunk = _chunk(arrays, collections, flat)
-                    if out is None:
-                        out = dst.mktree(name, {k: branch_type(v) for k, v in chunk.items()})
-                    out.extend(chunk)
-        entries = {name: src[name].num_entries for name in trees}
-        with uproot.open(tmp) as copy:
-            for name in trees:
-                if copy[name].num_entries != entries[name]:
-                    raise RecompressError(f"{source}: tree {name}: {copy[name].num_entries} entries in the copy, "
-                                          f"{entries[name]} in the source")
-                if set(copy[name].keys()) != set(src[name].keys()):
-                    missing = sorted(set(src[name].keys()) - set(copy[name].keys()))
-                    raise RecompressError(f"{source}: tree {name}: branches not copied: {', '.join(missing)}")
-                if _checksums(copy[name]) != _checksums(src[name]):
-                    raise RecompressError(f"{source}: tree {name}: values differ between copy and source")
+        with atomic.replacing(destination) as tmp:
+            entries = _verify(source, src, trees, tmp, _copy(src, trees, tmp, compression))
         nbytes = int(src.file.source.num_requested_bytes)
-    tmp.replace(destination)
     return entries, nbytes
+
+
+def _copy(src, trees: list[str], tmp: Path, compression) -> dict[str, dict[str, str]]:
+    """Write SRC's TREES to TMP; the source's checksums per tree and branch, taken from the same reads."""
+    sums = {}
+    with uproot.recreate(tmp, compression=compression) as dst:
+        for name in trees:
+            tree = src[name]
+            collections, flat = _layout(tree)
+            out = None
+            digests: dict = {}
+            for arrays in tree.iterate(library="ak", step_size=CHUNK_ENTRIES):
+                _digest(digests, arrays)
+                chunk = _chunk(arrays, collections, flat)
+                if out is None:
+                    out = dst.mktree(name, {k: branch_type(v) for k, v in chunk.items()})
+                out.extend(chunk)
+            sums[name] = {b: d.hexdigest() for b, d in digests.items()}
+    return sums
+
+
+def _verify(source: str, src, trees: list[str], tmp: Path, sums: dict) -> dict[str, int]:
+    """{tree: entries}, after checking the copy at TMP against SRC: entries, branch names, a checksum per branch
+    (SUMS: the source's, from the copying reads)."""
+    entries = {name: src[name].num_entries for name in trees}
+    with uproot.open(tmp) as copy:
+        for name in trees:
+            if copy[name].num_entries != entries[name]:
+                raise RecompressError(f"{source}: tree {name}: {copy[name].num_entries} entries in the copy, "
+                                      f"{entries[name]} in the source")
+            if set(copy[name].keys()) != set(src[name].keys()):
+                missing = sorted(set(src[name].keys()) - set(copy[name].keys()))
+                raise RecompressError(f"{source}: tree {name}: branches not copied: {', '.join(missing)}")
+            if _checksums(copy[name]) != sums[name]:
+                raise RecompressError(f"{source}: tree {name}: values differ between copy and source")
+    return entries
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,31 +132,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("source", help="input file (local path or root:// URL)")
     parser.add_argument("destination", type=Path)
     parser.add_argument("--codec", default="zstd:5", help="<codec>:<level>, e.g. zstd:5 (default)")
-    parser.add_argument("--route", help="where to read SOURCE: its route as JSON (default: SOURCE itself)")
-    parser.add_argument("--fetched", type=Path, help="write how SOURCE was read here (JSON)")
-    parser.add_argument("--record-failure", action="store_true",
-                        help="on failure, write the cause to DESTINATION (marked) and exit 0")
     args = parser.parse_args(argv)
-    route = fetch.parse_route(args.route, args.source)
-    fetched = {**fetch.record(route, route["sources"][0], []), "bytes": 0, "error": None, "start": time.time()}
     try:
-        compression = parse_codec(args.codec)
-        (entries, fetched["bytes"]), how = fetch.read(
-            route, lambda url: recompress(url, args.destination, compression))
-        fetched.update(how)
-    except Exception as e:  # any failure of this file: reported with its cause
-        fetched["error"] = f"{type(e).__name__}: {e}"
-        print(f"recompress: {args.source}: {fetched['error']}", file=sys.stderr)
-        if not args.record_failure:
-            return 1
-        args.destination.parent.mkdir(parents=True, exist_ok=True)
-        args.destination.write_bytes(FAILURE_MARK + f"{args.source}: {fetched['error']}".encode())
-        return 0
-    finally:
-        fetched["end"] = time.time()
-        if args.fetched:
-            args.fetched.write_text(json.dumps(fetched, indent=2) + "\n")
-    print(f"recompress: {args.source} via {fetched['url']} → {args.destination} ({args.codec}): "
+        entries, nbytes = recompress(args.source, args.destination, parse_codec(args.codec))
+    except (OSError, FileProblem) as e:
+        print(f"recompress: {args.source}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    print(f"recompress: {args.source} → {args.destination} ({args.codec}, {nbytes:,} bytes read): "
           + ", ".join(f"{k} {v} entries" for k, v in entries.items()), file=sys.stderr)
     return 0
 

@@ -1,10 +1,16 @@
-"""The campaign's products from the merged result: ``histograms.root`` (one TH1 per region, process and variation,
-``<region>_<process>_<variation>``) and ``report.json`` (completeness, failed files with their causes, events, bytes,
-rates, one record per input file). Printing a short summary is the last thing a campaign does.
+"""The campaign's products from the merged result: ``histograms.root`` and ``report.json``.
 
-Each failed file's retry counter in ``retries.json`` goes up by one; the workflow passes the counter to the file's
-analysis as a parameter, so running the campaign again (Snakemake reruns jobs whose parameters changed) retries
-exactly the files that failed, and what depends on them.
+``histograms.root`` has one TH1 per region, process and variation (``<region>_<process>_<variation>``, for every
+process of the spec, empty where nothing was selected) and one single-bin TH1 per process and spec variation
+(``events_<process>_<variation>``) holding the events analysed. ``report.json`` reconciles the records with the
+spec: ``complete`` is true only if every file of the spec has exactly one record and none failed; it lists failed
+files with their failure class, cause, fix and output, and the events, bytes and rates. The report is checked
+before it is written: the events in histograms.root must equal the sum of the ok records.
+
+``update_retries`` (called when a run ends) counts each file's transient failures in ``retries.json``; the workflow
+passes a batch's count to its job as a parameter, so running the same command again reruns exactly the batches with
+transient failures (Snakemake reruns jobs whose parameters changed). Permanent failures are not retried by
+themselves: the report says what to fix and which output to ``--forcerun``.
 """
 
 from __future__ import annotations
@@ -12,28 +18,63 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
+from collections import Counter
 from pathlib import Path
 
+import hist
+import numpy as np
 import uproot
 
-from hepvine import analysis, cachestats
+from hepvine import analysis, atomic, cachestats
+from hepvine import index as hv_index
 from hepvine import site as hv_site
 from hepvine.merge import load
 
 
-def histograms(h, path: Path) -> list[str]:
+class ReportError(RuntimeError):
+    """The merged results disagree with themselves (a bug, never a file's problem): no report is written."""
+
+
+def _processes(expected: list[tuple[str, str, str]]) -> list[str]:
+    return sorted({fid.split("/")[0] for fid, _, _ in expected})
+
+
+def histograms(h, events: dict[str, int], processes: list[str], path: Path) -> list[str]:
+    """Write every region/process/variation TH1 (empty ones for PROCESSES without any) and the event counts."""
+    observable = analysis.new_histogram().axes["observable"]
     names = []
-    tmp = path.with_name(path.name + ".partial")
-    with uproot.recreate(tmp) as f:
-        if h is not None:
-            for region in analysis.REGIONS:
-                for process in h.axes["process"]:
-                    for variation in analysis.VARIATIONS:
-                        name = f"{region}_{process}_{variation}"
-                        f[name] = h[{"region": region, "process": process, "variation": variation}]
-                        names.append(name)
-    tmp.replace(path)
+    with atomic.replacing(path) as tmp, uproot.recreate(tmp) as f:
+        for region in analysis.REGIONS:
+            for process in processes:
+                source = h if h is not None and process in h.axes["process"] else None
+                for variation in analysis.VARIATIONS:
+                    name = f"{region}_{process}_{variation}"
+                    if source is not None:
+                        f[name] = source[{"region": region, "process": process, "variation": variation}]
+                    else:
+                        f[name] = hist.Hist(observable, storage=hist.storage.Weight())
+                    names.append(name)
+        for key, n in sorted(events.items()):
+            process, variation = key.split("/")
+            f[f"events_{process}_{variation}"] = (np.array([float(n)]), np.array([0.0, 1.0]))
     return names
+
+
+def events_in(path: Path) -> int:
+    """The events analysed according to histograms.root (its events_* TH1s)."""
+    with uproot.open(path) as f:
+        return int(round(sum(f[k].values().sum() for k in f.keys(cycle=False) if k.startswith("events_"))))
+
+
+def reconcile(records: list[dict], expected: list[tuple[str, str, str]]) -> dict:
+    """How the records match the spec's files: missing, duplicated and unexpected identities."""
+    counts = Counter(r["fid"] for r in records)
+    want = {fid for fid, _, _ in expected}
+    return {"expected": len(want), "records": len(records),
+            "missing": sorted(want - set(counts)),
+            "duplicated": sorted(fid for fid, n in counts.items() if n > 1),
+            "unexpected": sorted(set(counts) - want)}
 
 
 def peak_concurrency(records: list[dict]) -> int:
@@ -47,17 +88,23 @@ def peak_concurrency(records: list[dict]) -> int:
     return max(peak, 1)
 
 
-def summarise(records: list[dict]) -> dict:
-    ok = [r for r in records if not r["error"]]
-    failed = [r for r in records if r["error"]]
+def summarise(records: list[dict], expected: list[tuple[str, str, str]], out: str = "") -> dict:
+    ok = [r for r in records if r["failure"] is None]
+    failed = [r for r in records if r["failure"] is not None]
+    accounting = reconcile(records, expected)
+    exact = not (accounting["missing"] or accounting["duplicated"] or accounting["unexpected"])
     events = sum(r["events"] for r in ok)
     nbytes = sum(r["bytes_read"] for r in ok)
     wall = (max(r["end"] for r in records) - min(r["start"] for r in records)) if records else 0.0
     cores = peak_concurrency(records)
     return {
-        "complete": not failed,
-        "files": {"total": len(records), "ok": len(ok), "failed": len(failed)},
-        "failed_files": [{"path": r["path"], "error": r["error"]} for r in failed],
+        "complete": exact and not failed,
+        "generated": time.time(),
+        "files": {"total": len(expected), "ok": len(ok), "failed": len(failed)},
+        "accounting": accounting,
+        "failed_files": [{"fid": r["fid"], "path": r["path"], "class": r["failure"]["failure_class"],
+                          "kind": r["failure"]["kind"], "error": r["failure"]["cause"], "fix": r["failure"]["fix"],
+                          "output": f"{out}/files/{r['batch']}.pkl"} for r in failed],
         "events": events,
         "bytes_read": nbytes,
         "wall_seconds": round(wall, 3),
@@ -65,7 +112,7 @@ def summarise(records: list[dict]) -> dict:
         "event_rate_hz": round(events / wall, 1) if wall else 0.0,
         "event_rate_per_core_hz": round(events / wall / cores, 1) if wall else 0.0,
         "data_rate_gbps": round(nbytes * 8 / wall / 1e9, 4) if wall else 0.0,
-        "inputs": sorted(records, key=lambda r: r["name"]),
+        "inputs": sorted(records, key=lambda r: r["fid"]),
     }
 
 
@@ -76,7 +123,7 @@ def cache_section(records: list[dict], stats_start: dict, stats_end: dict, rack_
     ``hit_ratio`` is 1 - (bytes the caches fetched from the origin) / (bytes read through the caches): a cache fetches
     whole blocks, so a cold read can fetch more than it serves (ratio 0, never below); a warm one fetches nothing.
     """
-    fetches = [r["fetch"] for r in records if r.get("fetch") and not r["fetch"].get("error")]
+    fetches = [r["fetch"] for r in records if r.get("fetch") and r["failure"] is None]
     remote = [f for f in fetches if f["url"].startswith("root://")]
     direct = sum(f["bytes"] for f in remote if f["cache"] is None)
     through_caches = sum(f["bytes"] for f in remote if f["cache"])
@@ -84,9 +131,8 @@ def cache_section(records: list[dict], stats_start: dict, stats_end: dict, rack_
     measured = all(v is not None for v in from_origin.values())
     fetched_total = sum(v for v in from_origin.values() if v is not None)
     known = [f for f in remote if f["cache"] and f["worker_rack"]]
-    # Busy: the seconds of each file's tasks (recompression, when it ran, and analysis) on each rack's workers.
+    # Busy: the seconds each file's work (recompression, when it ran, and analysis: one job) took on each rack.
     spans = [(r.get("analysis_worker_rack"), r["start"], r["end"]) for r in records]
-    spans += [(f["worker_rack"], f["start"], f["end"]) for f in fetches if "start" in f]
     wall = (max(end for _, _, end in spans) - min(start for _, start, _ in spans)) if spans else 0.0
     busy = {}
     for rack, cores in sorted(rack_cores.items()):
@@ -125,41 +171,71 @@ def summary_line(report: dict, where: Path | str) -> str:
         lines.append(f"  caches: hit ratio {ratio}, {origin} MB from the origin, {c['cross_rack_bytes'] / 1e6:,.1f} of "
                      f"{racked / 1e6:,.1f} MB read from a cache in another rack, {len(c['failovers'])} file(s) "
                      "failed over")
+    accounting = report["accounting"]
+    for what in ("missing", "duplicated", "unexpected"):
+        if accounting[what]:
+            lines.append(f"  ACCOUNTING: {len(accounting[what])} file(s) {what} in the records "
+                         f"(first: {accounting[what][0]}) — report.json: accounting")
     for failure in report["failed_files"][:5]:
-        lines.append(f"  FAILED {failure['path']}: {failure['error']}")
+        lines.append(f"  FAILED ({failure['class']}) {failure['path']}: {failure['error']}")
     if len(report["failed_files"]) > 5:
         lines.append(f"  ... and {len(report['failed_files']) - 5} more failed files (report.json: failed_files)")
+    transient = sum(f["class"] == "transient" for f in report["failed_files"])
+    permanent = len(report["failed_files"]) - transient
     lines.append(f"  products: {where}/histograms.root, {where}/plots/, {where}/report.json"
-                 + ("" if report["complete"] else " — INCOMPLETE: run the same command again to retry the failed files"))
+                 + ("" if report["complete"] else " — INCOMPLETE"))
+    if transient:
+        lines.append(f"  {transient} transient failure(s): run the same command again to retry them")
+    if permanent:
+        lines.append(f"  {permanent} permanent failure(s): not retried by themselves; report.json failed_files[] "
+                     "says what to fix and which output to --forcerun")
     return "\n".join(lines)
+
+
+def update_retries(report: dict, path: Path) -> None:
+    """Count each failed file's failures by class in the retries file at PATH, once per report."""
+    previous = json.loads(path.read_text()) if path.exists() else {}
+    if previous.get("report") == report["generated"]:
+        return
+    files = previous.get("files", {})
+    for failure in report["failed_files"]:
+        counts = files.setdefault(failure["fid"], {"transient": 0, "permanent": 0})
+        counts[failure["class"]] += 1
+    atomic.write_json(path, {"report": report["generated"], "files": files})
+
+
+def retry_counts(path: Path) -> dict[str, int]:
+    """Each file's transient failures so far, from the retries file at PATH (empty if there is none)."""
+    if not path.exists():
+        return {}
+    return {fid: c["transient"] for fid, c in json.loads(path.read_text())["files"].items() if c["transient"]}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--merged", required=True, type=Path)
+    parser.add_argument("--expected", required=True, type=Path, help="the index's expected.json: every file")
     parser.add_argument("--histograms", required=True, type=Path)
     parser.add_argument("--report", required=True, type=Path)
-    parser.add_argument("--previous-retries", default="{}", help="the counters so far, as JSON")
-    parser.add_argument("--retries", required=True, type=Path, help="where to write the updated counters (JSON)")
     parser.add_argument("--site", help="the site config; with --cache-stats, the report gets a cache section")
     parser.add_argument("--cache-stats", type=Path, help="the caches' counters at the run's start and end (JSON "
                         "{start, end} of hepvine.cachestats snapshots)")
     args = parser.parse_args(argv)
     merged = load(args.merged)
-    histograms(merged["hist"], args.histograms)
-    report = summarise(merged["records"])
+    expected = hv_index.expected(args.expected)
+    report = summarise(merged["records"], expected, str(args.report.parent))
+    histograms(merged["hist"], merged["events"], _processes(expected), args.histograms)
+    analysed = events_in(args.histograms)
+    if analysed != report["events"]:
+        raise ReportError(f"{args.histograms} counts {analysed} events, the ok records {report['events']}: the merge "
+                          "lost or doubled a result; this is a bug in hepvine, please report it")
     if args.site and args.cache_stats:
         stats = json.loads(args.cache_stats.read_text())
         report["cache"] = cache_section(merged["records"], stats["start"], stats["end"],
                                         hv_site.load(args.site).rack_cores())
-    args.report.write_text(json.dumps(report, indent=2) + "\n")
+    atomic.write_json(args.report, report)
     for failure in report["failed_files"]:
-        print(f"FAILED {failure['path']}: {failure['error']}", file=sys.stderr)
-    retries = json.loads(args.previous_retries)
-    for record in merged["records"]:
-        if record["error"]:
-            retries[record["name"]] = retries.get(record["name"], 0) + 1
-    args.retries.write_text(json.dumps(retries, indent=2, sort_keys=True) + "\n")
+        print(f"FAILED ({failure['class']}) {failure['path']}: {failure['error']}", file=sys.stderr)
     print(summary_line(report, args.report.parent), file=sys.stderr)
     return 0
 

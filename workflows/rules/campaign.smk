@@ -1,16 +1,22 @@
-# The campaign: resolve the spec (with each file's route), analyse each file in its own job (in its home cache's rack),
-# merge in a tree, write histograms and report. Every rule has the files the workflow parses (PARSED) as inputs.
+# The campaign: one job per batch of files (read over each file's route, recompressed first if asked, analysed), a
+# merge tree, histograms and report, plots. A job's inputs are its own index files; nothing it reads grows with N.
 
 localrules: resolve_spec, recompressed_spec, cache_stats
 
+wildcard_constraints:
+    batch=hv_index.BATCH_PATTERN,
+    level=r"\d+",
+    index=r"\d+",
 
-if SITE:
+
+if HAS_SITE:
 
     onstart:
-        from hepvine import cachestats
+        from hepvine import atomic, cachestats
 
-        Path(CACHE_STATS).mkdir(parents=True, exist_ok=True)
-        Path(f"{CACHE_STATS}/start.json").write_text(json.dumps(cachestats.snapshot(SITE, LFNS), indent=2))
+        # The first run's baseline is kept until a run completes: a resumed run measures from where it began.
+        if not Path(f"{CACHE_STATS}/start.json").exists():
+            atomic.write_json(f"{CACHE_STATS}/start.json", cachestats.snapshot(SITE, LFNS))
 
     rule cache_stats:
         input:
@@ -19,12 +25,12 @@ if SITE:
         output:
             f"{CACHE_STATS}/run.json",
         run:
-            from hepvine import cachestats
+            from hepvine import atomic, cachestats
 
-            # start.json is written when this run starts (onstart), so it is not an input: this rule runs locally.
+            # start.json is written when the campaign's run starts (onstart), so it is not an input: this rule runs
+            # locally.
             start = json.loads(Path(f"{CACHE_STATS}/start.json").read_text())
-            end = cachestats.snapshot(SITE, LFNS)
-            Path(output[0]).write_text(json.dumps({"start": start, "end": end}, indent=2))
+            atomic.write_json(output[0], {"start": start, "end": cachestats.snapshot(SITE, LFNS)})
 
 
 rule resolve_spec:
@@ -35,102 +41,100 @@ rule resolve_spec:
     log:
         f"{OUT}/logs/resolve_spec.log",
     run:
-        with open(output.spec, "w") as f:
-            json.dump(routed_spec(SPEC, TASKS, ROUTES), f, indent=2)
+        from hepvine import atomic
+
+        atomic.write_json(output.spec, spec_with(SPEC, lambda task, entry: {"route": route_of(task.path)}), indent=None)
+
+
+# A batch's result, and with recompression the directory of its copies.
+ANALYSE_OUTPUTS = {"result": f"{OUT}/files/{{batch}}.pkl"}
+if RECOMPRESS:
+    ANALYSE_OUTPUTS["copies"] = directory(f"{OUT}/recompressed/{{batch}}")
+
+
+rule analyse:
+    input:
+        shard=f"{INDEX}/{{batch}}.json",
+    output:
+        **ANALYSE_OUTPUTS,
+    log:
+        f"{OUT}/logs/analyse/{{batch}}.log",
+    params:
+        lumi=config["lumi_pb"],
+        retry=lambda wildcards: BATCH_RETRY.get(wildcards.batch, 0),
+        recompress=(lambda wildcards, output: f"--recompress {config['recompress']} --copies {shlex.quote(output.copies)}"
+                    if RECOMPRESS else ""),
+        read=f"--read-attempts {config['read_attempts']} --read-backoff-s {config['read_backoff_s']}",
+    resources:
+        taskvine_prefer=home_rack,
+    shell:
+        "python -m hepvine.driver --shard {input.shard:q} --lumi-pb {params.lumi} {params.recompress} {params.read}"
+        " --output {output.result:q} 2> {log:q}"
 
 
 if RECOMPRESS:
 
-    rule recompress:
-        input:
-            parsed=PARSED,
-        output:
-            recompressed=f"{OUT}/recompressed/{{name}}.root",
-            fetched=f"{OUT}/recompressed/{{name}}.fetched.json",
-        log:
-            f"{OUT}/logs/recompress/{{name}}.log",
-        params:
-            source=lambda wildcards: TASKS[wildcards.name].path,
-            route=route_json,
-            codec=config["recompress"],
-            retry=lambda wildcards: RETRIES.get(wildcards.name, 0),
-        resources:
-            taskvine_prefer=home_rack,
-        shell:
-            "{XRD_ENV} python -m hepvine.recompress {params.source:q} {output.recompressed} --codec {params.codec}"
-            " --route {params.route:q} --fetched {output.fetched} --record-failure 2> {log}"
+    def all_copies(wildcards):
+        return [f"{OUT}/recompressed/{b.id}" for b in BATCHES]
 
     rule recompressed_spec:
         input:
-            copies=[f"{OUT}/recompressed/{name}.root" for name in sorted(TASKS)],
+            all_copies,
         output:
             spec=f"{OUT}/dataset.{RECOMPRESS_CODEC}.json",
         log:
             f"{OUT}/logs/recompressed_spec.log",
         run:
-            with open(output.spec, "w") as f:
-                json.dump(copied_spec(SPEC, TASKS, OUT), f, indent=2)
+            from hepvine import atomic
+
+            copies = {}
+            for b in BATCHES:
+                directory = f"{OUT}/recompressed/{b.id}"
+                manifest = json.loads(Path(f"{directory}/manifest.json").read_text())
+                copies.update({fid: f"{directory}/{name}" for fid, name in manifest["copies"].items()})
+            atomic.write_json(output.spec, spec_with(SPEC, lambda task, entry: {"source": entry["path"],
+                              "path": copies.get(task.fid)}), indent=None)
 
 
-def analyse_inputs(wildcards):
-    inputs = {"spec": rules.resolve_spec.output.spec, "parsed": PARSED}
-    if RECOMPRESS:
-        inputs["recompressed"] = f"{OUT}/recompressed/{wildcards.name}.root"
-        inputs["fetched"] = f"{OUT}/recompressed/{wildcards.name}.fetched.json"
-    return inputs
-
-
-def read_how(wildcards, input):
-    """The analysis reads the recompressed copy (and keeps how the original was fetched), or the file's route."""
-    if RECOMPRESS:
-        return f"--copy {input.recompressed} --fetched {input.fetched}"
-    return f"--route {shlex.quote(route_json(wildcards))}"
-
-
-rule analyse:
-    input:
-        unpack(analyse_inputs),
-    output:
-        result=f"{OUT}/files/{{name}}.pkl",
-    log:
-        f"{OUT}/logs/analyse/{{name}}.log",
-    params:
-        lumi=config["lumi_pb"],
-        retry=lambda wildcards: RETRIES.get(wildcards.name, 0),
-        read=read_how,
-    resources:
-        # Also when reading a recompressed copy: it is on the worker that made it, in the home rack unless the
-        # recompression spilled. (Without the preference TaskVine sends the task to whichever worker is free first,
-        # which in the demo was the copy's worker for only 12 of 24 files.)
-        taskvine_prefer=home_rack,
-    shell:
-        "{XRD_ENV} python -m hepvine.per_file --spec {input.spec} --task {wildcards.name} --lumi-pb {params.lumi}"
-        " {params.read} --output {output.result} 2> {log}"
+def merge_node(wildcards):
+    """A merge node's inputs, listed in its own index file (which is an input too, so it is shipped to the job)."""
+    node = f"{INDEX}/merge/{wildcards.level}/{wildcards.index}.json"
+    return {"node": node, "results": json.loads(Path(node).read_text())}
 
 
 rule merge:
     input:
-        results=merge_inputs,
-        parsed=PARSED,
+        unpack(merge_node),
     output:
         f"{OUT}/merge/{{level}}/{{index}}.pkl",
     log:
         f"{OUT}/logs/merge/{{level}}-{{index}}.log",
     shell:
-        "python -m hepvine.merge --output {output} {input.results} 2> {log}"
+        "python -m hepvine.merge --output {output:q} {input.results:q} 2> {log:q}"
+
+
+def merge_root(wildcards):
+    node = f"{INDEX}/merge/root.json"
+    return {"node": node, "results": json.loads(Path(node).read_text())}
+
+
+rule merge_root:
+    input:
+        unpack(merge_root),
+    output:
+        MERGED,
+    log:
+        f"{OUT}/logs/merge/root.log",
+    shell:
+        "python -m hepvine.merge --output {output:q} {input.results:q} 2> {log:q}"
 
 
 def report_inputs(wildcards):
-    inputs = {"merged": MERGED, "parsed": PARSED}
-    if SITE:
+    inputs = {"merged": MERGED, "expected": f"{INDEX}/expected.json"}
+    if HAS_SITE:
         inputs["cache_stats"] = rules.cache_stats.output[0]
+        inputs["site"] = config["site"]
     return inputs
-
-
-def cache_options(wildcards, input):
-    if not SITE:
-        return ""
-    return f"--site {config['site']} --cache-stats {input.cache_stats}"
 
 
 rule report:
@@ -139,26 +143,23 @@ rule report:
     output:
         histograms=f"{OUT}/histograms.root",
         report=f"{OUT}/report.json",
-        retries=RETRIES_FILE,
     log:
         f"{OUT}/logs/report.log",
     params:
-        previous=json.dumps(RETRIES),
-        cache=cache_options,
+        cache=lambda wildcards, input: (f"--site {shlex.quote(input.site)} --cache-stats {shlex.quote(input.cache_stats)}"
+                                        if HAS_SITE else ""),
     shell:
-        "python -m hepvine.report --merged {input.merged} --histograms {output.histograms}"
-        " --report {output.report} --retries {output.retries} --previous-retries '{params.previous}'"
-        " {params.cache} 2> {log}"
+        "python -m hepvine.report --merged {input.merged:q} --expected {input.expected:q}"
+        " --histograms {output.histograms:q} --report {output.report:q} {params.cache} 2> {log:q}"
 
 
 rule plots:
     input:
         merged=MERGED,
-        parsed=PARSED,
     output:
         [f"{OUT}/plots/{region}.png" for region in REGIONS],
         timeline=f"{OUT}/plots/timeline.png",
     log:
         f"{OUT}/logs/plots.log",
     shell:
-        "python -m hepvine.plots --merged {input.merged} --outdir {OUT}/plots 2> {log}"
+        "python -m hepvine.plots --merged {input.merged:q} --outdir {OUT}/plots 2> {log:q}"

@@ -1,6 +1,7 @@
-# Shared definitions of the campaign's rules: the validated dataset, its per-file tasks, and the merge tree.
+# Shared definitions of the campaign's rules. Jobs (on workers) parse this file too, so everything that grows with
+# the dataset — loading and validating the spec, routing every file, cutting it into batches, writing the per-batch
+# index and the merge tree — happens only in the main process; a job reads its own small index files.
 import json
-import math
 import shlex
 from pathlib import Path
 
@@ -8,85 +9,64 @@ from snakemake.exceptions import WorkflowError
 
 from hepvine import dataset as hv_dataset
 from hepvine import fetch as hv_fetch
+from hepvine import index as hv_index
+from hepvine import report as hv_report
 from hepvine import site as hv_site
 
 OUT = f"results/{config['campaign']}"
-try:
-    SPEC = hv_dataset.load(config["dataset"])
-except hv_dataset.DatasetError as e:
-    raise WorkflowError(f"{e}\nFix the spec given as --config dataset=... and run again.")
-TASKS = {t.name: t for t in hv_dataset.tasks(SPEC)}
-try:
-    SITE = hv_site.load(config["site"]) if config["site"] else None
-except hv_site.SiteError as e:
-    raise WorkflowError(f"{e}\nFix the site config given as --config site=... and run again.")
-# Each file's route: home cache, its rack, and where to fail over to (without a site: the path, read where it is).
-ROUTES = {name: (SITE.route(t.path).as_dict() if SITE else hv_fetch.local_route(t.path)) for name, t in TASKS.items()}
-# Every job parses this workflow, which reads these files: each rule lists them as inputs, so that without a shared
-# filesystem they are sent along with the job.
-PARSED = [config["dataset"]] + ([config["site"]] if SITE else [])
-XRD_ENV = SITE.client_env() if SITE else ""
+INDEX = f"{OUT}/index"
+MERGED = f"{OUT}/merged.pkl"
+HAS_SITE = bool(config["site"])
+RECOMPRESS = config["recompress"] != "off"
+RECOMPRESS_CODEC = config["recompress"].split(":")[0]
 CACHE_STATS = f"{OUT}/cache-stats"
-LFNS = sorted({route["lfn"] for route in ROUTES.values()})
-
-
-def home_rack(wildcards):
-    """The rack a file's task prefers (TaskVine executor: the job resource taskvine_prefer); empty for none."""
-    return ROUTES[wildcards.name]["rack"] or ""
-
-
-def route_json(wildcards):
-    return json.dumps(ROUTES[wildcards.name], separators=(",", ":"))
-FAN_IN = config["merge_fan_in"]
+# Each file's transient failures so far (written when a run ends): a batch's sum is a parameter of its job, so a
+# new run reruns exactly the batches that had a transient failure (Snakemake reruns jobs whose parameters changed).
+RETRIES_FILE = f"{OUT}/retries.json"
 # The analysis's regions (hepvine.analysis.REGIONS, not imported: every job parses this file, and importing the
 # analysis costs awkward and hist; a test checks the two agree). One plot each.
 REGIONS = ("4j1b", "4j2b")
+# The files the main process reads to plan the campaign; inputs of the rules that re-read them.
+PARSED = [config["dataset"]] + ([config["site"]] if HAS_SITE else [])
+
+SPEC = SITE = None
+BATCHES, RACK, BATCH_RETRY, LFNS = [], {}, {}, []
+if workflow.is_main_process:
+    try:
+        SPEC = hv_dataset.load(config["dataset"])
+    except hv_dataset.DatasetError as e:
+        raise WorkflowError(f"{e}\nFix the spec given as --config dataset=... and run again.")
+    try:
+        SITE = hv_site.load(config["site"]) if HAS_SITE else None
+    except hv_site.SiteError as e:
+        raise WorkflowError(f"{e}\nFix the site config given as --config site=... and run again.")
+
+    def route_of(path):
+        """A file's route: home cache, its rack, and where to fail over to (without a site: the path itself)."""
+        return SITE.route(path).as_dict() if SITE else hv_fetch.local_route(path)
+
+    BATCHES = hv_index.plan(hv_dataset.tasks(SPEC), config["files_per_job"], route_of)
+    hv_index.write(INDEX, BATCHES, route_of, SITE.xrootd_client if SITE else {})
+    MERGE_NODES, MERGE_ROOT = hv_index.merge_tree([f"{OUT}/files/{b.id}.pkl" for b in BATCHES],
+                                                  config["merge_fan_in"], f"{OUT}/merge")
+    hv_index.write_merge_tree(f"{INDEX}/merge", MERGE_NODES, MERGE_ROOT, f"{OUT}/merge")
+    RACK = {b.id: b.rack for b in BATCHES if b.rack}
+    counts = hv_report.retry_counts(Path(RETRIES_FILE))
+    BATCH_RETRY = {b.id: n for b in BATCHES if (n := sum(counts.get(t.fid, 0) for t in b.files))}
+    if SITE:
+        LFNS = sorted({m.group(2) if (m := hv_site.ROOT_URL.match(t.path)) else t.path
+                       for b in BATCHES for t in b.files})
 
 
-def tree_levels(n_leaves, fan_in):
-    """Nodes per merge level: level 1 merges leaves in groups of FAN_IN, and so on up to a single node."""
-    levels = [math.ceil(n_leaves / fan_in)]
-    while levels[-1] > 1:
-        levels.append(math.ceil(levels[-1] / fan_in))
-    return levels
+def home_rack(wildcards):
+    """The rack a batch's job prefers (TaskVine executor: the job resource taskvine_prefer); empty for none."""
+    return RACK.get(wildcards.batch, "")
 
 
-LEVELS = tree_levels(len(TASKS), FAN_IN)
-LEAVES = [f"{OUT}/files/{name}.pkl" for name in sorted(TASKS)]
-
-
-def merge_inputs(wildcards):
-    level, index = int(wildcards.level), int(wildcards.index)
-    below = LEAVES if level == 1 else [f"{OUT}/merge/{level - 1}/{i}.pkl" for i in range(LEVELS[level - 2])]
-    return below[index * FAN_IN:(index + 1) * FAN_IN]
-
-
-MERGED = f"{OUT}/merge/{len(LEVELS)}/0.pkl"
-
-# Files that failed in an earlier run, with how often: a file's counter is a parameter of its analysis job, so a new
-# run retries exactly those (Snakemake reruns a job whose parameters changed). Written by the report rule.
-RETRIES_FILE = f"{OUT}/retries.json"
-RETRIES = json.loads(Path(RETRIES_FILE).read_text()) if Path(RETRIES_FILE).exists() else {}
-
-RECOMPRESS = config["recompress"] != "off"
-RECOMPRESS_CODEC = config["recompress"].split(":")[0]
-
-
-def spec_with(spec, tasks, fields):
-    """A copy of SPEC in which each task's file entry is updated with FIELDS(task, entry) (a dict)."""
+def spec_with(spec, fields):
+    """A copy of SPEC in which each file's entry is updated with FIELDS(task, entry) (a dict, or None to drop it)."""
     changed = json.loads(json.dumps(spec))
-    for task in tasks.values():
+    for task in hv_dataset.tasks(spec):
         entry = changed[task.process][task.variation]["files"][task.index]
-        entry.update(fields(task, entry))
+        entry.update(fields(task, entry) or {})
     return changed
-
-
-def routed_spec(spec, tasks, routes):
-    """SPEC with each file's route (home cache, rack, URL, fail-overs) recorded next to its path."""
-    return spec_with(spec, tasks, lambda task, entry: {"route": routes[task.name]})
-
-
-def copied_spec(spec, tasks, out):
-    """SPEC with each file's path replaced by its recompressed copy, and the original kept as ``source``."""
-    return spec_with(spec, tasks, lambda task, entry: {"source": entry["path"],
-                                                       "path": f"{out}/recompressed/{task.name}.root"})

@@ -1,0 +1,120 @@
+"""The per-file record: what happened to one input file of a campaign — its identity, the events and bytes read,
+where and how it was read, how long it took, and, if it failed, the failure's class, cause and fix.
+
+Every file of the spec ends as exactly one record, ok or failed; the report reconciles them with the spec. Failures
+are classified here, once:
+
+- ``transient``: the file may well be read next time (a network error, a timeout, a cache or the origin down, a full
+  disk on the worker). Retried inside the run (``hepvine.fetch``) and again by running the same command.
+- ``permanent``: the file itself is wrong for this campaign (not a ROOT file, a tree or branch it lacks, a corrupt
+  basket, a spec entry that disagrees with the file). Never retried automatically; the fix says what to do.
+
+Exceptions that are neither (a bug in hepvine) are not records: they fail the job loudly, once.
+"""
+
+from __future__ import annotations
+
+import errno
+import lzma
+import zlib
+from dataclasses import asdict, dataclass, field
+
+import uproot
+
+TRANSIENT, PERMANENT = "transient", "permanent"
+
+
+class FileProblem(ValueError):
+    """A problem of the input file itself (permanent), raised by hepvine's own checks; KIND names it."""
+
+    def __init__(self, kind: str, message: str, fix: str):
+        super().__init__(message)
+        self.kind, self.fix = kind, fix
+
+
+@dataclass(frozen=True)
+class Failure:
+    kind: str  # e.g. "unreachable", "missing-file", "not-root", "missing-branch", "corrupt", "disk-full"
+    failure_class: str  # TRANSIENT or PERMANENT
+    cause: str  # the exception, with the file it concerns
+    fix: str  # what the user should do
+
+
+def _first_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def classify(exc: BaseException) -> Failure | None:
+    """The failure EXC means for the file being read, or None if it is not a problem of the file or its access
+    (then it is a bug, and the caller lets it propagate)."""
+    cause = _first_line(exc)
+    rerun = "run the same command again: transient failures are retried"
+    if isinstance(exc, FileProblem):
+        return Failure(exc.kind, PERMANENT, cause, exc.fix)
+    if isinstance(exc, uproot.KeyInFileError):
+        return Failure("missing-branch", PERMANENT, cause,
+                       "the file lacks a tree or branch the analysis needs: check the file's era/NanoAOD version, or "
+                       "drop it from the spec")
+    if isinstance(exc, uproot.deserialization.DeserializationError) or isinstance(exc, (zlib.error, lzma.LZMAError)):
+        return Failure("corrupt", PERMANENT, cause,
+                       "the file is corrupt (a basket or key cannot be read): replace it at the source, then run "
+                       "again with --forcerun on its output (report.json: failed_files[].output)")
+    if isinstance(exc, OSError):
+        if exc.errno == errno.ENOSPC:
+            return Failure("disk-full", TRANSIENT, cause, "a worker's disk is full: free space or raise disk_mb; "
+                           + rerun)
+        if isinstance(exc, FileNotFoundError) or getattr(exc, "missing", False):  # fetch.FetchError.missing
+            return Failure("missing-file", PERMANENT, cause,
+                           "no source has the file: correct its path in the spec or restore it, then run again with "
+                           "--forcerun on its output (report.json: failed_files[].output)")
+        return Failure("unreachable", TRANSIENT, cause, "no source could be read in time (cache or origin down, "
+                       "network): " + rerun)
+    if isinstance(exc, ValueError) and ("not a ROOT file" in str(exc) or "file header" in str(exc)):
+        return Failure("not-root", PERMANENT, cause, "the file is not a ROOT file: replace it or drop it from the "
+                       "spec, then run again with --forcerun on its output (report.json: failed_files[].output)")
+    return None
+
+
+@dataclass
+class FileRecord:
+    """One input file's outcome. ``fid`` is its identity in the campaign (``<process>/<variation>/<index>``)."""
+
+    fid: str
+    path: str
+    process: str
+    variation: str
+    batch: str  # the job that ran it (files/<batch>.pkl)
+    events: int = 0
+    bytes_read: int = 0
+    read_from: str | None = None
+    host: str = ""
+    start: float = 0.0
+    end: float = 0.0
+    wall_seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    fetch: dict | None = None  # how the original was read (hepvine.fetch.record), with its bytes and times
+    recompress: dict | None = None  # codec, source/copy bytes, seconds, MB/s, when the input was recompressed
+    cache: str | None = None
+    rack: str | None = None
+    worker_rack: str | None = None
+    analysis_worker_rack: str | None = None
+    failure: Failure | None = None
+    traceback: str | None = field(default=None, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+    @property
+    def error(self) -> str | None:
+        return self.failure.cause if self.failure else None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "FileRecord":
+        data = dict(data)
+        if data.get("failure") is not None:
+            data["failure"] = Failure(**data["failure"])
+        return cls(**data)
