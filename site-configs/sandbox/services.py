@@ -2,9 +2,13 @@
 an XRootD origin exporting /store, and one XCache per rack in front of it.
 
 Runs inside the sandbox userland as root (``make services-start`` / ``make services-stop`` call it through
-enter.sh). Every daemon is tracked by a pidfile and stopped by that pid. Ports are chosen free at start and written,
-with every directory, to ``services.json`` (and the shell-style ``services.env``) in the state directory, which is
-the one place tests and workflows read them from.
+enter.sh). Every daemon is tracked by a pidfile and stopped by that pid; ``stop`` returns only when the daemons and
+every process they had started (HTCondor's daemons and jobs among them) have exited, or says which have not.
+
+Ports are chosen once per sandbox state and kept in ``ports.json`` in the state directory, so that a restart brings
+every service back at the same address and the ``root://`` URLs recorded in results stay valid; deleting that file
+picks new ones at the next start. The running services' ports and directories are written to ``services.json`` (and
+the shell-style ``services.env``) in the state directory, the one place tests and workflows read them from.
 
     python3 services.py start | stop | status
 """
@@ -15,6 +19,7 @@ import argparse
 import json
 import os
 import pwd
+import random
 import signal
 import socket
 import subprocess
@@ -25,6 +30,9 @@ from pathlib import Path
 STATE = Path(os.environ.get("HEPVINE_STATE_DIR", "/srv/hepvine"))
 SERVICES_JSON = STATE / "services.json"
 SERVICES_ENV = STATE / "services.env"
+PORTS_JSON = STATE / "ports.json"
+# ports.json as seen outside the sandbox (the state directory is $HEPVINE_SANDBOX_HOME/state, see lib.sh).
+PORTS_JSON_OUTSIDE = "$HEPVINE_SANDBOX_HOME/state/ports.json, by default /var/tmp/hepvine-sandbox/state/ports.json"
 PIDS = STATE / "pids"
 LOGS = STATE / "logs"
 ANALYSIS_USER = "hepvine"
@@ -33,22 +41,89 @@ RACKS = ("rack-a", "rack-b")
 CONDOR_SLOTS = 2
 CONDOR_CPUS = 4
 CONDOR_MEMORY_MB = 8192
+# The services' ports, by name in ports.json.
+PORT_NAMES = ("collector", "catalog", "origin", *RACKS)
+# New ports are drawn from below Linux's default ephemeral range (32768-60999), so that outgoing connections do not
+# take them while the services are down.
+PORT_RANGE = (20000, 32767)
 START_TIMEOUT_S = 90
+# How long a daemon may take to exit after SIGTERM before it is killed, and how long `stop` waits in all for the
+# daemons and every process they started.
 STOP_TIMEOUT_S = 30
+STOP_WAIT_S = 60
 
 
-def free_ports(count: int) -> list[int]:
-    """Ports free on loopback now (held open together so that they differ)."""
-    sockets = []
+def port_free(port: int) -> bool:
+    """Whether a daemon could listen on PORT now (on every address, as XRootD does; a closed connection's
+    TIME_WAIT does not count, the daemons reuse addresses)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
+def port_holder(port: int) -> str | None:
+    """Which process has a socket on local PORT ("pid N (command)"), from /proc; None when none is found."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[9] != "0":
+                inodes.add(f"socket:[{fields[9]}]")
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if any(os.readlink(fd) in inodes for fd in (proc / "fd").iterdir()):
+                return f"pid {proc.name} ({command_line(int(proc.name))})"
+        except OSError:
+            continue
+    return None
+
+
+def pick_ports(count: int) -> list[int]:
+    """COUNT different ports from PORT_RANGE that are free now."""
+    chosen: list[int] = []
+    for port in random.SystemRandom().sample(range(PORT_RANGE[0], PORT_RANGE[1] + 1), 200):
+        if port_free(port):
+            chosen.append(port)
+            if len(chosen) == count:
+                return chosen
+    raise SystemExit(f"services: could not find {count} free ports in {PORT_RANGE[0]}-{PORT_RANGE[1]}")
+
+
+def kept_ports() -> dict[str, int]:
+    """The services' ports: those kept in ports.json, new ones (then kept there) for services it does not list yet.
+    Stops with what to do when a kept port is taken by another program."""
     try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
+        kept = json.loads(PORTS_JSON.read_text()) if PORTS_JSON.exists() else {}
+        if not isinstance(kept, dict) or not all(isinstance(p, int) and 0 < p < 65536 for p in kept.values()):
+            raise ValueError("not a JSON object of port numbers")
+    except ValueError as e:
+        raise SystemExit(f"services: {PORTS_JSON}: {e}; delete it to pick new ports at the next start (outside the "
+                         f"sandbox: {PORTS_JSON_OUTSIDE})") from e
+    ports = {name: kept[name] for name in PORT_NAMES if name in kept}
+    missing = [name for name in PORT_NAMES if name not in ports]
+    if missing:
+        fresh = pick_ports(len(missing) + len(ports))
+        ports.update(zip(missing, [p for p in fresh if p not in ports.values()]))
+        ports = {name: ports[name] for name in PORT_NAMES}
+        PORTS_JSON.write_text(json.dumps(ports, indent=2) + "\n")
+    taken = [(name, port) for name, port in ports.items() if not port_free(port)]
+    if taken:
+        raise SystemExit("services: " + "; ".join(
+            f"port {port}, kept for {name} in {PORTS_JSON}, is taken"
+            + (f" by {holder}" if (holder := port_holder(port)) else " by another program") for name, port in taken)
+            + ". Stop the program that holds it, or delete ports.json to pick new ports at the next start (outside "
+            f"the sandbox: {PORTS_JSON_OUTSIDE}; the root:// URLs recorded in earlier results then stop working)")
+    return ports
 
 
 def owned_dir(path: Path, user: str) -> Path:
@@ -63,6 +138,8 @@ def pid_alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
+    except PermissionError:
+        pass  # someone else's process, alive
     # A zombie is dead for our purposes.
     try:
         return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
@@ -138,6 +215,9 @@ SCHEDD_INTERVAL = 2
 UPDATE_INTERVAL = 2
 STARTER_UPDATE_INTERVAL = 2
 SHADOW_QUEUE_UPDATE_INTERVAL = 2
+# A graceful shutdown (SIGTERM to the master) turns hard after this many seconds instead of HTCondor's 30 minutes
+# (jobs that ignore their SIGTERM), within the time services.py gives the master to exit.
+SHUTDOWN_GRACEFUL_TIMEOUT = {STOP_TIMEOUT_S * 2 // 3}
 NUM_CPUS = {CONDOR_CPUS}
 MEMORY = {CONDOR_MEMORY_MB}
 SLOT_TYPE_1 = cpus={CONDOR_CPUS // CONDOR_SLOTS}, memory={CONDOR_MEMORY_MB // CONDOR_SLOTS}, disk={100 // CONDOR_SLOTS}%
@@ -216,7 +296,9 @@ def start_all() -> None:
     for d in (PIDS, LOGS):
         d.mkdir(parents=True, exist_ok=True)
     LOGS.chmod(0o755)
-    collector, catalog, origin, *caches = free_ports(3 + len(RACKS))
+    ports = kept_ports()
+    collector, catalog, origin = ports["collector"], ports["catalog"], ports["origin"]
+    caches = [ports[rack] for rack in RACKS]
 
     # HTCondor personal pool.
     condor = STATE / "condor"
@@ -241,6 +323,7 @@ def start_all() -> None:
     origin_admin = STATE / "xrootd" / "origin" / "admin"
     info = {
         "state_dir": str(STATE),
+        "ports_file": str(PORTS_JSON),
         "user": ANALYSIS_USER,
         "condor": {
             "collector": f"127.0.0.1:{collector}",
@@ -304,24 +387,85 @@ def running() -> dict[str, bool]:
     return {name: bool((pid := read_pid(name)) and pid_alive(pid)) for name in daemon_names()}
 
 
+def command_line(pid: int) -> str:
+    try:
+        text = " ".join(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").split())
+    except OSError:
+        return "?"
+    return text if len(text) <= 100 else text[:97] + "..."
+
+
+def process_tree(pid: int) -> dict[int, str]:
+    """PID and every process descended from it now, with their command lines."""
+    children: dict[int, list[int]] = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(proc.name))
+    tree, todo = {}, [pid]
+    while todo:
+        p = todo.pop()
+        if p not in tree:
+            tree[p] = command_line(p)
+            todo.extend(children.get(p, []))
+    return tree
+
+
+def wait_gone(pids, deadline: float) -> list[int]:
+    """Wait until every one of PIDS has exited or DEADLINE (time.monotonic) passes; those still alive."""
+    while True:
+        alive = [p for p in pids if pid_alive(p)]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.1)
+
+
 def stop(quiet: bool = False) -> None:
+    """Stop every daemon by its pid and wait, at most STOP_WAIT_S in all, until it and every process it started
+    (HTCondor's daemons and jobs, say) have exited; stops with their names when some are still running then."""
+    began = time.monotonic()
+    deadline = began + STOP_WAIT_S
+    started: dict[int, str] = {}
     # HTCondor first: its graceful shutdown ends the jobs (and so the TaskVine workers) it runs.
     for name in daemon_names():
         pid = read_pid(name)
         if pid and pid_alive(pid):
+            started.update(process_tree(pid))
             os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + STOP_TIMEOUT_S
-            while pid_alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if pid_alive(pid):
+            if wait_gone([pid], min(time.monotonic() + STOP_TIMEOUT_S, deadline)):
                 print(f"services: {name} (pid {pid}) ignored SIGTERM for {STOP_TIMEOUT_S} s; killing it",
                       file=sys.stderr)
+                started.update(process_tree(pid))
                 os.kill(pid, signal.SIGKILL)
         pidfile(name).unlink(missing_ok=True)
+    # What a daemon started may outlive it (its children still exiting, or orphaned when it was killed); nothing
+    # else will stop those, so they are asked too, and waited for.
+    for pid in wait_gone(started, time.monotonic()):
+        signal_quietly(pid, signal.SIGTERM)
+    left = wait_gone(started, deadline)
+    if left:
+        print(f"services: still running {STOP_WAIT_S} s after the stop, killed now: "
+              + ", ".join(f"pid {p} ({started[p]})" for p in left), file=sys.stderr)
+        for pid in left:
+            signal_quietly(pid, signal.SIGKILL)
+        left = wait_gone(left, time.monotonic() + 5)
     SERVICES_JSON.unlink(missing_ok=True)
     SERVICES_ENV.unlink(missing_ok=True)
+    if left:
+        raise SystemExit("services: these survived SIGKILL: " + ", ".join(f"pid {p} ({started[p]})" for p in left))
     if not quiet:
-        print("services: stopped", file=sys.stderr)
+        print(f"services: stopped ({len(started)} processes exited in {time.monotonic() - began:.1f} s)",
+              file=sys.stderr)
+
+
+def signal_quietly(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
 
 
 def status() -> int:

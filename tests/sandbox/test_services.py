@@ -1,0 +1,131 @@
+"""The sandbox's services keep their ports across restarts and stop completely: the running services listen on the
+ports kept in the state's ports.json; those are chosen once and reused, and a kept port taken by another program
+stops the start with the service, the port, the program and the fix; ``stop`` returns only when every process a
+daemon had started has exited, and names those it had to kill.
+
+Restarting the real services needs root, and the tests run as the analysis user; ``stop`` is therefore run here on
+stand-in daemons of the test's own, in a state directory of its own, through the same services.py.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SERVICES_PY = Path(__file__).resolve().parents[2] / "site-configs" / "sandbox" / "services.py"
+
+# A daemon that, on SIGTERM, exits at once and leaves its child to exit on its own (as HTCondor's master can leave
+# its daemons and their jobs); the child exits 1.5 s after its SIGTERM, or ignores it.
+CHILD = """
+import signal, sys, time
+if sys.argv[1] == "ignore":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+else:
+    signal.signal(signal.SIGTERM, lambda *_: (time.sleep(1.5), sys.exit(0)))
+print("ready", flush=True)
+while True:
+    time.sleep(60)
+"""
+DAEMON = """
+import os, signal, subprocess, sys
+child = subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2]], stdout=subprocess.PIPE, text=True)
+child.stdout.readline()
+signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+print(child.pid, flush=True)
+signal.pause()
+"""
+
+
+def services_module(state: Path, monkeypatch):
+    """services.py loaded afresh with its state directory at STATE."""
+    monkeypatch.setenv("HEPVINE_STATE_DIR", str(state))
+    spec = importlib.util.spec_from_file_location("sandbox_services", SERVICES_PY)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.sandbox
+def test_running_services_listen_on_the_kept_ports(services, monkeypatch):
+    kept = json.loads(Path(services["ports_file"]).read_text())
+    recorded = {
+        "collector": int(services["condor"]["collector"].rsplit(":", 1)[1]),
+        "catalog": services["catalog"]["port"],
+        "origin": services["xrootd"]["origin"]["port"],
+        **{rack: cache["port"] for rack, cache in services["xrootd"]["caches"].items()},
+    }
+    assert recorded == kept
+    assert services["xrootd"]["origin"]["url"] == f"root://127.0.0.1:{kept['origin']}"
+    for name, port in kept.items():
+        with socket.socket() as s:
+            assert s.connect_ex(("127.0.0.1", port)) == 0, f"{name} does not listen on its kept port {port}"
+    low, high = services_module(Path(services["state_dir"]), monkeypatch).PORT_RANGE
+    assert all(low <= port <= high for port in kept.values()), kept
+
+
+def test_ports_are_chosen_once_and_kept(tmp_path, monkeypatch):
+    module = services_module(tmp_path, monkeypatch)
+    ports = module.kept_ports()
+    assert list(ports) == list(module.PORT_NAMES) and len(set(ports.values())) == len(ports)
+    assert json.loads((tmp_path / "ports.json").read_text()) == ports
+    assert module.kept_ports() == ports
+    # A service that ports.json does not list yet (a rack added) gets a new port; the others keep theirs.
+    del ports["rack-b"]
+    (tmp_path / "ports.json").write_text(json.dumps(ports))
+    again = module.kept_ports()
+    assert {k: v for k, v in again.items() if k != "rack-b"} == ports and again["rack-b"] not in ports.values()
+
+
+def test_a_taken_port_stops_the_start_with_the_fix(tmp_path, monkeypatch):
+    module = services_module(tmp_path, monkeypatch)
+    ports = module.kept_ports()
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", ports["catalog"]))
+        holder.listen()
+        with pytest.raises(SystemExit) as stopped:
+            module.kept_ports()
+    message = str(stopped.value)
+    assert f"port {ports['catalog']}, kept for catalog in {tmp_path / 'ports.json'}, is taken by pid {os.getpid()}" \
+        in message, message
+    assert "delete ports.json to pick new ports" in message
+    (tmp_path / "ports.json").write_text("[1, 2]")
+    with pytest.raises(SystemExit, match="ports.json: not a JSON object of port numbers; delete it"):
+        module.kept_ports()
+
+
+def start_daemon(module, child_mode: str) -> tuple[subprocess.Popen, int]:
+    """A stand-in daemon registered under the catalog server's pidfile, and the pid of its child."""
+    daemon = subprocess.Popen([sys.executable, "-c", DAEMON, CHILD, child_mode], stdout=subprocess.PIPE, text=True)
+    child = int(daemon.stdout.readline())
+    module.PIDS.mkdir(parents=True, exist_ok=True)
+    module.pidfile("catalog_server").write_text(f"{daemon.pid}\n")
+    return daemon, child
+
+
+def test_stop_returns_when_what_a_daemon_started_has_exited(tmp_path, monkeypatch, capsys):
+    module = services_module(tmp_path, monkeypatch)
+    daemon, child = start_daemon(module, "slow")
+    began = time.monotonic()
+    module.stop()
+    assert not module.pid_alive(child) and time.monotonic() - began >= 1.4  # it waited for the child
+    assert daemon.wait(5) == 0 and not module.pidfile("catalog_server").exists()
+    assert "services: stopped (2 processes exited in" in capsys.readouterr().err
+
+
+def test_stop_kills_what_outlives_the_wait_and_names_it(tmp_path, monkeypatch, capsys):
+    module = services_module(tmp_path, monkeypatch)
+    monkeypatch.setattr(module, "STOP_WAIT_S", 2)
+    daemon, child = start_daemon(module, "ignore")
+    module.stop()
+    err = capsys.readouterr().err
+    assert not module.pid_alive(child)
+    assert f"still running 2 s after the stop, killed now: pid {child} ({sys.executable} -c" in err, err
+    daemon.wait(5)
