@@ -8,6 +8,7 @@ TaskVine factory that submits them to HTCondor. Settings are ``--taskvine-<name>
 
 # No `from __future__ import annotations` here: Snakemake reads the settings' field types at run time.
 import os
+import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,7 @@ from . import provision, validation
 from .dispatcher import Dispatcher
 from .failures import describe_failure
 from .tasks import job_task, relative_name
-from .taskvine import SCHEDULERS, write_password_file
+from .taskvine import DEFAULT_WORKER_ENV, SCHEDULERS, private_directory, remove_private_directory, write_password_file
 
 
 STATUS_POLL_S = 0.2
@@ -35,14 +36,20 @@ def _setting(default, help: str, **extra):
 
 @dataclass
 class ExecutorSettings(ExecutorSettingsBase):
-    port: int = _setting(0, "TCP port of the TaskVine manager; 0 picks a free one.")
+    port: int = _setting(0, "TCP port of the TaskVine manager; 0 picks a free one. The manager listens on every "
+                            "interface (TaskVine cannot bind one); workers connect to it, it connects to none.")
+    port_range: Optional[str] = _setting(
+        None, "LOW-HIGH: the manager listens on the first free port in this range (for a firewall that opens only "
+        "these ports to the worker nodes); instead of --taskvine-port.")
     manager_name: Optional[str] = _setting(
         None, "Name under which the manager reports to the catalog server (workers can then find it by name). "
         "Unnamed managers do not report.")
     password_file: Optional[Path] = _setting(
-        None, "File holding the password that workers must present (mode 0600). Default: a random password "
-        "generated for each run in the run directory and handed to the workers this plugin starts.")
-    ssl: bool = _setting(False, "Encrypt manager-worker connections with TLS (a self-signed certificate per run).")
+        None, "File holding the password that workers must present (mode 0600; a path of letters, digits and "
+        "_ . / + - only). Default: a random password generated for each run in a private directory (mode 0700, "
+        "in $TMPDIR, removed when the run ends) and handed to the workers this plugin starts as a file.")
+    ssl: bool = _setting(False, "Encrypt manager-worker connections with TLS (a self-signed certificate per run, "
+                              "made in the run's private directory and removed with it).")
     workers: str = _setting(
         "local", "Who starts the workers: 'local' (vine_worker processes on this machine), 'condor' (a TaskVine "
         "factory submits them to HTCondor) or 'none' (someone else; connect them to this manager's port).",
@@ -53,15 +60,23 @@ class ExecutorSettings(ExecutorSettingsBase):
     worker_memory_mb: int = _setting(2048, "Memory (MB) of each worker the plugin starts; 0 lets TaskVine decide.")
     worker_disk_mb: int = _setting(8192, "Disk (MB) of each worker the plugin starts; 0 lets TaskVine decide.")
     condor_requirements: Optional[str] = _setting(
-        None, "HTCondor requirements expression for the worker jobs (with --taskvine-workers condor).")
+        None, "HTCondor requirements expression for the worker jobs (with --taskvine-workers condor): one line of "
+        "letters, digits, spaces, double quotes and ClassAd operators; no $, \\, ', ` or ;.")
     worker_features: Optional[str] = _setting(
         None, "Comma-separated features the started workers advertise (vine_worker --feature); jobs ask for "
-        "them with the resource taskvine_features.")
+        "them with the resource taskvine_features. Each of letters, digits and _ . - (not first).")
     worker_groups: Optional[Path] = _setting(
         None, "YAML file whose 'worker_groups' list describes groups of workers, each started by its own factory "
         "(e.g. one per rack): name, features, condor_requirements, min_workers, max_workers, cores, memory_mb, "
-        "disk_mb; sizes left out come from the settings above. Tasks see their worker's group in "
-        "SNAKEMAKE_TASKVINE_WORKER_GROUP.")
+        "disk_mb; sizes left out come from the settings above; names and features as for "
+        "--taskvine-worker-features, requirements as for --taskvine-condor-requirements. Tasks see their worker's "
+        "group in SNAKEMAKE_TASKVINE_WORKER_GROUP.")
+    worker_env: Optional[str] = _setting(
+        None, "Comma-separated environment variables that the workers this plugin starts get from this one "
+        "(names, or prefixes ending in *; 'default' stands for the default list); nothing else of the environment "
+        "reaches them (with HTCondor it would be in the job ad, which every user of the pool can read). Default: "
+        + ",".join(DEFAULT_WORKER_ENV) + ". E.g. 'default,MY_SITE_*'. Hand tokens over as files "
+        "(BEARER_TOKEN_FILE, X509_USER_PROXY), not as values.")
     prefer_wait_s: float = _setting(
         30.0, "A job with the resource taskvine_prefer (comma-separated features) waits for a worker with those "
         "features; once it has waited this many seconds while workers without them sat idle, it runs on one of "
@@ -72,7 +87,8 @@ class ExecutorSettings(ExecutorSettingsBase):
     library: bool = _setting(
         False, "Run each job as a call of a TaskVine library (one per worker, Snakemake imported once; each call a "
         "forked child) instead of a process of its own: saves most of a short job's ~2 s. A call takes one of the "
-        "worker's function slots (one per core) whatever its threads, mem_mb and disk_mb.")
+        "worker's function slots (one core, its share of the worker's memory), so jobs with more threads, or more "
+        "mem_mb than that share, run as processes of their own.")
     retries: int = _setting(3, "How often a task is dispatched again after an infrastructure failure, such as "
                                "a lost worker, before its job fails.")
     run_info_dir: Path = _setting(Path(".snakemake/taskvine"),
@@ -88,7 +104,9 @@ common_settings = CommonSettings(
     job_deploy_sources=False,
     pass_default_storage_provider_args=True,
     pass_default_resources_args=True,
-    pass_envvar_declarations_to_cmd=True,
+    # The workflow's envvars (and storage plugins' credentials) go with each task as its environment, not as
+    # `export NAME=value` on its command line (seen by `ps` on the worker, and quoted with repr, not for a shell).
+    pass_envvar_declarations_to_cmd=False,
     auto_deploy_default_storage_provider=False,
     init_seconds_before_status_checks=0,
     # Local inputs and outputs are moved by TaskVine, not by a storage plugin.
@@ -104,21 +122,37 @@ class Executor(RemoteExecutor):
             provision.check_condor_reachable()
         self.shared_fs = SharedFSUsage.INPUT_OUTPUT in self.workflow.storage_settings.shared_fs_usage
         self.workdir = os.path.abspath(str(self.workflow.workdir_init))
-        self.run_dir = Path(settings.run_info_dir).absolute() / time.strftime("%Y%m%dT%H%M%S")
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.password_file = (Path(settings.password_file).absolute() if settings.password_file
-                              else write_password_file(self.run_dir))
+        # Unique per run, even for two runs started in the same second.
+        self.run_dir = (Path(settings.run_info_dir).absolute()
+                        / f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}")
+        self.run_dir.mkdir(parents=True, exist_ok=False)
+        # The run's secrets, and the factories' files (they copy the password), outside the checkout; removed at the
+        # end of the run (shutdown).
+        self.private_dir = private_directory()
         self._sources: Optional[List[str]] = None
         # A status check here is a lookup in memory, not a query to a batch system: poll often.
         self.next_seconds_between_status_checks = STATUS_POLL_S
+        self.call_memory_mb = provision.call_memory_mb(settings)
+        self.dispatcher: Optional[Dispatcher] = None
+        self.provisioned: list = []
+        try:
+            self._start(settings)
+        except BaseException:  # stop what was started and remove the secrets, then let the error through
+            self.stop_workers()
+            raise
+
+    def _start(self, settings):
+        self.password_file = (Path(settings.password_file).absolute() if settings.password_file
+                              else write_password_file(self.private_dir))
         self.dispatcher = Dispatcher(dict(
-            port=settings.port, name=settings.manager_name, password_file=self.password_file, ssl=settings.ssl,
-            run_info_dir=self.run_dir / "manager", scheduler=settings.scheduler, library=settings.library),
+            port=validation.port_range(settings.port_range) or settings.port, name=settings.manager_name,
+            password_file=self.password_file, ssl=settings.ssl, run_info_dir=self.run_dir / "manager",
+            scheduler=settings.scheduler, library=settings.library, secrets_dir=self.private_dir),
             prefer_wait_s=settings.prefer_wait_s)
         port = self.dispatcher.start()
         self.logger.info(f"TaskVine manager listening on port {port}; run directory {self.run_dir}")
         self.provisioned = provision.start_workers(settings, manager_port=port, password_file=self.password_file,
-                                               run_dir=self.run_dir)
+                                                   run_dir=self.run_dir, private_dir=self.private_dir)
 
     def additional_general_args(self):
         # Without a shared filesystem the job runs in its worker sandbox, where the sources were shipped: override
@@ -143,8 +177,11 @@ class Executor(RemoteExecutor):
         spec = job_task(job, self.format_job_exec(job), shared_fs=self.shared_fs, workdir=self.workdir,
                         retries=self.workflow.executor_settings.retries,
                         sources=() if self.shared_fs else self.sources(),
-                        function=self.workflow.executor_settings.library)
-        self.logger.debug(f"TaskVine task {spec.tag}: {spec.command}")
+                        function=self.workflow.executor_settings.library, call_memory_mb=self.call_memory_mb,
+                        env=self.envvars())
+        # Debug level (shown with --verbose only). The command holds no secret: the password is a file on the
+        # worker, and the workflow's envvars go as the task's environment (spec.env), which is not logged.
+        self.logger.debug(f"TaskVine task {spec.tag}{' (library call)' if spec.function else ''}: {spec.command}")
         self.dispatcher.submit(spec)
         self.report_job_submission(SubmittedJobInfo(job=job, external_jobid=spec.tag))
 
@@ -177,4 +214,6 @@ class Executor(RemoteExecutor):
     def stop_workers(self):
         while self.provisioned:
             self.provisioned.pop().stop()
-        self.dispatcher.stop()
+        if self.dispatcher is not None:
+            self.dispatcher.stop()
+        remove_private_directory(self.private_dir)

@@ -4,9 +4,13 @@ Snakemake once, and each job is a call of ``run_job`` in a child forked from it 
 
 ``run_job`` takes the job's command as Snakemake formats it (``<python> -m snakemake <args>``) and runs those
 arguments through ``snakemake.cli.main`` in the forked child, in DIRECTORY (the workflow directory with a shared
-filesystem) or in the call's own sandbox; any other command runs in a shell. Everything the job writes to its
+filesystem) or in the call's own sandbox, with ENV (the job's variables, such as the workflow's ``envvars``) added to
+its environment; any other command runs in a shell. Everything the job writes to its
 standard output and error is kept, and its tail is returned with the exit code. This module imports nothing of
 TaskVine: the adapter (``taskvine.py``) makes the library from it.
+
+A call takes one of the worker's function slots (one per core), and nothing limits what it uses: the executor sends
+only jobs of one core whose memory fits a slot's share as calls (``tasks.job_task``), the others as processes.
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ OUTPUT_KEEP = 200_000  # characters of output returned to the manager
 SNAKEMAKE_COMMAND = re.compile(r"^\S+ -m snakemake (?P<args>.*)$", re.S)
 
 
-def run_job(command: str, directory: str = "") -> dict:
+def run_job(command: str, directory: str = "", env: dict | None = None) -> dict:
     """Run one job's COMMAND in this process (a fork of the library); {"exit_code", "output"}."""
+    os.environ.update(env or {})
     log = os.path.abspath("job-output.log")
     sys.stdout.flush()
     sys.stderr.flush()

@@ -9,6 +9,10 @@ factory, all started at once. A factory counts every worker connected to the man
 worker that is lost is replaced only while the manager has fewer workers than that group's maximum; and a factory
 started after other groups' workers have connected would start none. Local groups therefore do not use factories:
 the plugin starts each group's ``max_workers`` workers itself.
+
+Group names, features and HTCondor requirements end up in vine_factory's shell commands, the HTCondor submit
+description and the workers' command lines: each is checked against a strict pattern (``SAFE_NAME``,
+``SAFE_REQUIREMENTS``) before anything starts. Workers get only the allowed environment (``--taskvine-worker-env``).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import yaml
 from snakemake_interface_common.exceptions import WorkflowError
 
 from .tasks import comma_separated
-from .taskvine import Factory, Worker
+from .taskvine import SAFE_NAME, SAFE_REQUIREMENTS, Factory, Worker, env_patterns
 
 WORKER_MODES = ("local", "condor", "none")
 CONDOR_CHECK_TIMEOUT_S = 20
@@ -45,6 +49,9 @@ class WorkerGroup:
 
 
 GROUP_KEYS = {f.name for f in dataclasses.fields(WorkerGroup)}
+NAME_RULE = "use letters, digits and _ . - only, not starting with . or -"
+REQUIREMENTS_RULE = ("write one line of a ClassAd expression (letters, digits, spaces, double quotes, "
+                     "_ . , : ( ) < > = ! & | + - * / % ?); no $, \\, ', `, ; or line breaks")
 SIZES = {"min_workers": 0, "max_workers": 1, "cores": 1, "memory_mb": 0, "disk_mb": 0}
 
 
@@ -79,10 +86,21 @@ def worker_groups(settings) -> tuple[list[WorkerGroup], list[str]]:
             value = item.get(key, defaults[key])
             if not isinstance(value, int) or value < least:
                 found.append(f"{where}: group {item['name']}: {key} {value!r} must be a whole number >= {least}")
+        name = item["name"]
+        if not SAFE_NAME.match(name):
+            found.append(f"{where}: worker_groups[{i}] name {name!r}: " + NAME_RULE)
         features = item.get("features", [])
         if not isinstance(features, list) or not all(isinstance(f, str) for f in features):
-            found.append(f"{where}: group {item['name']}: features must be a list of names")
+            found.append(f"{where}: group {name!r}: features must be a list of names")
             features = []
+        found += [f"{where}: group {name!r}: feature {f!r}: " + NAME_RULE for f in features if not SAFE_NAME.match(f)]
+        requirements = item.get("condor_requirements", "")
+        if not isinstance(requirements, str) or not SAFE_REQUIREMENTS.match(requirements):
+            found.append(f"{where}: group {name!r}: condor_requirements {requirements!r}: " + REQUIREMENTS_RULE)
+        elif requirements:
+            from .validation import requirements_problems  # validation imports this module
+
+            found += requirements_problems(requirements, f"{where}: group {name!r}: condor_requirements")
         if not found:
             groups.append(WorkerGroup(**{**defaults, **{k: v for k, v in item.items() if k in GROUP_KEYS},
                                          "features": tuple(features) + tuple(common)}))
@@ -115,42 +133,58 @@ def check_condor_reachable() -> None:
         )
 
 
-def start_workers(settings, *, manager_port: int, password_file: Path, run_dir: Path) -> list[Factory | Worker]:
+def call_memory_mb(settings) -> int:
+    """The memory (MB) of one function slot of the workers this plugin starts (a worker's memory over its cores; the
+    smallest over the groups); 0 when unknown (someone else's workers, or a worker whose memory TaskVine decides)."""
+    if settings.workers == "none":
+        return 0
+    groups, found = worker_groups(settings)
+    if found or not groups or any(g.memory_mb <= 0 for g in groups):
+        return 0
+    return min(g.memory_mb // g.cores for g in groups)
+
+
+def start_workers(settings, *, manager_port: int, password_file: Path, run_dir: Path,
+                  private_dir: Path) -> list[Factory | Worker]:
     """What keeps the run's workers connected to the manager on PORT: a factory per worker group, or for local
-    worker groups the workers themselves (nothing for ``workers=none``)."""
+    worker groups the workers themselves (nothing for ``workers=none``). Factories work in PRIVATE_DIR (their
+    files include a copy of the password); their logs go to RUN_DIR."""
     if settings.workers == "none":
         return []
     groups, found = worker_groups(settings)
     if found:  # validated at start-up already; a file changed since would land here
         raise WorkflowError("; ".join(found))
-    if settings.workers == "local" and settings.worker_groups:
-        return [
-            Worker(manager_host="127.0.0.1", manager_port=manager_port,
-                   workspace=run_dir / "workers" / f"{group.name}-{i}", password_file=password_file,
-                   ssl=settings.ssl, cores=group.cores, memory_mb=group.memory_mb, disk_mb=group.disk_mb,
-                   features=group.features, env={GROUP_ENV: group.name})
-            for group in groups for i in range(group.max_workers)
-        ]
-    host = "127.0.0.1" if settings.workers == "local" else _manager_host()
-    return [
-        Factory(
-            batch_type=settings.workers,
-            manager_host=host,
-            manager_port=manager_port,
-            scratch_dir=run_dir / "factory" / group.name,
-            password_file=password_file,
-            ssl=settings.ssl,
-            min_workers=group.min_workers,
-            max_workers=group.max_workers,
-            cores=group.cores,
-            memory_mb=group.memory_mb,
-            disk_mb=group.disk_mb,
-            features=group.features,
-            condor_requirements=group.condor_requirements,
-            worker_env={GROUP_ENV: group.name},
-        )
-        for group in groups
-    ]
+    allow = env_patterns(settings.worker_env)
+    started: list[Factory | Worker] = []
+    try:
+        if settings.workers == "local" and settings.worker_groups:
+            for group in groups:
+                for i in range(group.max_workers):
+                    started.append(Worker(
+                        manager_host="127.0.0.1", manager_port=manager_port,
+                        workspace=run_dir / "workers" / f"{group.name}-{i}", password_file=password_file,
+                        ssl=settings.ssl, cores=group.cores, memory_mb=group.memory_mb, disk_mb=group.disk_mb,
+                        features=group.features, env={GROUP_ENV: group.name}, env_allow=allow))
+            return started
+        host = "127.0.0.1" if settings.workers == "local" else _manager_host()
+        for group in groups:
+            started.append(_factory(settings, group, host, manager_port, password_file, allow,
+                                    scratch_dir=private_dir / "factory" / group.name,
+                                    log=run_dir / "factory" / group.name / "factory.log"))
+        return started
+    except ValueError as e:  # a path or name the TaskVine binaries cannot take safely
+        for process in started:
+            process.stop()
+        raise WorkflowError(f"cannot start the TaskVine workers: {e}")
+
+
+def _factory(settings, group: WorkerGroup, host: str, manager_port: int, password_file: Path, allow: list[str], *,
+             scratch_dir: Path, log: Path) -> Factory:
+    return Factory(batch_type=settings.workers, manager_host=host, manager_port=manager_port, scratch_dir=scratch_dir,
+                   log=log, password_file=password_file, ssl=settings.ssl, min_workers=group.min_workers,
+                   max_workers=group.max_workers, cores=group.cores, memory_mb=group.memory_mb,
+                   disk_mb=group.disk_mb, features=group.features, condor_requirements=group.condor_requirements,
+                   worker_env={GROUP_ENV: group.name}, worker_env_allow=allow)
 
 
 def _manager_host() -> str:

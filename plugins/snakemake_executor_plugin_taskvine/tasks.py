@@ -115,9 +115,17 @@ def job_task(
     retries: int,
     sources: Iterable[str] = (),
     function: bool = False,
+    call_memory_mb: int = 0,
+    env: dict[str, str] | None = None,
 ) -> TaskSpec:
     """The TaskVine task that runs JOB's COMMAND (its ``python -m snakemake ...`` line), as a process of its own or
-    as a call of the workers' library (FUNCTION)."""
+    as a call of the workers' library (FUNCTION). A call takes one function slot (a core) and nothing limits its
+    memory, so only a job of one core whose mem_mb is at most CALL_MEMORY_MB (a slot's share of a worker's memory;
+    0: unknown, not checked) is sent as a call; the others run as processes with their cores and memory. ENV: the
+    job's environment variables, sent with the task (not on its command line)."""
+    cores = max(1, int(job.resources.get("_cores", job.threads) or 1))
+    memory_mb = _int_resource(job, "mem_mb")
+    function = function and call_fits(cores, memory_mb, call_memory_mb)
     inputs: list[tuple[str, str]] = []
     outputs: list[tuple[str, str]] = []
     if not shared_fs:
@@ -130,8 +138,8 @@ def job_task(
     return TaskSpec(
         command=command,
         tag=task_tag(job),
-        cores=max(1, int(job.resources.get("_cores", job.threads) or 1)),
-        memory_mb=_int_resource(job, "mem_mb"),
+        cores=cores,
+        memory_mb=memory_mb,
         disk_mb=_int_resource(job, "disk_mb"),
         time_max_s=runtime_min * 60,
         features=features(job),
@@ -141,4 +149,11 @@ def job_task(
         outputs=outputs,
         function=function,
         directory=workdir if shared_fs and function else "",
+        env=dict(env or {}),
     )
+
+
+def call_fits(cores: int, memory_mb: int, call_memory_mb: int) -> bool:
+    """Whether a job of CORES and MEMORY_MB may run as a library call, whose slot is one core and CALL_MEMORY_MB
+    (0: unknown)."""
+    return cores <= 1 and (call_memory_mb <= 0 or memory_mb <= call_memory_mb)

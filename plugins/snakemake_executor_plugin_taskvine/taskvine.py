@@ -7,24 +7,58 @@ Everything points at a catalog on loopback unless told otherwise: TaskVine's def
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import os
+import re
 import secrets
+import shlex
+import shutil
 import signal
 import subprocess
+import tempfile
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 LOOPBACK_CATALOG = "127.0.0.1:9097"
 # TaskVine's scheduling modes (VINE_SCHEDULE_<NAME>): files = where the task's input files already are.
 SCHEDULERS = ("files", "time", "fcfs", "rand", "worst")
 STOP_TIMEOUT_S = 30.0
 LIBRARY_NAME = "snakemake-jobs"
+# A task's environment (TaskSpec.env) arrives as this file in its sandbox, which the task's shell sources first:
+# TaskVine's own set_env_var would write each value into the manager's debug log.
+ENV_FILE = ".hepvine-task-env"
 GAVE_UP_LOST = "lost workers"  # TaskResult.result of a task given up after losing more workers than its retries
 # A worker killed outright can leave its tasks' processes holding its connection open, so the manager does not see
 # it go; keepalives find it: one every KEEPALIVE_INTERVAL_S, and a worker silent for KEEPALIVE_TIMEOUT_S is dropped
 # (its tasks are dispatched again). TaskVine's defaults (2 and 15 minutes) would stall a run that long.
 KEEPALIVE_INTERVAL_S = 5
 KEEPALIVE_TIMEOUT_S = 20
+PRIVATE_PREFIX = "hepvine-vine-"
+# vine_factory pastes paths unquoted into shell commands (`cp PASSWORD SCRATCH/pwfile`) and the workers' command
+# line (run through `eval` in the HTCondor job): every path handed to it must be made of these characters.
+SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+-]+$")
+# Names (worker groups, features) that reach vine_factory's and vine_worker's command lines and submit files.
+SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+# An HTCondor requirements expression as vine_factory writes it into the submit description (`requirements = (...)`):
+# ClassAd operators, names, numbers and "strings", on one line; no $ (condor_submit expands $(...) and $ENV(...)),
+# no \ (line continuation), no line breaks, no ', ` or ;. It reaches no shell (an argument of vine_factory, then a
+# line of the submit description), so the quotes and && of an expression are harmless.
+SAFE_REQUIREMENTS = re.compile(r"^[A-Za-z0-9_ .,:()<>=!&|+*/%?\"-]*$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\*?$")  # a variable name, or a prefix ending in *
+# What the workers' environment is made of unless --taskvine-worker-env says otherwise: finding programs and
+# libraries (PATH, LD_LIBRARY_PATH, a venv or conda environment, Python's own variables), the user's home and locale,
+# X509 proxies and CA directories, bearer-token *files* (WLCG token discovery), XRootD's client and security
+# settings, and TaskVine's catalog. Not BEARER_TOKEN itself: a value in the environment of an HTCondor job is in its
+# job ad, which every user of the pool can read (condor_q -l); hand tokens over as files.
+DEFAULT_WORKER_ENV = (
+    "PATH", "LD_LIBRARY_PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_*", "TZ",
+    "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "PYTHONPATH", "PYTHONHOME",
+    "X509_USER_PROXY", "X509_CERT_DIR", "X509_VOMS_DIR", "X509_VOMSES", "SSL_CERT_FILE", "SSL_CERT_DIR",
+    "BEARER_TOKEN_FILE", "XDG_RUNTIME_DIR", "XRD_*", "XrdSec*", "CATALOG_HOST", "CATALOG_PORT",
+)
+# What the HTCondor command-line tools that vine_factory runs need (the factory's own environment, not the jobs').
+CONDOR_CLIENT_ENV = ("PATH", "HOME", "USER", "LOGNAME", "CONDOR_CONFIG", "_CONDOR_*")
 
 
 def import_taskvine():
@@ -51,14 +85,82 @@ def catalog_address() -> str:
     return host if ":" in host or not port else f"{host}:{port}"
 
 
-def write_password_file(directory: Path) -> Path:
-    """A fresh random password in DIRECTORY/vine.password, readable by its owner only."""
-    directory.mkdir(parents=True, exist_ok=True)
+def private_directory() -> Path:
+    """A new directory that only this user can enter (mode 0700, made by ``mkdtemp``: a fresh random name, unique
+    even for two runs in the same second) in the temporary directory, outside the checkout, whose ACLs may let
+    others in. It holds the run's secrets and the factories' files (which include a copy of the password)."""
+    return Path(tempfile.mkdtemp(prefix=PRIVATE_PREFIX))
+
+
+def remove_private_directory(directory: Path) -> None:
+    """Remove DIRECTORY (made by private_directory) and everything in it; a directory already gone is fine."""
+    try:
+        shutil.rmtree(directory)
+    except FileNotFoundError:
+        pass
+
+
+def write_password_file(directory: Path | None = None) -> Path:
+    """A fresh random password in DIRECTORY/vine.password (default: a new private_directory()), readable by its owner
+    only. Never overwrites nor follows a link: the file is created here or this fails. The password is never
+    printed or logged; workers are given the file's path."""
+    if directory is None:
+        directory = private_directory()
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = directory / "vine.password"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(secrets.token_hex(32) + "\n")
     return path
+
+
+def env_patterns(value: str | Sequence[str] | None) -> list[str]:
+    """The names and NAME* prefixes of a --taskvine-worker-env value ('a,B_*'); the word 'default' stands for
+    DEFAULT_WORKER_ENV, None or '' for DEFAULT_WORKER_ENV alone."""
+    items = [v.strip() for v in (value.split(",") if isinstance(value, str) else (value or ())) if v.strip()]
+    if not items:
+        return list(DEFAULT_WORKER_ENV)
+    expanded: list[str] = []
+    for item in items:
+        for name in (DEFAULT_WORKER_ENV if item == "default" else (item,)):
+            if name not in expanded:
+                expanded.append(name)
+    return expanded
+
+
+def bad_env_patterns(patterns: Sequence[str]) -> list[str]:
+    """The entries of PATTERNS that are neither a variable name nor a NAME* prefix."""
+    return [p for p in patterns if not ENV_PATTERN.match(p)]
+
+
+def allowed_environment(patterns: Sequence[str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables of ENVIRON (default: this process's) whose names PATTERNS allow (exact names, NAME* prefixes;
+    case-sensitive)."""
+    environ = os.environ if environ is None else environ
+    return {k: v for k, v in environ.items() if any(fnmatch.fnmatchcase(k, p) for p in patterns)}
+
+
+def self_signed_certificate(directory: Path) -> tuple[str, str]:
+    """(key, certificate): a fresh self-signed TLS certificate for the manager, in DIRECTORY (a private one)."""
+    key, cert = directory / "manager.key", directory / "manager.cert"
+    try:
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:3072", "-keyout", str(key), "-out", str(cert),
+                        "-sha256", "-days", "7", "-nodes", "-batch", "-subj", "/CN=hepvine-taskvine-manager"],
+                       check=True, capture_output=True, text=True)
+    except FileNotFoundError as e:
+        raise RuntimeError("--taskvine-ssl needs the openssl command to make the run's certificate; install "
+                           "openssl or leave out --taskvine-ssl") from e
+    except subprocess.CalledProcessError as e:
+        raise RuntimeError(f"--taskvine-ssl: openssl could not make the run's certificate: {e.stderr.strip()}") from e
+    return str(key), str(cert)
+
+
+def _safe_path(path: Path | str, what: str) -> str:
+    text = str(path)
+    if not SAFE_PATH.match(text):
+        raise ValueError(f"{what} {text!r}: vine_factory and vine_worker paste it into shell commands; use a path "
+                         "made of letters, digits and _ . / + - only")
+    return text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +176,8 @@ class TaskSpec:
     features: Sequence[str] = ()
     # Features the task prefers: asked for like FEATURES at first; the dispatcher may drop them (see dispatcher).
     preferred: Sequence[str] = ()
+    # Environment variables of the task (which may be secrets): sent as a file the task sources, never on its command
+    # line nor in a log.
     env: dict[str, str] = dataclasses.field(default_factory=dict)
     retries: int = 0
     priority: int = 0  # higher runs first
@@ -133,12 +237,18 @@ class Manager:
         run_info_dir: Path | None = None,
         scheduler: str = "files",
         library: bool = False,
+        secrets_dir: Path | None = None,
     ):
         vine = import_taskvine()
         from ndcctools.taskvine import cvine
 
         self._vine = vine
-        kwargs = {"port": port, "ssl": True if ssl else None}
+        # With ssl=True TaskVine writes its key into the run-info directory; with SECRETS_DIR (a private directory)
+        # the key and certificate are made there instead.
+        tls = None
+        if ssl:
+            tls = self_signed_certificate(secrets_dir) if secrets_dir is not None else True
+        kwargs = {"port": port, "ssl": tls}
         if run_info_dir is not None:
             kwargs["run_info_path"] = str(run_info_dir)
         self._m = vine.Manager(**kwargs)
@@ -153,6 +263,7 @@ class Manager:
         self._tasks: dict[int, object] = {}
         self._losses: dict[int, _Losses] = {}
         self._files: dict[str, object] = {}
+        self._env_files: dict[str, object] = {}
         if library:
             self._install_library()
 
@@ -173,10 +284,12 @@ class Manager:
         return self._m.port
 
     def submit(self, spec: TaskSpec) -> int:
-        if spec.function:
-            t = self._vine.FunctionCall(LIBRARY_NAME, "run_job", spec.command, spec.directory)
+        if spec.function:  # the call's environment is set by run_job in its forked child
+            t = self._vine.FunctionCall(LIBRARY_NAME, "run_job", spec.command, spec.directory, dict(spec.env))
         else:
-            t = self._vine.Task(spec.command)
+            t = self._vine.Task(f". ./{ENV_FILE} && {spec.command}" if spec.env else spec.command)
+            if spec.env:
+                t.add_input(self._env_file(spec.env), ENV_FILE)
             if spec.cores:
                 t.set_cores(spec.cores)
             if spec.memory_mb:
@@ -193,8 +306,6 @@ class Manager:
             t.set_priority(spec.priority)
         for feature in (*spec.features, *spec.preferred):
             t.add_feature(feature)
-        for key, value in spec.env.items():
-            t.set_env_var(key, value)
         for local, remote in spec.inputs:
             t.add_input(self._file(local), remote)
         for local, remote in spec.outputs:
@@ -204,6 +315,17 @@ class Manager:
         self._tasks[task_id] = t
         self._losses[task_id] = _Losses(retries=spec.retries)
         return task_id
+
+    def _env_file(self, env: dict[str, str]):
+        """ENV as a shell file of ``export NAME='value'`` lines, declared once per distinct ENV (a buffer: nothing
+        on the manager's disk), cached on the workers for the run and never passed from one worker to another."""
+        for name in env:
+            if not ENV_NAME.match(name):
+                raise ValueError(f"environment variable name {name!r}: use letters, digits and _ only")
+        text = "".join(f"export {name}={shlex.quote(value)}\n" for name, value in sorted(env.items()))
+        if text not in self._env_files:
+            self._env_files[text] = self._m.declare_buffer(text, cache="workflow", peer_transfer=False)
+        return self._env_files[text]
 
     def _file(self, local: str):
         """The run's one declaration of a local file: a file used by many tasks, or made by one task and read by
@@ -299,28 +421,44 @@ class _Process:
         return self.proc.returncode
 
 
-def _environment() -> dict[str, str]:
-    """This process's environment with TaskVine's catalog variables pointing where catalog_address() says."""
+def _catalog_env() -> dict[str, str]:
+    """TaskVine's catalog variables pointing where catalog_address() says."""
     host, _, port = catalog_address().partition(":")
-    return dict(os.environ, CATALOG_HOST=host, CATALOG_PORT=port or "9097")
+    return {"CATALOG_HOST": host, "CATALOG_PORT": port or "9097"}
+
+
+def _worker_env_list(patterns: Sequence[str], extra: Mapping[str, str]) -> str:
+    """PATTERNS and the names of EXTRA as an HTCondor ``getenv`` match list."""
+    names = list(patterns) + [k for k in (*_catalog_env(), *extra) if k not in patterns]
+    return ", ".join(names)
 
 
 def _worker_options(password_file: Path | None, ssl: bool, memory_mb: int, disk_mb: int,
                     features: Sequence[str]) -> list[str]:
     """The options that vine_worker and vine_factory share for the workers they start."""
-    options = [f"--password={password_file}"] if password_file is not None else []
+    options = [f"--password={_safe_path(password_file, 'password file')}"] if password_file is not None else []
     if ssl:
         options.append("--ssl")
     if memory_mb:
         options.append(f"--memory={memory_mb}")
     if disk_mb:
         options.append(f"--disk={disk_mb}")
+    for f in features:
+        if not SAFE_NAME.match(f):  # validated with the settings already; this is the last line of defence
+            raise ValueError(f"worker feature {f!r}: use letters, digits and _ . - only")
     return options + [f"--feature={f}" for f in features]
 
 
 class Factory(_Process):
     """``vine_factory``: keeps between MIN and MAX workers in a batch system (``condor`` for HTCondor, ``local``)
-    connected to the manager at HOST:PORT. Stopping it removes the workers it submitted."""
+    connected to the manager at HOST:PORT. Stopping it removes the workers it submitted.
+
+    The workers' environment is WORKER_ENV_ALLOW (names and NAME* prefixes) of this process's, plus WORKER_ENV and
+    the catalog's variables; nothing else. vine_factory writes ``getenv = true`` into each HTCondor submit
+    description (the job gets the environment of condor_submit, i.e. the factory's): so the factory runs with the
+    allowed variables and HTCondor's own client variables only, and the submit description's ``getenv`` is
+    replaced by the allow-list (a later line wins), which leaves the HTCondor client variables out too. Its
+    SCRATCH_DIR holds a copy of the password: give it a private directory."""
 
     def __init__(
         self,
@@ -339,23 +477,34 @@ class Factory(_Process):
         features: Sequence[str] = (),
         condor_requirements: str = "",
         worker_env: dict[str, str] | None = None,
+        worker_env_allow: Sequence[str] = DEFAULT_WORKER_ENV,
         worker_timeout_s: int = 300,
+        log: Path | None = None,
     ):
+        worker_env = dict(worker_env or {})
         argv = [
             "vine_factory", f"--batch-type={batch_type}", f"--catalog={catalog_address()}",
-            f"--scratch-dir={scratch_dir}", f"--min-workers={min_workers}", f"--max-workers={max_workers}",
+            f"--scratch-dir={_safe_path(scratch_dir, 'factory scratch directory')}",
+            f"--min-workers={min_workers}", f"--max-workers={max_workers}",
             f"--workers-per-cycle={max_workers}", f"--cores={cores}", f"--timeout={worker_timeout_s}",
             "--parent-death", *_worker_options(password_file, ssl, memory_mb, disk_mb, features),
         ]
         if condor_requirements:
+            if not SAFE_REQUIREMENTS.match(condor_requirements):  # validated with the settings already
+                raise ValueError(f"HTCondor requirements {condor_requirements!r}: one line of a ClassAd expression "
+                                 "without $, \\, ', ` or ;")
             argv.append(f"--condor-requirements={condor_requirements}")
+        if batch_type == "condor":
+            argv.append(f"--batch-options=getenv = {_worker_env_list(worker_env_allow, worker_env)}")
         # Workers report to the same loopback catalog as the factory.
-        host, _, port = catalog_address().partition(":")
-        argv += [f"--env=CATALOG_HOST={host}", f"--env=CATALOG_PORT={port or '9097'}"]
+        argv += [f"--env={key}={value}" for key, value in _catalog_env().items()]
         if worker_env:  # the factory's --env does not reach workers of the local batch type; a wrapper does
-            argv.append("--wrapper=env " + " ".join(f"{key}={value}" for key, value in worker_env.items()))
+            assignments = [shlex.quote(f"{key}={value}") for key, value in worker_env.items()]
+            argv.append("--wrapper=env " + " ".join(assignments))
         argv += [manager_host, str(manager_port)]
-        super().__init__(argv, scratch_dir / "factory.log", env=_environment())
+        own = CONDOR_CLIENT_ENV if batch_type == "condor" else ()
+        env = {**allowed_environment([*worker_env_allow, *own]), **_catalog_env()}
+        super().__init__(argv, log or scratch_dir / "factory.log", env=env)
 
 
 class Worker(_Process):
@@ -375,8 +524,10 @@ class Worker(_Process):
         features: Sequence[str] = (),
         timeout_s: int = 300,
         env: dict[str, str] | None = None,
+        env_allow: Sequence[str] = DEFAULT_WORKER_ENV,
     ):
         argv = ["vine_worker", f"--workspace={workspace}", f"--cores={cores}", f"--timeout={timeout_s}",
                 "--single-shot", "--parent-death", *_worker_options(password_file, ssl, memory_mb, disk_mb, features),
                 manager_host, str(manager_port)]
-        super().__init__(argv, workspace.parent / f"{workspace.name}.log", env={**_environment(), **(env or {})})
+        super().__init__(argv, workspace.parent / f"{workspace.name}.log",
+                         env={**allowed_environment(env_allow), **_catalog_env(), **(env or {})})

@@ -9,12 +9,23 @@ from pathlib import Path
 
 from snakemake_interface_common.exceptions import WorkflowError
 
-from .provision import WORKER_MODES, worker_groups
-from .taskvine import SCHEDULERS
+from .provision import NAME_RULE, REQUIREMENTS_RULE, WORKER_MODES, worker_groups
+from .taskvine import SAFE_NAME, SAFE_PATH, SAFE_REQUIREMENTS, SCHEDULERS, bad_env_patterns, env_patterns
+from .tasks import comma_separated
 
 
 def flag(name: str) -> str:
     return "--taskvine-" + name.replace("_", "-")
+
+
+def port_range(value: str | None) -> tuple[int, int] | None:
+    """'LOW-HIGH' → (LOW, HIGH); None or '' → None. Raises ValueError for anything else."""
+    if not value:
+        return None
+    low, sep, high = str(value).partition("-")
+    if not sep or not low.strip().isdigit() or not high.strip().isdigit():
+        raise ValueError(value)
+    return int(low), int(high)
 
 
 def problems(settings) -> list[str]:
@@ -22,6 +33,26 @@ def problems(settings) -> list[str]:
     found = []
     if not 0 <= settings.port <= 65535:
         found.append(f"{flag('port')} {settings.port}: a TCP port is 0 (any free port) to 65535")
+    try:
+        ports = port_range(settings.port_range)
+    except ValueError:
+        ports = (0, -1)
+    if ports is not None:
+        if not 1 <= ports[0] <= ports[1] <= 65535:
+            found.append(f"{flag('port_range')} {settings.port_range!r}: write LOW-HIGH, two TCP ports with "
+                         "1 <= LOW <= HIGH <= 65535 (e.g. 9100-9199)")
+        elif settings.port:
+            found.append(f"{flag('port_range')} and {flag('port')} {settings.port} are both set; keep one")
+    for feature in comma_separated(settings.worker_features):
+        if not SAFE_NAME.match(feature):
+            found.append(f"{flag('worker_features')}: feature {feature!r}: {NAME_RULE}")
+    if settings.condor_requirements:
+        found += requirements_problems(settings.condor_requirements, flag("condor_requirements"))
+    bad = bad_env_patterns([p for p in env_patterns(settings.worker_env)])
+    if bad:
+        found.append(f"{flag('worker_env')}: {', '.join(map(repr, bad))}: give variable names (letters, digits, _) "
+                     "or prefixes ending in * (e.g. XRD_*), separated by commas; 'default' stands for the default "
+                     "list")
     if settings.workers not in WORKER_MODES:
         found.append(f"{flag('workers')} {settings.workers!r}: choose one of {', '.join(WORKER_MODES)}")
     if settings.scheduler not in SCHEDULERS:
@@ -43,8 +74,28 @@ def problems(settings) -> list[str]:
     return found
 
 
+def requirements_problems(text: str, where: str) -> list[str]:
+    """What is wrong with an HTCondor requirements expression: characters outside SAFE_REQUIREMENTS, or (when
+    HTCondor's Python bindings are here) not a ClassAd expression. condor_submit would refuse the latter, and the
+    factory would try again forever, leaving the run without workers."""
+    if not SAFE_REQUIREMENTS.match(text):
+        return [f"{where} {text!r}: {REQUIREMENTS_RULE}"]
+    try:
+        import classad2
+    except ImportError:
+        return []  # condor_submit judges it
+    try:
+        classad2.ExprTree(text)
+    except classad2.ClassAdException as e:
+        return [f"{where} {text!r}: not a ClassAd expression ({e}); check its parentheses, operators and quotes"]
+    return []
+
+
 def password_file_problems(path: Path) -> list[str]:
     where = f"{flag('password_file')} {path}"
+    if not SAFE_PATH.match(str(path.absolute())):
+        return [f"{where}: TaskVine's factory pastes this path into shell commands; move the file to a path made "
+                "of letters, digits and _ . / + - only"]
     if not path.is_file():
         return [f"{where}: no such file. Create one (e.g. `openssl rand -hex 32 > {path}; chmod 600 {path}`) "
                 "or leave the setting out to get a random password for this run"]
