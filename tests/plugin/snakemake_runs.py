@@ -19,16 +19,18 @@ class Workflow:
         root.mkdir(parents=True, exist_ok=True)
         (root / "Snakefile").write_text(textwrap.dedent(snakefile))
 
+    def command(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "snakemake", "--executor", "taskvine", "--jobs", "4", *args]
+
     def run(self, *args: str, timeout: float = 300, check: bool = False) -> subprocess.CompletedProcess:
-        cmd = [sys.executable, "-m", "snakemake", "--executor", "taskvine", "--jobs", "4", *args]
-        done = subprocess.run(cmd, cwd=self.root, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(self.command(*args), cwd=self.root, capture_output=True, text=True, timeout=timeout)
         if check and done.returncode != 0:
             raise AssertionError(f"snakemake failed ({done.returncode}):\n{done.stderr[-4000:]}")
         return done
 
     def popen(self, *args: str) -> subprocess.Popen:
-        cmd = [sys.executable, "-m", "snakemake", "--executor", "taskvine", "--jobs", "4", *args]
-        return subprocess.Popen(cmd, cwd=self.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        return subprocess.Popen(self.command(*args), cwd=self.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
 
 
 def slow_snakefile(shell: str, n: int = 4) -> str:
@@ -50,16 +52,18 @@ def alive(proc: psutil.Process) -> bool:
         return False
 
 
-def workers_under(directory) -> list[psutil.Process]:
-    """The vine_worker processes that the run's factory started (the factory runs in DIRECTORY)."""
+def workers_of(pid: int) -> list[psutil.Process]:
+    """The vine_worker processes that the run with PID started (through its factory or directly)."""
+    try:
+        descendants = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
     found = []
-    for proc in psutil.process_iter(["name"]):
+    for proc in descendants:
         try:
-            if proc.info["name"] == "vine_worker" and any(
-                parent.cwd().startswith(str(directory)) for parent in proc.parents()
-            ):
+            if proc.name() == "vine_worker":
                 found.append(proc)
-        except (psutil.Error, OSError):  # gone, a zombie, or not ours
+        except psutil.NoSuchProcess:
             continue
     return found
 

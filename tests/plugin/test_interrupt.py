@@ -4,6 +4,7 @@ the run's password is on no command line.)"""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -44,8 +45,12 @@ def test_ctrl_c_leaves_nothing_running_and_rerun_resumes(workflow):
                 seen[proc.pid] = proc
             time.sleep(0.5)
         assert {"vine_factory", "vine_worker", "sleep"} <= names, names
-        # The run's password is handed over in a file, never on a command line that other users can read.
-        password = next((wf.root / ".snakemake" / "taskvine").glob("*/vine.password")).read_text().strip()
+        # The run's password is handed over in a file (outside the workflow directory), never on a command line
+        # that other users can read.
+        path = next(arg.split("=", 1)[1] for proc in seen.values() if alive(proc) for arg in proc.cmdline()
+                    if arg.startswith("--password="))
+        assert not path.startswith(str(wf.root)), path
+        password = open(path).read().strip()
         assert len(password) >= 32
         for proc in seen.values():
             try:
@@ -63,6 +68,7 @@ def test_ctrl_c_leaves_nothing_running_and_rerun_resumes(workflow):
         time.sleep(0.5)
     left = [f"{p.pid} {p.name()}" for p in seen.values() if alive(p)]
     assert left == [], f"still running after Ctrl-C: {left}"
+    assert not os.path.exists(os.path.dirname(path)), "the run's private directory (password) outlived Ctrl-C"
     assert_rerun_finishes(wf, ARGS, timeout=300)
 
 

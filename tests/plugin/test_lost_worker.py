@@ -13,7 +13,7 @@ import pytest
 
 pytestmark = pytest.mark.sandbox
 
-from snakemake_runs import busy, kill_all, slow_snakefile, workers_under
+from snakemake_runs import busy, kill_all, slow_snakefile, workers_of
 
 SLOW = slow_snakefile("echo first-half > {output}; sleep 8; echo second-half >> {output}")
 
@@ -29,7 +29,7 @@ def test_killed_worker_job_is_redispatched(workflow):
         victim, orphans = None, []
         deadline = time.monotonic() + 120
         while victim is None and time.monotonic() < deadline and run.poll() is None:
-            victim = next((w for w in workers_under(wf.root / ".snakemake" / "taskvine") if busy(w)), None)
+            victim = next((w for w in workers_of(run.pid) if busy(w)), None)
             time.sleep(0.5)
         assert victim is not None, "no worker started a job within 120 s"
         orphans = victim.children(recursive=True)
@@ -62,7 +62,7 @@ def test_job_losing_its_worker_more_than_retries_times_fails(workflow):
         # After 1 + retries losses the job must fail at once (a whole run of it takes 60 s).
         deadline = time.monotonic() + 240
         while run.poll() is None and time.monotonic() < deadline and len(killed) <= retries:
-            victim = next((w for w in workers_under(wf.root / ".snakemake" / "taskvine")
+            victim = next((w for w in workers_of(run.pid)
                            if w.pid not in killed and busy(w)), None)
             if victim is None:
                 time.sleep(0.5)
