@@ -80,6 +80,18 @@ def assert_rerun_finishes(wf, args, timeout: float) -> None:
     assert sorted(p.read_text() for p in (wf.root / "out").glob("*.txt")) == ["0\n", "1\n", "2\n", "3\n"]
 
 
+def _factory_scratch(pid: int) -> str | None:
+    """The scratch directory of the factory that the run with PID started (in the run's private directory); its
+    HTCondor jobs run from there."""
+    for proc in descendants(pid):
+        try:
+            if proc.name() == "vine_factory":
+                return next(a.split("=", 1)[1] for a in proc.cmdline() if a.startswith("--scratch-dir="))
+        except psutil.NoSuchProcess:
+            continue
+    return None
+
+
 def _condor_jobs(condor_env, root) -> list[str]:
     """'cluster.proc status' of each HTCondor job whose working directory is under ROOT: the run's workers."""
     done = subprocess.run(["condor_q", "-allusers", "-constraint", f'regexp("^{root}", Iwd)', "-af:j", "JobStatus"],
@@ -92,10 +104,16 @@ def test_ctrl_c_removes_condor_workers(workflow, condor_env):
     args = ("--taskvine-workers", "condor", *ARGS)
     run = wf.popen(*args)
     try:
+        deadline = time.monotonic() + 60
+        scratch = None
+        while time.monotonic() < deadline and scratch is None:
+            scratch = _factory_scratch(run.pid)
+            time.sleep(0.5)
+        assert scratch is not None, "the run started no vine_factory"
         deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and not any(j.endswith(" 2") for j in _condor_jobs(condor_env, wf.root)):
+        while time.monotonic() < deadline and not any(j.endswith(" 2") for j in _condor_jobs(condor_env, scratch)):
             time.sleep(2)
-        assert any(j.endswith(" 2") for j in _condor_jobs(condor_env, wf.root)), "no worker job started (status 2)"
+        assert any(j.endswith(" 2") for j in _condor_jobs(condor_env, scratch)), "no worker job started (status 2)"
         time.sleep(5)  # tasks reach the workers
         run.send_signal(signal.SIGINT)
         run.communicate(timeout=120)
@@ -104,8 +122,8 @@ def test_ctrl_c_removes_condor_workers(workflow, condor_env):
             run.kill()
     # The factory removed its worker jobs from the pool on the way out.
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and _condor_jobs(condor_env, wf.root):
+    while time.monotonic() < deadline and _condor_jobs(condor_env, scratch):
         time.sleep(2)
-    assert _condor_jobs(condor_env, wf.root) == [], "worker jobs left in the HTCondor queue after Ctrl-C"
+    assert _condor_jobs(condor_env, scratch) == [], "worker jobs left in the HTCondor queue after Ctrl-C"
     assert_rerun_finishes(wf, args, timeout=400)
 
