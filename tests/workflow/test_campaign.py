@@ -1,10 +1,13 @@
 """The campaign workflow end to end with Snakemake's local executor on generated files: every file counted once,
-a corrupt and a missing file reported (the rest completes), the merged histograms equal the per-file sum, a rerun
-retries only what failed, and a bad spec fails before any task starts."""
+a corrupt and a missing file reported as permanent failures (the rest completes), the merged histograms equal the
+per-file sum and their event counts equal the records', reruns retry exactly what failed (transient failures by
+themselves, permanent ones with --forcerun), and a bad spec fails before any task starts."""
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,10 +22,10 @@ from hepvine import analysis, generate
 REPO = Path(__file__).resolve().parents[2]
 
 
-def snakemake(workdir: Path, *config: str) -> subprocess.CompletedProcess:
+def snakemake(workdir: Path, *config: str, extra: tuple[str, ...] = (), env: dict | None = None):
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
-           "--cores", "2", "--config", *config]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+           "--cores", "2", *extra, "--config", *config]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
 
 
 @pytest.fixture
@@ -38,29 +41,39 @@ def campaign(tmp_path):
     return tmp_path, spec, missing, corrupt
 
 
+def results_of(out: Path) -> dict[str, int]:
+    return {str(p.relative_to(out)): p.stat().st_mtime_ns for p in (out / "files").rglob("*.pkl")}
+
+
 def test_campaign_counts_every_file_once_and_reports_failures(campaign):
     workdir, spec, missing, corrupt = campaign
-    done = snakemake(workdir, f"dataset={workdir / 'spec.json'}", "campaign=t", "merge_fan_in=2")
+    config = (f"dataset={workdir / 'spec.json'}", "campaign=t", "merge_fan_in=2", "files_per_job=1")
+    done = snakemake(workdir, *config)
     assert done.returncode == 0, done.stderr[-3000:]
     out = workdir / "results" / "t"
     report = json.loads((out / "report.json").read_text())
     assert report["complete"] is False
     assert report["files"] == {"total": 5, "ok": 3, "failed": 2}
-    failed = {f["path"]: f["error"] for f in report["failed_files"]}
+    assert report["accounting"] == {"expected": 5, "records": 5, "missing": [], "duplicated": [], "unexpected": []}
+    failed = {f["path"]: f for f in report["failed_files"]}
     assert set(failed) == {missing, str(corrupt)}
-    assert "FileNotFoundError" in failed[missing] or "No such file" in failed[missing]
+    assert failed[missing]["kind"] == "missing-file" and "No such file" in failed[missing]["error"]
+    assert failed[str(corrupt)]["kind"] == "not-root" and str(corrupt) in failed[str(corrupt)]["error"]
+    assert {f["class"] for f in failed.values()} == {"permanent"}
+    assert all("--forcerun" in f["fix"] and (workdir / f["output"]).exists() for f in failed.values())
     assert report["events"] == 9000 and report["bytes_read"] > 0
     assert 1 <= report["cores"] <= 2  # --cores 2
     summary = done.stdout + done.stderr  # the summary printed at the end of the run
     assert "hepvine campaign results/t: 3/5 files ok, 9,000 events" in summary and "INCOMPLETE" in summary
-    assert f"FAILED {missing}" in summary
+    assert f"FAILED (permanent) {missing}" in summary and "2 permanent failure(s)" in summary
 
     # One plot per region of the analysis (the workflow lists them without importing it) and the timeline.
     plots = {p.name: matplotlib.image.imread(p) for p in (out / "plots").glob("*.png")}
     assert set(plots) == {f"{region}.png" for region in analysis.REGIONS} | {"timeline.png"}
     assert all(img.shape[0] > 300 and img.shape[1] > 300 and img.std() > 0.01 for img in plots.values())
 
-    # The merged histograms are the sum over the good files, computed here file by file.
+    # The merged histograms are the sum over the good files, computed here file by file; the events_* TH1s hold
+    # the events of the ok records, exactly.
     expected = analysis.new_histogram()
     for process in ("ttbar", "data"):
         xsec = spec[process].get("xsec")
@@ -75,20 +88,59 @@ def test_campaign_counts_every_file_once_and_reports_failures(campaign):
                     th1 = f[f"{region}_{process}_{variation}"]
                     want = expected[{"region": region, "process": process, "variation": variation}]
                     np.testing.assert_allclose(th1.values(), want.values(), rtol=1e-12)
+        assert f["events_ttbar_nominal"].values().sum() == 6000 and f["events_data_nominal"].values().sum() == 3000
+        assert sum(r["events"] for r in report["inputs"] if r["failure"] is None) == 9000
 
-    # Repair both files: a rerun analyses only those two again, and the campaign is complete.
-    good = {r["name"] for r in report["inputs"] if not r["error"]}
-    kept = {p: p.stat().st_mtime_ns for p in (out / "files").glob("*.pkl") if p.stem in good}
-    assert len(kept) == 3
-    assert json.loads((out / "retries.json").read_text()) == {"ttbar__nominal__00002": 1, "ttbar__nominal__00003": 1}
+    # Permanent failures are counted, not retried by themselves: the same command again runs nothing.
+    assert json.loads((out / "retries.json").read_text())["files"] == {
+        "ttbar/nominal/2": {"transient": 0, "permanent": 1}, "ttbar/nominal/3": {"transient": 0, "permanent": 1}}
+    before = results_of(out)
+    same = snakemake(workdir, *config)
+    assert same.returncode == 0 and results_of(out) == before, "a permanent failure was retried by itself"
+
+    # Repair both files and --forcerun their outputs (as the report says): only those two are analysed again.
     generate.write_file(Path(missing), "ttbar", 3000, index=2, seed=3)
     generate.write_file(corrupt, "ttbar", 3000, index=3, seed=3)
-    again = snakemake(workdir, f"dataset={workdir / 'spec.json'}", "campaign=t", "merge_fan_in=2")
+    forced = [f["output"] for f in report["failed_files"]]
+    again = snakemake(workdir, *config, extra=("--forcerun", *forced))
     assert again.returncode == 0, again.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
     assert report["files"] == {"total": 5, "ok": 5, "failed": 0}, report["failed_files"]
     assert report["complete"] is True and report["events"] == 15000
-    assert {p: p.stat().st_mtime_ns for p in kept} == kept, "a file that had succeeded was analysed again"
+    after = results_of(out)
+    changed = {name for name in after if after[name] != before[name]}
+    assert changed == {str(Path(o).relative_to("results/t")) for o in forced}
+
+
+def test_transient_failure_is_retried_by_running_the_same_command(tmp_path):
+    """A file at an XRootD server that is down fails as transient; the same command again reruns exactly its job."""
+    data = tmp_path / "data"
+    spec = generate.generate(data, {"ttbar": 2}, 2000, seed=4)
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    spec["ttbar"]["nominal"]["files"].append({"path": f"root://127.0.0.1:{port}//store/down.root", "nevts": 2000})
+    spec["ttbar"]["nominal"]["nevts_total"] += 2000
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    config = (f"dataset={tmp_path / 'spec.json'}", "campaign=tr", "files_per_job=1", "read_attempts=2",
+              "read_backoff_s=0.1")
+    env = dict(os.environ, XRD_CONNECTIONRETRY="1", XRD_CONNECTIONWINDOW="2", XRD_REQUESTTIMEOUT="5")
+    first = snakemake(tmp_path, *config, env=env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    out = tmp_path / "results" / "tr"
+    report = json.loads((out / "report.json").read_text())
+    (failure,) = report["failed_files"]
+    assert failure["class"] == "transient" and failure["kind"] == "unreachable", failure
+    assert "in 2 round(s)" in failure["error"]
+    assert "run the same command again" in first.stdout + first.stderr
+    before = results_of(out)
+    again = snakemake(tmp_path, *config, env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    after = results_of(out)
+    assert {name for name in after if after[name] != before[name]} == {
+        str(Path(failure["output"]).relative_to("results/tr"))}
+    assert json.loads((out / "retries.json").read_text())["files"] == {
+        "ttbar/nominal/2": {"transient": 2, "permanent": 0}}
 
 
 def test_recompressed_campaign_gives_the_same_histograms(campaign):
@@ -101,14 +153,19 @@ def test_recompressed_campaign_gives_the_same_histograms(campaign):
     assert report["files"] == {"total": 5, "ok": 3, "failed": 2}
     causes = {f["path"]: f["error"] for f in report["failed_files"]}
     assert missing in causes[missing] and str(corrupt) in causes[str(corrupt)]  # each cause names its file
-    assert all("recompressed" in r["read_from"] for r in report["inputs"])
+    ok = [r for r in report["inputs"] if r["failure"] is None]
+    assert all("recompressed" in r["read_from"] and r["recompress"]["codec"] == "zstd:5" for r in ok)
+    assert not list((workdir / "results/zstd/recompressed").rglob("*.tmp")), "a temporary file was left behind"
     copied = json.loads((workdir / "results/zstd/dataset.zstd.json").read_text())
     first = copied["ttbar"]["nominal"]["files"][0]
     assert first["source"] == spec["ttbar"]["nominal"]["files"][0]["path"]
-    assert first["path"].endswith("recompressed/ttbar__nominal__00000.root")
+    assert first["path"] == "results/zstd/recompressed/ttbar/nominal/direct/000/000/0.root"
+    assert (workdir / first["path"]).exists()
+    assert copied["ttbar"]["nominal"]["files"][2] == {"path": missing, "nevts": 3000}  # not copied: kept as it was
     with uproot.open(workdir / "results/plain/histograms.root") as a, \
             uproot.open(workdir / "results/zstd/histograms.root") as b:
-        assert set(a.keys()) == set(b.keys()) and len(a.keys()) == 8  # 2 regions x 2 processes x 2 variations
+        # 2 regions x 2 processes x 2 variations, and the event counts of the 2 processes
+        assert set(a.keys()) == set(b.keys()) and len(a.keys()) == 10
         for name in a.keys():
             np.testing.assert_array_equal(a[name].values(), b[name].values())
 
@@ -120,3 +177,25 @@ def test_bad_spec_fails_before_any_task(tmp_path):
     assert "ttbar/nominal/nevts_total: must be a positive integer" in done.stderr
     assert "ttbar/nominal/files: must be a non-empty list" in done.stderr
     assert not (tmp_path / "results").exists()
+
+
+def test_colliding_names_and_a_path_listed_twice(tmp_path):
+    """Process a__b/variation c and process a/variation b__c are two files (they once shared a task name); a path
+    listed under two processes is refused before any job, naming both places."""
+    data = tmp_path / "data"
+    files = [generate.write_file(data / f"f{i}.root", "ttbar", 1000, index=i, seed=6)["path"] for i in range(2)]
+    spec = {"a__b": {"xsec": 1.0, "c": {"nevts_total": 1000, "files": [{"path": str(files[0]), "nevts": 1000}]}},
+            "a": {"xsec": 1.0, "b__c": {"nevts_total": 1000, "files": [{"path": str(files[1]), "nevts": 1000}]}}}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    done = snakemake(tmp_path, f"dataset={tmp_path / 'spec.json'}", "campaign=c")
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((tmp_path / "results/c/report.json").read_text())
+    assert report["complete"] and sorted(r["fid"] for r in report["inputs"]) == ["a/b__c/0", "a__b/c/0"]
+    assert report["events"] == 2000
+
+    spec["a"]["b__c"]["files"][0]["path"] = str(files[0])
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    twice = snakemake(tmp_path, f"dataset={tmp_path / 'spec.json'}", "campaign=d")
+    assert twice.returncode != 0
+    assert f"a/b__c/files[0]/path: {files[0]} is listed twice, here and at a__b/c/files[0]" in twice.stderr
+    assert not (tmp_path / "results" / "d").exists()

@@ -24,7 +24,7 @@ def test_good_spec_loads_and_flattens(tmp_path, suffix, dump):
     path.write_text(dump(GOOD))
     spec = dataset.load(path)
     tasks = dataset.tasks(spec)
-    assert [t.name for t in tasks] == ["data__nominal__00000", "ttbar__nominal__00000", "ttbar__nominal__00001"]
+    assert [t.fid for t in tasks] == ["data/nominal/0", "ttbar/nominal/0", "ttbar/nominal/1"]
     assert tasks[0].xsec is None and tasks[1].xsec == 729.84 and tasks[2].nevts_total == 30
 
 
@@ -42,7 +42,8 @@ def test_bad_spec_names_every_entry(tmp_path):
     message = str(e.value)
     assert str(path) in message
     for expected in ("ttbar/xsec: must be a positive number", "ttbar/nominal/files[1]/nevts: must be a positive",
-                     "ttbar/nominal/files[2]/path: root://cache//store/ttbar_0.root is listed twice",
+                     "ttbar/nominal/files[2]/path: root://cache//store/ttbar_0.root is listed twice, here and at "
+                     "ttbar/nominal/files[0]",
                      "data/nominal/nevts_total: must be a positive integer, got 'many'",
                      "wjets/nominal/files: must be a non-empty list", "wjets/nominal/nevts_total"):
         assert expected in message, message
@@ -54,3 +55,13 @@ def test_unreadable_and_malformed_specs(tmp_path):
     (tmp_path / "broken.json").write_text("{not json")
     with pytest.raises(dataset.DatasetError, match="not valid JSON"):
         dataset.load(tmp_path / "broken.json")
+
+
+def test_a_path_under_two_processes_is_refused_naming_both(tmp_path):
+    twice = json.loads(json.dumps(GOOD))
+    twice["data"]["nominal"]["files"].append({"path": "root://cache//store/ttbar_1.root", "nevts": 20})
+    path = tmp_path / "twice.json"
+    path.write_text(json.dumps(twice))
+    with pytest.raises(dataset.DatasetError, match=r"data/nominal/files\[1\]/path: root://cache//store/ttbar_1.root "
+                       r"is listed twice, here and at ttbar/nominal/files\[1\]"):
+        dataset.load(path)

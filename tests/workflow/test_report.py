@@ -1,27 +1,75 @@
-"""The report's arithmetic: cores are the most file tasks that ran at once; rates follow from events and bytes."""
+"""The report's arithmetic and accounting: cores are the most file tasks that ran at once; rates follow from events
+and bytes; records are reconciled with the spec (missing, duplicated, unexpected files make it incomplete); every
+process gets its TH1s, empty ones too; retries count failures by class, once per report."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
+import uproot
 
-from hepvine import plots, report
+from hepvine import analysis, plots, report, retries
+from hepvine.records import PERMANENT, TRANSIENT, Failure, FileRecord
 
 
-def record(name, start, end, events=100, nbytes=1000, error=None):
-    return {"name": name, "path": f"/store/{name}.root", "start": start, "end": end, "events": events,
-            "bytes_read": nbytes, "error": error}
+def record(name, start, end, events=100, nbytes=1000, failure=None):
+    return FileRecord(fid=f"ttbar/nominal/{name}", path=f"/store/{name}.root", process="ttbar", variation="nominal",
+                      batch="ttbar/nominal/direct/000/000", start=start, end=end, events=events, bytes_read=nbytes,
+                      failure=failure).to_dict()
+
+
+def expected(*names):
+    return [(f"ttbar/nominal/{n}", f"/store/{n}.root", "ttbar/nominal/direct/000/000") for n in names]
+
+
+GONE = Failure("unreachable", TRANSIENT, "FetchError: gone", "run the same command again")
 
 
 def test_cores_are_peak_concurrency_and_rates_use_campaign_wall_time():
-    records = [record("a", 0, 10), record("b", 5, 15), record("c", 9, 12), record("d", 15, 20, error="OSError: x")]
-    summary = report.summarise(records)
+    records = [record("a", 0, 10), record("b", 5, 15), record("c", 9, 12), record("d", 15, 20, failure=GONE)]
+    summary = report.summarise(records, expected("a", "b", "c", "d"), "results/x")
     assert summary["cores"] == 3  # a, b and c overlap between 9 and 10
     assert summary["wall_seconds"] == 20
     assert summary["events"] == 300 and summary["bytes_read"] == 3000
     assert summary["event_rate_hz"] == 15.0 and summary["event_rate_per_core_hz"] == 5.0
-    assert summary["complete"] is False and summary["failed_files"] == [{"path": "/store/d.root", "error": "OSError: x"}]
-    assert [r["name"] for r in summary["inputs"]] == ["a", "b", "c", "d"]
+    assert summary["complete"] is False
+    assert summary["failed_files"] == [{"fid": "ttbar/nominal/d", "path": "/store/d.root", "class": "transient",
+                                        "kind": "unreachable", "error": "FetchError: gone",
+                                        "fix": "run the same command again",
+                                        "output": "results/x/files/ttbar/nominal/direct/000/000.pkl"}]
+    assert [r["fid"] for r in summary["inputs"]] == [f"ttbar/nominal/{n}" for n in "abcd"]
+
+
+@pytest.mark.parametrize("records, spec, what", [
+    (["a"], ["a", "b"], "missing"),
+    (["a", "b", "b"], ["a", "b"], "duplicated"),
+    (["a", "b", "z"], ["a", "b"], "unexpected"),
+])
+def test_records_that_do_not_match_the_spec_make_the_report_incomplete(records, spec, what):
+    summary = report.summarise([record(n, 0, 1) for n in records], expected(*spec))
+    assert summary["complete"] is False and not summary["failed_files"]
+    assert summary["accounting"][what] and summary["files"]["total"] == len(spec)
+    assert "ACCOUNTING" in report.summary_line(summary, "results/x")
+
+
+def test_complete_only_when_every_file_has_one_ok_record():
+    assert report.summarise([record("a", 0, 1), record("b", 0, 1)], expected("a", "b"))["complete"] is True
+
+
+def test_every_process_gets_its_th1s_and_event_counts(tmp_path):
+    h = analysis.new_histogram()
+    h.fill(region="4j1b", process="ttbar", variation="nominal", observable=[100.0, 200.0], weight=[1.0, 1.0])
+    path = tmp_path / "h.root"
+    names = report.histograms(h, {"ttbar/nominal": 7, "quiet/nominal": 3}, ["quiet", "ttbar"], path)
+    with uproot.open(path) as f:
+        for region in analysis.REGIONS:
+            for variation in analysis.VARIATIONS:
+                assert f[f"{region}_quiet_{variation}"].values().sum() == 0  # no selected event: an empty TH1
+        assert f["4j1b_ttbar_nominal"].values().sum() == 2
+        assert len(names) == 2 * 2 * 2
+    assert report.events_in(path) == 10
 
 
 def test_back_to_back_tasks_share_a_core():
@@ -39,7 +87,21 @@ def test_timeline_keeps_every_byte_and_counts_running_tasks():
 
 
 def test_summary_names_failures_and_where_the_products_are():
-    summary = report.summarise([record("a", 0, 10), record("d", 5, 20, error="OSError: gone")])
+    summary = report.summarise([record("a", 0, 10), record("d", 5, 20, failure=GONE)], expected("a", "d"))
     text = report.summary_line(summary, "results/c")
-    assert "1/2 files ok" in text and "FAILED /store/d.root: OSError: gone" in text and "INCOMPLETE" in text
+    assert "1/2 files ok" in text and "FAILED (transient) /store/d.root: FetchError: gone" in text
+    assert "INCOMPLETE" in text and "run the same command again" in text
     assert "results/c/histograms.root" in text
+
+
+def test_retries_count_failures_by_class_once_per_report(tmp_path):
+    path = tmp_path / "retries.json"
+    bad = Failure("corrupt", PERMANENT, "x", "y")
+    summary = report.summarise([record("a", 0, 1, failure=GONE), record("b", 0, 1, failure=bad), record("c", 0, 1)],
+                               expected("a", "b", "c"))
+    retries.update(summary, path)
+    retries.update(summary, path)  # the same report again (a run that did nothing): counted once
+    assert json.loads(path.read_text())["files"] == {"ttbar/nominal/a": {"transient": 1, "permanent": 0},
+                                                     "ttbar/nominal/b": {"transient": 0, "permanent": 1}}
+    assert retries.transient_counts(path) == {"ttbar/nominal/a": 1}
+    assert retries.transient_counts(tmp_path / "none.json") == {}

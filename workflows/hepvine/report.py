@@ -7,10 +7,8 @@ spec: ``complete`` is true only if every file of the spec has exactly one record
 files with their failure class, cause, fix and output, and the events, bytes and rates. The report is checked
 before it is written: the events in histograms.root must equal the sum of the ok records.
 
-``update_retries`` (called when a run ends) counts each file's transient failures in ``retries.json``; the workflow
-passes a batch's count to its job as a parameter, so running the same command again reruns exactly the batches with
-transient failures (Snakemake reruns jobs whose parameters changed). Permanent failures are not retried by
-themselves: the report says what to fix and which output to ``--forcerun``.
+Retries (``hepvine.retries``): transient failures are retried by running the same command again; permanent ones are
+not retried by themselves: the report says what to fix and which output to ``--forcerun``.
 """
 
 from __future__ import annotations
@@ -88,7 +86,7 @@ def peak_concurrency(records: list[dict]) -> int:
     return max(peak, 1)
 
 
-def summarise(records: list[dict], expected: list[tuple[str, str, str]], out: str = "") -> dict:
+def summarise(records: list[dict], expected: list[tuple[str, str, str]], out: str = ".") -> dict:
     ok = [r for r in records if r["failure"] is None]
     failed = [r for r in records if r["failure"] is not None]
     accounting = reconcile(records, expected)
@@ -190,25 +188,6 @@ def summary_line(report: dict, where: Path | str) -> str:
         lines.append(f"  {permanent} permanent failure(s): not retried by themselves; report.json failed_files[] "
                      "says what to fix and which output to --forcerun")
     return "\n".join(lines)
-
-
-def update_retries(report: dict, path: Path) -> None:
-    """Count each failed file's failures by class in the retries file at PATH, once per report."""
-    previous = json.loads(path.read_text()) if path.exists() else {}
-    if previous.get("report") == report["generated"]:
-        return
-    files = previous.get("files", {})
-    for failure in report["failed_files"]:
-        counts = files.setdefault(failure["fid"], {"transient": 0, "permanent": 0})
-        counts[failure["class"]] += 1
-    atomic.write_json(path, {"report": report["generated"], "files": files})
-
-
-def retry_counts(path: Path) -> dict[str, int]:
-    """Each file's transient failures so far, from the retries file at PATH (empty if there is none)."""
-    if not path.exists():
-        return {}
-    return {fid: c["transient"] for fid, c in json.loads(path.read_text())["files"].items() if c["transient"]}
 
 
 def main(argv: list[str] | None = None) -> int:

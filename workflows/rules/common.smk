@@ -1,6 +1,7 @@
 # Shared definitions of the campaign's rules. Jobs (on workers) parse this file too, so everything that grows with
 # the dataset — loading and validating the spec, routing every file, cutting it into batches, writing the per-batch
-# index and the merge tree — happens only in the main process; a job reads its own small index files.
+# index and the merge tree — happens only on the login node: in the main process, and in the subprocesses in which
+# Snakemake runs the few local `run:` rules (which need the whole spec); a remote job reads its own index files.
 import json
 import shlex
 from pathlib import Path
@@ -10,7 +11,7 @@ from snakemake.exceptions import WorkflowError
 from hepvine import dataset as hv_dataset
 from hepvine import fetch as hv_fetch
 from hepvine import index as hv_index
-from hepvine import report as hv_report
+from hepvine import retries as hv_retries
 from hepvine import site as hv_site
 
 OUT = f"results/{config['campaign']}"
@@ -31,7 +32,7 @@ PARSED = [config["dataset"]] + ([config["site"]] if HAS_SITE else [])
 
 SPEC = SITE = None
 BATCHES, RACK, BATCH_RETRY, LFNS = [], {}, {}, []
-if workflow.is_main_process:
+if not workflow.remote_exec:
     try:
         SPEC = hv_dataset.load(config["dataset"])
     except hv_dataset.DatasetError as e:
@@ -46,12 +47,13 @@ if workflow.is_main_process:
         return SITE.route(path).as_dict() if SITE else hv_fetch.local_route(path)
 
     BATCHES = hv_index.plan(hv_dataset.tasks(SPEC), config["files_per_job"], route_of)
-    hv_index.write(INDEX, BATCHES, route_of, SITE.xrootd_client if SITE else {})
-    MERGE_NODES, MERGE_ROOT = hv_index.merge_tree([f"{OUT}/files/{b.id}.pkl" for b in BATCHES],
-                                                  config["merge_fan_in"], f"{OUT}/merge")
-    hv_index.write_merge_tree(f"{INDEX}/merge", MERGE_NODES, MERGE_ROOT, f"{OUT}/merge")
+    if workflow.is_main_process:
+        hv_index.write(INDEX, BATCHES, SITE.xrootd_client if SITE else {})
+        MERGE_NODES, MERGE_ROOT = hv_index.merge_tree([f"{OUT}/files/{b.id}.pkl" for b in BATCHES],
+                                                      config["merge_fan_in"], f"{OUT}/merge")
+        hv_index.write_merge_tree(f"{INDEX}/merge", MERGE_NODES, MERGE_ROOT, f"{OUT}/merge")
     RACK = {b.id: b.rack for b in BATCHES if b.rack}
-    counts = hv_report.retry_counts(Path(RETRIES_FILE))
+    counts = hv_retries.transient_counts(Path(RETRIES_FILE))
     BATCH_RETRY = {b.id: n for b in BATCHES if (n := sum(counts.get(t.fid, 0) for t in b.files))}
     if SITE:
         LFNS = sorted({m.group(2) if (m := hv_site.ROOT_URL.match(t.path)) else t.path

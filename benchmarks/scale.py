@@ -1,0 +1,266 @@
+"""Scale benchmark (issue 12): what a campaign costs as its dataset grows, on generated specs of N root:// files
+(the files need not exist: nothing here reads them) on the UChicago site config, with ZSTD recompression.
+
+For each N it measures, each command in its own process (wall seconds and peak RSS of that process):
+- ``dry_run``: ``snakemake -n`` of the full campaign — the main process: load and validate the spec, route every
+  file, cut the batches, write the index (cold: first run; warm: index already written), build the DAG;
+- ``job``: what one job does before its real work — the job's own ``snakemake`` (as the executor runs it on a
+  worker: ``--mode remote --target-jobs analyse:batch=...``) parsing the workflow and building its one-job DAG,
+  as a dry run;
+- ``job_before``: the same job in the workflow as it was before the per-batch index (``--before GIT_REV``; one file
+  per job), for the side-by-side ratio; ``dry_run_before`` likewise for N up to ``--before-dry-max``.
+
+With ``--dispatch``: ``first_dispatch``, the seconds from starting ``snakemake --executor taskvine`` on the full
+campaign (greedy scheduler, no workers) to its first job handed to TaskVine, and the main process's RSS then.
+
+With ``--run N``: a real campaign of N files end to end on local TaskVine workers (2 × 1 core; the files are links
+to a few generated ones, so only the per-job costs scale): wall, jobs/s, events/s per core and the main process's
+own CPU seconds per job — side by side with the workflow before (``--before``), one file per job.
+
+Writes results/bench/scale.json and results/bench/scale.png (cost against N).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "results" / "bench"
+SITE = REPO / "site-configs" / "uchicago-af.yaml"
+# The AGC's processes and variations (ttbar has the systematic variations), with shares of the files.
+SAMPLES = [("ttbar", "nominal", 0.35), ("ttbar", "scaledown", 0.05), ("ttbar", "scaleup", 0.05),
+           ("ttbar", "ME_var", 0.05), ("ttbar", "PS_var", 0.05), ("single_top_s_chan", "nominal", 0.02),
+           ("single_top_t_chan", "nominal", 0.08), ("single_top_tW", "nominal", 0.05),
+           ("wjets", "nominal", 0.2), ("data", "nominal", 0.1)]
+XSEC = {"ttbar": 729.84, "single_top_s_chan": 6.84, "single_top_t_chan": 214.2, "single_top_tW": 79.3,
+        "wjets": 61457.0}
+
+
+def spec(n: int) -> dict:
+    """An AGC-shaped spec of N root:// files at the site's origin."""
+    out: dict = {}
+    left = n
+    for i, (process, variation, share) in enumerate(SAMPLES):
+        count = left if i == len(SAMPLES) - 1 else int(n * share)
+        left -= count
+        files = [{"path": f"root://fax.mwt2.org:1094//store/{process}/{variation}/file_{j:06d}.root",
+                  "nevts": 100_000} for j in range(count)]
+        out.setdefault(process, {})[variation] = {"nevts_total": 100_000 * count, "files": files}
+        if process in XSEC:
+            out[process]["xsec"] = XSEC[process]
+    return out
+
+
+def measured(cmd: list[str], cwd: Path, env: dict | None = None) -> dict:
+    """Run CMD; its wall seconds, peak RSS (MB) and CPU seconds of that process tree, and its output."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{output[-3000:]}")
+    return {"wall_s": round(wall, 2), "rss_mb": round(usage.ru_maxrss / 1024, 1),
+            "cpu_s": round(usage.ru_utime + usage.ru_stime, 2), "output": output}
+
+
+def snakemake(snakefile: Path, workdir: Path, config: list[str], *extra: str) -> list[str]:
+    return [sys.executable, "-m", "snakemake", "--snakefile", str(snakefile), "--directory", str(workdir),
+            "--cores", "1", "--quiet", "rules", *extra, "--config", *config]
+
+
+def best_of(rounds: int, measure) -> dict:
+    """The fastest of ROUNDS measurements (the first pays for compiling and caching), without its output."""
+    best = min((measure() for _ in range(rounds)), key=lambda m: m["wall_s"])
+    return {k: v for k, v in best.items() if k != "output"}
+
+
+def jobs_in(output: str) -> int:
+    """The job count of a dry run's stats table ('total N')."""
+    match = re.search(r"^total\s+(\d+)", output, re.M)
+    return int(match.group(1)) if match else -1
+
+
+def first_batch(workdir: Path, campaign: str) -> str:
+    expected = json.loads((workdir / "results" / campaign / "index" / "expected.json").read_text())
+    return expected["files"][0][2]
+
+
+def run(n: int, workdir: Path, before: Path | None, before_dry_max: int, files_per_job: int) -> dict:
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "spec.json").write_text(json.dumps(spec(n)))
+    config = [f"dataset={workdir / 'spec.json'}", f"site={SITE}", "recompress=zstd:5", "campaign=scale",
+              f"files_per_job={files_per_job}"]
+    snakefile = REPO / "Snakefile"
+    result: dict = {"files": n, "files_per_job": files_per_job}
+    cold = measured(snakemake(snakefile, workdir, config, "-n"), REPO)
+    warm = measured(snakemake(snakefile, workdir, config, "-n"), REPO)
+    result["jobs"] = jobs_in(warm["output"])
+    result["dry_run_cold"] = {k: v for k, v in cold.items() if k != "output"}
+    result["dry_run"] = {k: v for k, v in warm.items() if k != "output"}
+    batch = first_batch(workdir, "scale")
+    result["job"] = best_of(3, lambda: measured(snakemake(
+        snakefile, workdir, config, "-n", "--mode", "remote", "--target-jobs", f"analyse:batch={batch}",
+        "--allowed-rules", "analyse", "--force"), REPO))
+    if before is not None:
+        env = dict(os.environ, PYTHONPATH=str(before / "workflows"))
+        old = [f"dataset={workdir / 'spec.json'}", f"site={SITE}", "recompress=zstd:5", "campaign=before"]
+        result["job_before"] = best_of(3, lambda: measured(snakemake(
+            before / "Snakefile", workdir, old, "-n", "--mode", "remote", "--target-jobs",
+            "analyse:name=ttbar__nominal__00000", "--allowed-rules", "analyse", "--force"), before, env))
+        if n <= before_dry_max:
+            dry = measured(snakemake(before / "Snakefile", workdir, old, "-n"), before, env)
+            result["dry_run_before"] = {k: v for k, v in dry.items() if k != "output"}
+            result["jobs_before"] = jobs_in(dry["output"])
+    return result
+
+
+MAIN_WITH_CPU = """import atexit, resource, sys, snakemake.cli
+def report():
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    print(f"MAIN_CPU_S {u.ru_utime + u.ru_stime:.3f}", file=sys.stderr)
+atexit.register(report)
+snakemake.cli.main(sys.argv[1:])
+"""
+
+
+def first_dispatch(n: int, workdir: Path) -> dict:
+    """Seconds from start to the first job submitted to TaskVine (no workers, so nothing runs), and RSS then."""
+    import psutil
+
+    config = [f"dataset={workdir / 'spec.json'}", f"site={SITE}", "recompress=zstd:5", "campaign=scale"]
+    cmd = snakemake(REPO / "Snakefile", workdir, config, "--executor", "taskvine", "--taskvine-workers", "none",
+                    "--jobs", "100", "--scheduler", "greedy")
+    cmd.remove("--quiet")
+    cmd.remove("rules")
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seconds = rss = None
+    try:
+        for line in proc.stdout:
+            if line.startswith("rule analyse:"):  # printed as the job is handed to the executor
+                seconds = time.perf_counter() - start
+                rss = psutil.Process(proc.pid).memory_info().rss / 2**20
+                break
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return {"files": n, "seconds": round(seconds, 2) if seconds else None, "rss_mb": round(rss, 1) if rss else None}
+
+
+def end_to_end(n: int, workdir: Path, before: Path | None, files_per_job: int) -> dict:
+    """A real campaign of N files on 2 local 1-core TaskVine workers, now and before."""
+    sys.path.insert(0, str(REPO / "workflows"))
+    from hepvine import generate
+
+    data = workdir / "data"
+    if not (data / "links").exists():
+        base = [generate.write_file(data / f"base{i}.root", "ttbar", 2000, index=i, seed=8)["path"] for i in range(8)]
+        (data / "links").mkdir(parents=True)
+        for i in range(n):
+            os.symlink(base[i % len(base)], data / "links" / f"f{i:06d}.root")
+    files = [{"path": str(data / "links" / f"f{i:06d}.root"), "nevts": 2000} for i in range(n)]
+    (workdir / "run-spec.json").write_text(json.dumps({"ttbar": {"xsec": 1.0, "nominal": {
+        "nevts_total": 2000 * n, "files": files}}}))
+    options = ["--executor", "taskvine", "--taskvine-workers", "local", "--taskvine-min-workers", "2",
+               "--taskvine-max-workers", "2", "--taskvine-worker-cores", "1", "--jobs", "50", "--scheduler", "greedy"]
+    out = {"files": n}
+    variants = [("now", REPO, [f"files_per_job={files_per_job}"], None)]
+    if before is not None:
+        variants.append(("before", before, [], dict(os.environ, PYTHONPATH=str(before / "workflows"))))
+    for name, tree, extra, env in variants:
+        campaign = f"run-{name}"
+        shutil.rmtree(workdir / "results" / campaign, ignore_errors=True)
+        cmd = [sys.executable, "-c", MAIN_WITH_CPU, "--snakefile", str(tree / "Snakefile"), "--directory",
+               str(workdir), *options, "--config", f"dataset={workdir / 'run-spec.json'}", f"campaign={campaign}",
+               *extra]
+        result = measured(cmd, tree, env)
+        main_cpu = float(re.search(r"MAIN_CPU_S ([0-9.]+)", result["output"]).group(1))
+        jobs = len(re.findall(r"^\s*jobid: \d+", result["output"], re.M))  # each job's info, printed as it starts
+        report = json.loads((workdir / "results" / campaign / "report.json").read_text())
+        assert report["complete"] and report["files"]["ok"] == n, report["files"]
+        out[name] = {"wall_s": result["wall_s"], "jobs": jobs, "jobs_per_s": round(jobs / result["wall_s"], 2),
+                     "events_per_s_per_core": round(report["events"] / result["wall_s"] / 2, 1),
+                     "main_cpu_s": main_cpu, "main_cpu_ms_per_job": round(1000 * main_cpu / max(jobs, 1), 1)}
+    if "before" in out:
+        out["speedup"] = round(out["before"]["wall_s"] / out["now"]["wall_s"], 2)
+    return out
+
+
+def plot(results: list[dict], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (t, m) = plt.subplots(1, 2, figsize=(11, 4.2))
+    ns = [r["files"] for r in results]
+    for key, label in (("dry_run", "dry run (main process)"), ("job", "one job's start"),
+                       ("job_before", "one job's start, before")):
+        points = [(r["files"], r[key]) for r in results if key in r]
+        if points:
+            t.plot([p[0] for p in points], [p[1]["wall_s"] for p in points], "o-", label=label)
+            m.plot([p[0] for p in points], [p[1]["rss_mb"] for p in points], "o-", label=label)
+    for ax, label in ((t, "wall [s]"), (m, "peak RSS [MB]")):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("files in the campaign")
+        ax.set_ylabel(label)
+        ax.legend(fontsize="small")
+    fig.suptitle(f"hepvine at scale ({ns[-1]:,} files max)", fontsize="medium")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--files", default="1000,10000,50000,219000", help="comma-separated N")
+    parser.add_argument("--files-per-job", type=int, default=4)
+    parser.add_argument("--before", help="git revision of the workflow to compare with (checked out under "
+                        "results/bench/scale/before)")
+    parser.add_argument("--before-dry-max", type=int, default=10000, help="largest N for the old dry run")
+    parser.add_argument("--dispatch", action="store_true", help="also measure the time to the first dispatch")
+    parser.add_argument("--run", type=int, default=0, help="also run a campaign of this many files end to end")
+    parser.add_argument("--output", type=Path, default=OUT / "scale.json")
+    args = parser.parse_args(argv)
+    before = None
+    if args.before:
+        before = OUT / "scale" / "before"
+        if not before.exists():
+            before.parent.mkdir(parents=True, exist_ok=True)
+            subprocess.run(f"git -C {REPO} archive {args.before} | tar -x -C {before.parent} --one-top-level=before",
+                           shell=True, check=True)
+    results, dispatch, runs = [], [], None
+    for n in (int(x) for x in args.files.split(",") if x):
+        result = run(n, OUT / "scale" / f"n{n}", before, args.before_dry_max, args.files_per_job)
+        print(json.dumps(result), flush=True)
+        results.append(result)
+        if args.dispatch:
+            dispatch.append(first_dispatch(n, OUT / "scale" / f"n{n}"))
+            print(json.dumps(dispatch[-1]), flush=True)
+    if args.run:
+        runs = end_to_end(args.run, OUT / "scale" / "run", before, args.files_per_job)
+        print(json.dumps(runs), flush=True)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps({"command": " ".join(sys.argv), "results": results,
+                                       "first_dispatch": dispatch, "end_to_end": runs}, indent=2) + "\n")
+    if results:
+        plot(results, args.output.with_suffix(".png"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
