@@ -21,7 +21,8 @@ rule all:
 
 
 onsuccess:
-    from hepvine.report import summary_line, update_retries
+    from hepvine.report import summary_line
+    from hepvine.retries import update as update_retries
 
     if Path(f"{OUT}/report.json").exists():
         report = json.loads(Path(f"{OUT}/report.json").read_text())
