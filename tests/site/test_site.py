@@ -41,7 +41,7 @@ def test_routes_follow_the_access_mode(sandbox_env):
     assert route.sources[-1].url == "root://127.0.0.1:1000//store/demo/a.root"
     assert route.as_dict()["cache"] == home.cache and len(route.as_dict()["sources"]) == 3
     assert sandbox.route("/tmp/local.root").sources == (site.Source(url="/tmp/local.root"),)  # read where it is
-    assert sandbox.client_env().startswith("env XRD_")
+    assert sandbox.xrootd_client["XRD_REQUESTTIMEOUT"] == 60
     assert sandbox.rack_cores() == {"rack-a": 2, "rack-b": 2}
 
     proxy = site.load(REPO / "site-configs" / "freiburg-nemo.yaml")
@@ -71,3 +71,18 @@ def test_unset_variable_says_how_to_set_it(monkeypatch):
     monkeypatch.setenv("HEPVINE_XCACHE_RACK_B", "root://y")
     with pytest.raises(site.SiteError, match=r"caches\[0\]\.url names \$\{HEPVINE_XCACHE_RACK_A\}"):
         site.load(REPO / "site-configs" / "sandbox.yaml")
+
+
+@pytest.mark.parametrize("line", ["XRD_REQUESTTIMEOUT: '60; touch /tmp/hepvine-pwned'",
+                                  "XRD_REQUESTTIMEOUT: '$(touch /tmp/hepvine-pwned)'",
+                                  "XRD_REQUESTTIMEOUT: '`id`'", "XRD_REQUESTTIMEOUT: \"a\\nb\"",
+                                  "'LD_PRELOAD': /tmp/evil.so", "'XRD_A B': 1"])
+def test_hostile_xrootd_client_settings_are_refused_naming_the_key(tmp_path, sandbox_env, line):
+    """XRootD client settings reach each job's environment (never a shell); still, only XRD_ names and plain values
+    are accepted, and the error names the key."""
+    text = (REPO / "site-configs" / "sandbox.yaml").read_text()
+    assert "  XRD_REQUESTTIMEOUT: 60\n" in text
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace("  XRD_REQUESTTIMEOUT: 60\n", f"  {line}\n"))
+    with pytest.raises(site.SiteError, match=r"xrootd_client"):
+        site.load(bad)

@@ -91,7 +91,8 @@ def run_file(entry: dict, batch: str, lumi_pb: float, codec: str | None = None, 
 def run_batch(shard: dict, lumi_pb: float, codec: str | None = None, copies: Path | None = None,
               retry: fetch.Retry = fetch.Retry()) -> dict:
     """Every file of SHARD's batch: {"records", "hist", "events"} (see the module's docstring)."""
-    os.environ.update(shard.get("xrootd_client") or {})
+    # The site's XRootD client settings, set before the first XRootD read (never through a shell).
+    os.environ.update({name: str(value) for name, value in (shard.get("xrootd_client") or {}).items()})
     if copies is not None:
         copies.mkdir(parents=True, exist_ok=True)
     results, total, events = [], None, {}

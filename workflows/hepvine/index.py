@@ -125,3 +125,9 @@ def write_merge_tree(directory: Path | str, nodes: dict[str, list[str]], root: l
         rel = Path(name).relative_to(out).with_suffix(".json")
         written += atomic.write_if_changed(Path(directory) / rel, json.dumps(inputs))
     return written + atomic.write_if_changed(Path(directory) / "root.json", json.dumps(root))
+
+
+def write_site(directory: Path | str, name: str, rack_cores: dict[str, int]) -> bool:
+    """``site.json``: what the report needs of the site config (its name, the cores per rack)."""
+    return atomic.write_if_changed(Path(directory) / "site.json",
+                                   json.dumps({"site": name, "rack_cores": rack_cores}, sort_keys=True))

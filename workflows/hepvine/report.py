@@ -26,7 +26,6 @@ import uproot
 
 from hepvine import analysis, atomic, cachestats
 from hepvine import index as hv_index
-from hepvine import site as hv_site
 from hepvine.merge import load
 
 
@@ -196,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--expected", required=True, type=Path, help="the index's expected.json: every file")
     parser.add_argument("--histograms", required=True, type=Path)
     parser.add_argument("--report", required=True, type=Path)
-    parser.add_argument("--site", help="the site config; with --cache-stats, the report gets a cache section")
+    parser.add_argument("--site", type=Path, help="the index's site.json (site name, cores per rack); with "
+                        "--cache-stats, the report gets a cache section")
     parser.add_argument("--cache-stats", type=Path, help="the caches' counters at the run's start and end (JSON "
                         "{start, end} of hepvine.cachestats snapshots)")
     args = parser.parse_args(argv)
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.site and args.cache_stats:
         stats = json.loads(args.cache_stats.read_text())
         report["cache"] = cache_section(merged["records"], stats["start"], stats["end"],
-                                        hv_site.load(args.site).rack_cores())
+                                        json.loads(args.site.read_text())["rack_cores"])
     atomic.write_json(args.report, report)
     for failure in report["failed_files"]:
         print(f"FAILED ({failure['class']}) {failure['path']}: {failure['error']}", file=sys.stderr)

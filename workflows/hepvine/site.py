@@ -89,11 +89,6 @@ class Site:
                        for n in order)
         return Route(lfn=lfn, sources=caches + (Source(url=path),))
 
-    def client_env(self) -> str:
-        """The XRootD client settings as an ``env K=V ...`` command prefix (empty without settings)."""
-        settings = " ".join(f"{key}={value}" for key, value in sorted(self.xrootd_client.items()))
-        return f"env {settings}" if settings else ""
-
     def _via(self, cache_url: str, origin: str, lfn: str) -> str:
         if self.access == "forward-proxy":
             return f"{cache_url.rstrip('/')}//{origin}/{lfn}"

@@ -1,7 +1,7 @@
 # The campaign: one job per batch of files (read over each file's route, recompressed first if asked, analysed), a
 # merge tree, histograms and report, plots. A job's inputs are its own index files; nothing it reads grows with N.
 
-localrules: resolve_spec, recompressed_spec, cache_stats
+localrules: resolve_spec
 
 wildcard_constraints:
     batch=hv_index.BATCH_PATTERN,
@@ -10,6 +10,8 @@ wildcard_constraints:
 
 
 if HAS_SITE:
+
+    localrules: cache_stats
 
     onstart:
         from hepvine import atomic, cachestats
@@ -76,6 +78,8 @@ rule analyse:
 
 if RECOMPRESS:
 
+    localrules: recompressed_spec
+
     def all_copies(wildcards):
         return [f"{OUT}/recompressed/{b.id}" for b in BATCHES]
 
@@ -136,7 +140,7 @@ def report_inputs(wildcards):
     inputs = {"merged": MERGED, "expected": f"{INDEX}/expected.json"}
     if HAS_SITE:
         inputs["cache_stats"] = rules.cache_stats.output[0]
-        inputs["site"] = config["site"]
+        inputs["site"] = f"{INDEX}/site.json"
     return inputs
 
 

@@ -52,6 +52,8 @@ if not workflow.remote_exec:
         MERGE_NODES, MERGE_ROOT = hv_index.merge_tree([f"{OUT}/files/{b.id}.pkl" for b in BATCHES],
                                                       config["merge_fan_in"], f"{OUT}/merge")
         hv_index.write_merge_tree(f"{INDEX}/merge", MERGE_NODES, MERGE_ROOT, f"{OUT}/merge")
+        if SITE:  # what the report needs of the site (a job cannot expand the site config's ${VARIABLES})
+            hv_index.write_site(INDEX, SITE.name, SITE.rack_cores())
     RACK = {b.id: b.rack for b in BATCHES if b.rack}
     counts = hv_retries.transient_counts(Path(RETRIES_FILE))
     BATCH_RETRY = {b.id: n for b in BATCHES if (n := sum(counts.get(t.fid, 0) for t in b.files))}
