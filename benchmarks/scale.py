@@ -125,6 +125,39 @@ def run(n: int, workdir: Path, before: Path | None, before_dry_max: int, files_p
     return result
 
 
+def products(n: int, workdir: Path) -> dict:
+    """The report and the plots of a campaign of N files (synthetic records, one histogram): seconds and RSS."""
+    sys.path.insert(0, str(REPO / "workflows"))
+    from hepvine import analysis, atomic, records
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    h = analysis.new_histogram()
+    h.fill(region="4j1b", process="ttbar", variation="nominal", observable=[100.0], weight=[1.0])
+    recs, expected = [], []
+    for i in range(n):
+        fid, batch = f"ttbar/nominal/{i}", f"ttbar/nominal/xcache-{i % 8}/{i // 4000:03d}/{(i // 4) % 1000:03d}"
+        route = {"url": f"root://xcache-{i % 8}//store/f{i}.root", "cache": f"xcache-{i % 8}", "cache_rack": "r1",
+                 "home_cache": f"xcache-{i % 8}", "rack": "r1", "worker_rack": "r1", "failover": [],
+                 "bytes": 10**9, "start": i * 0.01, "end": i * 0.01 + 2}
+        recs.append(records.FileRecord(fid=fid, path=f"root://o//store/f{i}.root", process="ttbar",
+                                       variation="nominal", batch=batch, events=100_000, bytes_read=10**9,
+                                       read_from=route["url"], host="w", start=i * 0.01, end=i * 0.01 + 2,
+                                       wall_seconds=2, cpu_seconds=2, fetch=route, cache=route["cache"], rack="r1",
+                                       worker_rack="r1", analysis_worker_rack="r1").to_dict())
+        expected.append([fid, recs[-1]["path"], batch])
+    atomic.write_pickle(workdir / "merged.pkl", {"records": recs, "hist": h, "events": {"ttbar/nominal": 100_000 * n}})
+    (workdir / "expected.json").write_text(json.dumps({"files": expected}))
+    del recs, expected
+    report = measured([sys.executable, "-m", "hepvine.report", "--merged", str(workdir / "merged.pkl"), "--expected",
+                       str(workdir / "expected.json"), "--histograms", str(workdir / "h.root"), "--report",
+                       str(workdir / "report.json")], REPO)
+    plots = measured([sys.executable, "-m", "hepvine.plots", "--merged", str(workdir / "merged.pkl"), "--outdir",
+                      str(workdir / "plots")], REPO)
+    return {"files": n, "report": {k: v for k, v in report.items() if k != "output"},
+            "plots": {k: v for k, v in plots.items() if k != "output"},
+            "report_json_mb": round((workdir / "report.json").stat().st_size / 1e6, 1)}
+
+
 MAIN_WITH_CPU = """import atexit, resource, sys, snakemake.cli
 def report():
     u = resource.getrusage(resource.RUSAGE_SELF)
@@ -234,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before-dry-max", type=int, default=10000, help="largest N for the old dry run")
     parser.add_argument("--dispatch", action="store_true", help="also measure the time to the first dispatch")
     parser.add_argument("--run", type=int, default=0, help="also run a campaign of this many files end to end")
+    parser.add_argument("--products", type=int, default=0, help="also time the report and plots at this many files")
     parser.add_argument("--output", type=Path, default=OUT / "scale.json")
     args = parser.parse_args(argv)
     before = None
@@ -254,9 +288,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.run:
         runs = end_to_end(args.run, OUT / "scale" / "run", before, args.files_per_job)
         print(json.dumps(runs), flush=True)
+    made = products(args.products, OUT / "scale" / "products") if args.products else None
+    if made:
+        print(json.dumps(made), flush=True)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps({"command": " ".join(sys.argv), "results": results,
-                                       "first_dispatch": dispatch, "end_to_end": runs}, indent=2) + "\n")
+                                       "first_dispatch": dispatch, "end_to_end": runs, "products": made},
+                                      indent=2) + "\n")
     if results:
         plot(results, args.output.with_suffix(".png"))
     return 0
