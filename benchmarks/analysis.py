@@ -1,7 +1,7 @@
 """``make bench`` (analysis part): per-core event rates, measured side by side in one process on the same events, of
 
 (a) uproot reading the analysis's branches and nothing else — the I/O limit — on LZMA-9 and on ZSTD-5 inputs;
-(b) the hepvine analysis of a file (``hepvine.per_file.analyse``, what a campaign task runs) on the LZMA-9 inputs;
+(b) the hepvine analysis of a file (``hepvine.driver.run_file``, what a campaign job runs per file) on the LZMA-9 inputs;
 (c) the same on their ZSTD-5 copies;
 (d) the same selection written with coffea's NanoEvents, on the ZSTD-5 copies (checked to select the same events);
 
@@ -26,7 +26,7 @@ import awkward as ak
 import numpy as np
 import uproot
 
-from hepvine import analysis, dataset, generate, per_file, recompress
+from hepvine import analysis, driver, fetch, generate, recompress
 
 OUT = Path("results/bench")
 TARGETS = {"zstd_over_lzma": 3.0, "zstd_over_io_limit": 0.6, "hepvine_over_coffea": 1.5, "zstd_size_over_lzma": 1.3}
@@ -58,7 +58,7 @@ def read_only(paths: list[Path]) -> int:
     events = 0
     for path in paths:
         with uproot.open(path) as f:
-            for chunk in f["Events"].iterate(analysis.BRANCHES, step_size=per_file.STEP_SIZE, library="ak"):
+            for chunk in f["Events"].iterate(analysis.BRANCHES, step_size=driver.STEP_SIZE, library="ak"):
                 events += len(chunk)
     return events
 
@@ -68,13 +68,13 @@ def hepvine_analysis(paths: list[Path], events_per_file: int) -> tuple[int, int]
     events = nbytes = 0
     n = events_per_file
     for path in paths:
-        task = dataset.FileTask(name=path.stem, process="ttbar", variation="nominal", index=0, path=str(path),
-                                nevts=n, nevts_total=n, xsec=833.9)
-        result = per_file.analyse(task, lumi_pb=3378)
-        if result["record"]["error"]:
-            raise RuntimeError(result["record"]["error"])
-        events += result["record"]["events"]
-        nbytes += result["record"]["bytes_read"]
+        entry = {"fid": f"ttbar/nominal/{path.stem}", "path": str(path), "process": "ttbar", "variation": "nominal",
+                 "index": 0, "nevts": n, "nevts_total": n, "xsec": 833.9, "route": fetch.local_route(str(path))}
+        record, _ = driver.run_file(entry, "bench", lumi_pb=3378)
+        if record.failure:
+            raise RuntimeError(record.error)
+        events += record.events
+        nbytes += record.bytes_read
     return events, nbytes
 
 
