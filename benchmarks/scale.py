@@ -167,11 +167,12 @@ snakemake.cli.main(sys.argv[1:])
 """
 
 
-def first_dispatch(n: int, workdir: Path) -> dict:
+def first_dispatch(n: int, workdir: Path, files_per_job: int) -> dict:
     """Seconds from start to the first job submitted to TaskVine (no workers, so nothing runs), and RSS then."""
     import psutil
 
-    config = [f"dataset={workdir / 'spec.json'}", f"site={SITE}", "recompress=zstd:5", "campaign=scale"]
+    config = [f"dataset={workdir / 'spec.json'}", f"site={SITE}", "recompress=zstd:5", "campaign=scale",
+              f"files_per_job={files_per_job}"]
     cmd = snakemake(REPO / "Snakefile", workdir, config, "--executor", "taskvine", "--taskvine-workers", "none",
                     "--jobs", "100", "--scheduler", "greedy")
     cmd.remove("--quiet")
@@ -283,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result), flush=True)
         results.append(result)
         if args.dispatch:
-            dispatch.append(first_dispatch(n, OUT / "scale" / f"n{n}"))
+            dispatch.append(first_dispatch(n, OUT / "scale" / f"n{n}", args.files_per_job))
             print(json.dumps(dispatch[-1]), flush=True)
     if args.run:
         runs = end_to_end(args.run, OUT / "scale" / "run", before, args.files_per_job)

@@ -133,6 +133,7 @@ class Executor(RemoteExecutor):
         # A status check here is a lookup in memory, not a query to a batch system: poll often.
         self.next_seconds_between_status_checks = STATUS_POLL_S
         self.call_memory_mb = provision.call_memory_mb(settings)
+        self.largest_worker = provision.largest_worker(settings)
         self.dispatcher: Optional[Dispatcher] = None
         self.provisioned: list = []
         try:
@@ -173,6 +174,21 @@ class Executor(RemoteExecutor):
             self._sources = sorted(self.workflow.dag.get_sources())
         return self._sources
 
+    def too_large(self, job: JobExecutorInterface, cores: int, memory_mb: int) -> Optional[str]:
+        """Why no worker this run starts can ever take JOB (TaskVine would wait for one for ever), or None."""
+        if self.largest_worker is None:
+            return None
+        most_cores, most_memory = self.largest_worker
+        if cores > most_cores:
+            return (f"rule {job.name} needs {cores} cores (its threads), but the largest worker this run starts has "
+                    f"{most_cores}: lower the rule's threads, or raise --taskvine-worker-cores (or the cores of a "
+                    "group in --taskvine-worker-groups)")
+        if most_memory and memory_mb > most_memory:
+            return (f"rule {job.name} needs {memory_mb} MB (its mem_mb), but the largest worker this run starts has "
+                    f"{most_memory} MB: lower the rule's mem_mb, or raise --taskvine-worker-memory-mb (or the "
+                    "memory_mb of a group in --taskvine-worker-groups)")
+        return None
+
     def run_job(self, job: JobExecutorInterface):
         spec = job_task(job, self.format_job_exec(job), shared_fs=self.shared_fs, workdir=self.workdir,
                         retries=self.workflow.executor_settings.retries,
@@ -182,6 +198,10 @@ class Executor(RemoteExecutor):
         # Debug level (shown with --verbose only). The command holds no secret: the password is a file on the
         # worker, and the workflow's envvars go as the task's environment (spec.env), which is not logged.
         self.logger.debug(f"TaskVine task {spec.tag}{' (library call)' if spec.function else ''}: {spec.command}")
+        reason = self.too_large(job, spec.cores, spec.memory_mb)
+        if reason is not None:  # fail now, naming the rule and the resource, rather than wait for ever
+            self.report_job_error(SubmittedJobInfo(job=job, external_jobid=spec.tag), msg=reason)
+            return
         self.dispatcher.submit(spec)
         self.report_job_submission(SubmittedJobInfo(job=job, external_jobid=spec.tag))
 

@@ -61,3 +61,29 @@ def test_condor_workers_without_reachable_pool_fail_at_start(workflow, tmp_path,
     assert done.returncode != 0
     assert "--taskvine-workers condor: no HTCondor schedd is reachable" in done.stderr, done.stderr[-3000:]
     assert not (wf.root / "good.txt").exists()
+
+
+TOO_LARGE = """
+rule all:
+    input: "small.txt", "big.txt"
+
+rule small:
+    output: "small.txt"
+    shell: "echo fine > {output}"
+
+rule big:
+    output: "big.txt"
+    threads: 2
+    shell: "echo never > {output}"
+"""
+
+
+def test_job_larger_than_any_worker_fails_at_once_naming_rule_and_resource(workflow):
+    """Local workers of 1 core and a rule with threads: 2 — TaskVine would wait for a 2-core worker for ever."""
+    wf = workflow(TOO_LARGE)
+    done = wf.run("--keep-going", "--cores", "4", "--taskvine-worker-cores", "1", "--taskvine-max-workers", "1",
+                  timeout=180)
+    assert done.returncode != 0
+    assert (wf.root / "small.txt").read_text() == "fine\n" and not (wf.root / "big.txt").exists()
+    assert "rule big needs 2 cores (its threads), but the largest worker this run starts has 1" in done.stderr
+    assert "--taskvine-worker-cores" in done.stderr

@@ -68,7 +68,7 @@ def home_rack(wildcards):
 
 
 def spec_with(spec, fields):
-    """A copy of SPEC in which each file's entry is updated with FIELDS(task, entry) (a dict, or None to drop it)."""
+    """A copy of SPEC in which each file's entry is updated with FIELDS(task, entry) (a dict; empty: unchanged)."""
     changed = json.loads(json.dumps(spec))
     for task in hv_dataset.tasks(spec):
         entry = changed[task.process][task.variation]["files"][task.index]
