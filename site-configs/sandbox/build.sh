@@ -54,9 +54,28 @@ unshare --mount --propagation private -- bash -euo pipefail -c '
 
 touch "$tmp/.hepvine-built"
 mv "$tmp" "$root"
-# Keep only the userland of the current recipe: each takes about a gigabyte.
+# Keep only the userland of the current recipe: each takes about a gigabyte. Services still running from an older
+# one (left up by `make shell` or `make run`) would lose their programs under them: stop them first (by the pids in
+# the state), and keep a userland that something still runs in.
+in_use() {
+    local proc
+    for proc in /proc/[0-9]*; do
+        [ "$(readlink "$proc/root" 2>/dev/null)" = "$1" ] && return 0
+    done
+    return 1
+}
 for old in "$SANDBOX_HOME"/rootfs-*; do
-    [ "$old" = "$root" ] || rm -rf --one-file-system "$old"
+    [ "$old" = "$root" ] && continue
+    if in_use "$old"; then
+        echo "sandbox: stopping the services that run from the previous userland before removing it" >&2
+        "$SANDBOX_DIR/enter.sh" --root --no-build -- python3 "$SANDBOX_DIR/services.py" stop >&2 \
+            || echo "sandbox: stopping them failed" >&2
+    fi
+    if in_use "$old"; then
+        echo "sandbox: keeping $old: processes still run in it (stop them, then run make again)" >&2
+        continue
+    fi
+    rm -rf --one-file-system "$old"
 done
 echo "sandbox: built in $(( $(date +%s) - start )) s" >&2
 echo "$root"
