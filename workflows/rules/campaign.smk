@@ -103,15 +103,14 @@ if RECOMPRESS:
                 {"source": entry["path"], "path": copies[task.fid]} if task.fid in copies else {})), indent=None)
 
 
-def merge_node(wildcards):
-    """A merge node's inputs, listed in its own index file (which is an input too, so it is shipped to the job)."""
-    node = f"{INDEX}/merge/{wildcards.level}/{wildcards.index}.json"
+def node_inputs(node):
+    """A merge node's inputs, listed in its own index file NODE (an input too, so it is shipped to the job)."""
     return {"node": node, "results": json.loads(Path(node).read_text())}
 
 
 rule merge:
     input:
-        unpack(merge_node),
+        unpack(lambda wildcards: node_inputs(f"{INDEX}/merge/{wildcards.level}/{wildcards.index}.json")),
     output:
         f"{OUT}/merge/{{level}}/{{index}}.pkl",
     log:
@@ -120,14 +119,9 @@ rule merge:
         "python -m hepvine.merge --output {output:q} {input.results:q} 2> {log:q}"
 
 
-def merge_root(wildcards):
-    node = f"{INDEX}/merge/root.json"
-    return {"node": node, "results": json.loads(Path(node).read_text())}
-
-
 rule merge_root:
     input:
-        unpack(merge_root),
+        unpack(lambda wildcards: node_inputs(f"{INDEX}/merge/root.json")),
     output:
         MERGED,
     log:
