@@ -4,6 +4,7 @@
 
 SANDBOX_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_DIR=$(cd "$SANDBOX_DIR/../.." && pwd)
+SHARED_DIR=$(cd "$REPO_DIR/.." && pwd)/shared
 # The cache of built userlands and the services' state live outside the checkout, so that a fresh clone reuses them.
 SANDBOX_HOME=${HEPVINE_SANDBOX_HOME:-/var/tmp/hepvine-sandbox}
 SANDBOX_STATE=$SANDBOX_HOME/state
@@ -33,6 +34,12 @@ mount_userland() {
     mkdir -p "$root$REPO_DIR" "$root$SANDBOX_STATE_MOUNT" "$SANDBOX_STATE"
     mount --bind "$REPO_DIR" "$root$REPO_DIR"
     mount --bind "$SANDBOX_STATE" "$root$SANDBOX_STATE_MOUNT"
+    # ../shared beside the checkout (the real NanoAOD files of ../shared/nanoaod), read-only at the same path.
+    if [ -d "$SHARED_DIR" ]; then
+        mkdir -p "$root$SHARED_DIR"
+        mount --bind "$SHARED_DIR" "$root$SHARED_DIR"
+        mount -o remount,bind,ro "$root$SHARED_DIR"
+    fi
     cp -f /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
 }
 
@@ -44,7 +51,7 @@ link_checkout() {
     shift
     chroot "$root" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/root PIP_CERT=/usr/local/share/hepvine/host-ca.crt \
         PIP_DISABLE_PIP_VERSION_CHECK=1 "$SANDBOX_VENV/bin/pip" install -q "$@" \
-        --config-settings editable_mode=compat -e "$REPO_DIR[test,bench]" >&2
+        --config-settings editable_mode=compat -e "$REPO_DIR[test,bench,recompress]" >&2
     site=$(echo "$root$SANDBOX_VENV"/lib/python3*/site-packages)
     printf '%s\n' "$REPO_DIR/workflows" "$REPO_DIR/plugins" >"$site/hepvine-checkout.pth"
     echo "$REPO_DIR" >"$root$SANDBOX_VENV/.hepvine-checkout"
