@@ -1,6 +1,6 @@
 """The ``hepvine`` command: ``hepvine generate`` (a NanoAOD-like sample dataset), ``hepvine demo`` (the smoke
-campaign on the sandbox), ``hepvine plan`` (a campaign's data rate on a site, per placement policy). Each
-subcommand's own ``--help`` tells its options."""
+campaign on the sandbox), ``hepvine plan`` (a campaign's data rate on a site, per placement policy), ``hepvine
+compare`` (are two campaigns' histograms byte-identical). Each subcommand's own ``--help`` tells its options."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ COMMANDS = {
     "generate": "hepvine.generate",
     "demo": "hepvine.demo",
     "plan": "hepvine.plan",
+    "compare": "hepvine.compare",
 }
 
 
