@@ -12,6 +12,18 @@ include: "workflows/rules/common.smk"
 include: "workflows/rules/campaign.smk"
 
 
+if workflow.is_main_process:
+    import os
+    import sys
+
+    from hepvine import provenance
+
+    # Only this process knows the command line, the profile and the checkout: recorded for the report's provenance.
+    provenance.write_run(f"{INDEX}/run.json", provenance.collect_run(
+        config=config, argv=sys.argv, environ=dict(os.environ), workflow_dir=Path(workflow.basedir),
+        configfiles=workflow.config_settings.configfiles), sys.argv)
+
+
 rule all:
     input:
         f"{OUT}/report.json",

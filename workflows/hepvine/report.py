@@ -5,7 +5,8 @@ process of the spec, empty where nothing was selected) and one single-bin TH1 pe
 (``events_<process>_<variation>``) holding the events analysed. ``report.json`` reconciles the records with the
 spec: ``complete`` is true only if every file of the spec has exactly one record and none failed; it lists failed
 files with their failure class, cause, fix and output, and the events, bytes and rates. The report is checked
-before it is written: the events in histograms.root must equal the sum of the ok records.
+before it is written: the events in histograms.root must equal the sum of the ok records. Its ``provenance`` says
+what made the products (``hepvine.provenance``: software, checkout, command line, profile, checksums, times).
 
 Retries (``hepvine.retries``): transient failures are retried by running the same command again; permanent ones are
 not retried by themselves: the report says what to fix and which output to ``--forcerun``.
@@ -24,7 +25,7 @@ import hist
 import numpy as np
 import uproot
 
-from hepvine import analysis, atomic, cachestats
+from hepvine import analysis, atomic, cachestats, provenance
 from hepvine import index as hv_index
 from hepvine.merge import load
 
@@ -199,6 +200,9 @@ def main(argv: list[str] | None = None) -> int:
                         "--cache-stats, the report gets a cache section")
     parser.add_argument("--cache-stats", type=Path, help="the caches' counters at the run's start and end (JSON "
                         "{start, end} of hepvine.cachestats snapshots)")
+    parser.add_argument("--run", type=Path, help="the index's run.json (what the main Snakemake process recorded: "
+                        "command line, profile, software, checksums); without it the provenance holds only what "
+                        "this process knows")
     args = parser.parse_args(argv)
     merged = load(args.merged)
     expected = hv_index.expected(args.expected)
@@ -212,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         stats = json.loads(args.cache_stats.read_text())
         report["cache"] = cache_section(merged["records"], stats["start"], stats["end"],
                                         json.loads(args.site.read_text())["rack_cores"])
+    report["provenance"] = provenance.section(provenance.load_run(args.run), merged["records"])
     atomic.write_json(args.report, report)
     for failure in report["failed_files"]:
         print(f"FAILED ({failure['class']}) {failure['path']}: {failure['error']}", file=sys.stderr)

@@ -141,6 +141,9 @@ def report_inputs(wildcards):
 rule report:
     input:
         unpack(report_inputs),
+        # What the main process recorded of this run (hepvine.provenance; written by the Snakefile): an input, so it
+        # reaches a report job on a worker, and a changed command line, profile, config or checkout remakes the report.
+        run=f"{INDEX}/run.json",
     output:
         histograms=f"{OUT}/histograms.root",
         report=f"{OUT}/report.json",
@@ -150,7 +153,7 @@ rule report:
         cache=lambda wildcards, input: (f"--site {shlex.quote(input.site)} --cache-stats {shlex.quote(input.cache_stats)}"
                                         if HAS_SITE else ""),
     shell:
-        "python -m hepvine.report --merged {input.merged:q} --expected {input.expected:q}"
+        "python -m hepvine.report --merged {input.merged:q} --expected {input.expected:q} --run {input.run:q}"
         " --histograms {output.histograms:q} --report {output.report:q} {params.cache} 2> {log:q}"
 
 
