@@ -1,0 +1,155 @@
+"""A profile per site: every site config has ``profiles/<site>/`` using its worker groups; every profile's executor
+settings pass the plugin's own start-up checks and its jobs' resources fit the workers it starts; every profile
+dry-runs a small campaign (Snakemake accepts every key, plans one job per batch); and ``profiles/local`` runs a
+tiny campaign for real on local TaskVine workers, twice, to byte-identical histograms (``hepvine compare``)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hepvine import generate, site
+
+REPO = Path(__file__).resolve().parents[2]
+SITES = sorted(p.stem for p in (REPO / "site-configs").glob("*.yaml"))
+PROFILES = sorted(p.parent.name for p in (REPO / "profiles").glob("*/config.yaml"))
+# The sandbox site config names the services' addresses as ${VARIABLES}: set only where the services run.
+NEEDS_SERVICES = {"sandbox"}
+
+
+def profile(name: str) -> dict:
+    return yaml.safe_load((REPO / "profiles" / name / "config.yaml").read_text())
+
+
+def test_every_site_has_a_profile_with_its_worker_groups():
+    assert set(SITES) <= set(PROFILES), f"sites without a profile: {sorted(set(SITES) - set(PROFILES))}"
+    for name in SITES:
+        assert profile(name)["taskvine-worker-groups"] == f"site-configs/{name}.yaml", name
+        assert profile(name)["taskvine-workers"] == "condor", name
+    assert profile("local")["taskvine-workers"] == "local" and "taskvine-worker-groups" not in profile("local")
+
+
+def test_every_key_is_commented():
+    """Every key of the site and local profiles (and every item of default-resources and set-resources) comes right
+    after a comment saying why it has that value at that site."""
+    for name in (p for p in PROFILES if p != "sandbox"):  # the sandbox profile predates this rule
+        lines = (REPO / "profiles" / name / "config.yaml").read_text().splitlines()
+        for i, line in enumerate(lines):
+            if re.match(r"^\s*(- )?[\w-]+[:=]", line) and not line.rstrip().endswith(":"):
+                assert i > 0 and lines[i - 1].lstrip().startswith("#"), f"profiles/{name}/config.yaml:{i + 1}: {line}"
+
+
+def executor_settings(name: str):
+    """The plugin's ExecutorSettings as PROFILE sets them (the plugin's defaults for the rest)."""
+    from snakemake_executor_plugin_taskvine import ExecutorSettings
+
+    values = {key[len("taskvine-"):].replace("-", "_"): value for key, value in profile(name).items()
+              if key.startswith("taskvine-")}
+    if "worker_groups" in values:
+        values["worker_groups"] = REPO / values["worker_groups"]
+    return ExecutorSettings(**values)
+
+
+def resources(name: str) -> dict[str, dict[str, int]]:
+    """Per rule of the workflow, the mem_mb and disk_mb its jobs ask for under PROFILE."""
+    p = profile(name)
+    default = dict(item.split("=") for item in p.get("default-resources", []))
+    rules = ("analyse", "merge", "merge_root", "report", "plots")
+    return {rule: {k: int(v) for k, v in {**default, **p.get("set-resources", {}).get(rule, {})}.items()}
+            for rule in rules}
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_profile_passes_the_executors_checks_and_its_jobs_fit_its_workers(name):
+    from snakemake_executor_plugin_taskvine import provision, validation
+
+    settings = executor_settings(name)
+    assert validation.problems(settings) == [], name
+    cores, memory_mb = provision.largest_worker(settings)
+    groups, _ = provision.worker_groups(settings)
+    assert cores >= 1 and memory_mb > 0 and all(g.disk_mb > 0 for g in groups), name
+    for rule, asked in resources(name).items():
+        assert asked["mem_mb"] <= memory_mb, f"profiles/{name}: rule {rule} asks {asked} MB, workers have {memory_mb}"
+        assert asked["disk_mb"] <= min(g.disk_mb for g in groups), f"profiles/{name}: rule {rule} disk {asked}"
+    assert profile(name)["jobs"] >= sum(g.cores * g.max_workers for g in groups), \
+        f"profiles/{name}: jobs below the cores its workers offer: cores would sit idle"
+
+
+def small_spec(name: str) -> dict:
+    """Twelve files of two processes: on the site's origin (root:// URLs; nothing is read in a dry run), or local."""
+    if name == "local":
+        prefix = "/data/store/dry"
+    else:
+        origin = site.load(REPO / "site-configs" / f"{name}.yaml").origins[0]["url"]
+        prefix = f"{origin.rstrip('/')}//store/dry"
+    return {process: {"xsec": 1.0, "nominal": {"nevts_total": 6000, "files": [
+        {"path": f"{prefix}/{process}/f{i}.root", "nevts": 1000} for i in range(6)]}} for process in ("ttbar", "wjets")}
+
+
+@pytest.fixture
+def results():
+    """A fresh campaign name under the checkout's results/ (profiles are used from the checkout); removed after."""
+    tag = f"test-{uuid.uuid4().hex[:8]}"
+    yield tag
+    for path in (REPO / "results").glob(f"{tag}*"):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def snakemake(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "snakemake", *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=timeout)
+
+
+def job_counts(output: str) -> dict[str, int]:
+    """The dry run's job stats table: {rule: count}."""
+    table = output.split("Job stats:", 1)[1]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
+
+
+@pytest.mark.parametrize("name", [pytest.param(p, marks=pytest.mark.sandbox) if p in NEEDS_SERVICES else p
+                                  for p in PROFILES])
+def test_profile_dry_runs_a_small_campaign(name, results):
+    spec = REPO / "results" / results / "spec.json"
+    spec.parent.mkdir(parents=True)
+    spec.write_text(json.dumps(small_spec(name)))
+    site_config = [] if name == "local" else [f"site=site-configs/{name}.yaml"]
+    done = snakemake("-n", "--profile", f"profiles/{name}", "--config", f"dataset=results/{results}/spec.json",
+                     f"campaign={results}-dry", "files_per_job=4", "merge_fan_in=2", *site_config)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    assert f"Using profile profiles/{name}" in output, output[-2000:]
+    counts = job_counts(output)
+    # 6 files of each process, at most 4 a job and one home cache each: between 2 and 6 batches per process.
+    assert 4 <= counts["analyse"] <= 12 and counts["report"] == 1 and counts["plots"] == 1, counts
+    shards = list((REPO / "results" / f"{results}-dry" / "index").rglob("*/*.json"))
+    assert len([s for s in shards if "merge" not in s.parts]) == counts["analyse"]
+    run = json.loads((REPO / "results" / f"{results}-dry" / "index" / "run.json").read_text())
+    assert run["profiles"][0]["profile"] == f"profiles/{name}" and run["profiles"][0]["sha256"]
+
+
+@pytest.mark.sandbox
+def test_local_profile_runs_a_campaign_twice_to_identical_histograms(tmp_path, results):
+    spec = generate.generate(tmp_path / "data", {"ttbar": 3, "data": 1}, 2000, seed=11)
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    outs = []
+    for run in ("a", "b"):
+        done = snakemake("--profile", "profiles/local", "--config", f"dataset={tmp_path / 'spec.json'}",
+                         f"campaign={results}-{run}", "files_per_job=2", timeout=900)
+        assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+        assert "TaskVine manager listening" in done.stderr  # the jobs ran on TaskVine, not Snakemake's local executor
+        outs.append(REPO / "results" / f"{results}-{run}")
+        report = json.loads((outs[-1] / "report.json").read_text())
+        assert report["complete"] and report["files"]["ok"] == 4 and report["events"] == 8000, report["files"]
+        assert report["provenance"]["profiles"][0]["profile"] == "profiles/local"
+    compared = subprocess.run([sys.executable, "-m", "hepvine.cli", "compare", str(outs[0]), str(outs[1])],
+                              capture_output=True, text=True, cwd=REPO)
+    assert compared.returncode == 0 and compared.stdout.startswith("identical: "), compared.stdout + compared.stderr
+    assert (outs[0] / "histograms.root").read_bytes() != (outs[1] / "histograms.root").read_bytes()  # times, UUIDs
