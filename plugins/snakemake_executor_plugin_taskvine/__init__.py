@@ -91,6 +91,12 @@ class ExecutorSettings(ExecutorSettingsBase):
         "mem_mb than that share, run as processes of their own.")
     retries: int = _setting(3, "How often a task is dispatched again after an infrastructure failure, such as "
                                "a lost worker, before its job fails.")
+    environment: Optional[Path] = _setting(
+        None, "A packed environment (a tarball made by `hepvine pack-env FILE`, with bin/run_in_env at its top) that "
+        "every task runs in: sent to each worker once, unpacked there once and kept for the run, so that workers "
+        "need no Python packages installed (also workers this plugin did not start). Jobs then run `python` from "
+        "it, not this interpreter's path. A --taskvine-worker-groups file (a site config) may name it instead, "
+        "under the key taskvine_environment. Default: none; the workers' own Python runs the jobs.")
     run_info_dir: Path = _setting(Path(".snakemake/taskvine"),
                                   "Directory for the manager's logs, the factory's files and failed jobs' logs.")
 
@@ -118,6 +124,9 @@ class Executor(RemoteExecutor):
     def __post_init__(self):
         settings = self.workflow.executor_settings
         validation.validate(settings)
+        self.environment, found = provision.environment_file(settings)
+        if found:
+            raise WorkflowError("The TaskVine executor's settings need fixing:\n  - " + "\n  - ".join(found))
         if settings.workers == "condor":
             provision.check_condor_reachable()
         self.shared_fs = SharedFSUsage.INPUT_OUTPUT in self.workflow.storage_settings.shared_fs_usage
@@ -148,12 +157,19 @@ class Executor(RemoteExecutor):
         self.dispatcher = Dispatcher(dict(
             port=validation.port_range(settings.port_range) or settings.port, name=settings.manager_name,
             password_file=self.password_file, ssl=settings.ssl, run_info_dir=self.run_dir / "manager",
-            scheduler=settings.scheduler, library=settings.library, secrets_dir=self.private_dir),
+            scheduler=settings.scheduler, library=settings.library, secrets_dir=self.private_dir,
+            environment=self.environment),
             prefer_wait_s=settings.prefer_wait_s)
         port = self.dispatcher.start()
-        self.logger.info(f"TaskVine manager listening on port {port}; run directory {self.run_dir}")
+        self.logger.info(f"TaskVine manager listening on port {port}; run directory {self.run_dir}"
+                         + (f"; tasks run in the environment {self.environment}" if self.environment else ""))
         self.provisioned = provision.start_workers(settings, manager_port=port, password_file=self.password_file,
                                                    run_dir=self.run_dir, private_dir=self.private_dir)
+
+    def get_python_executable(self):
+        # With a packed environment the job's interpreter is the environment's `python` (first on the task's PATH),
+        # never this process's path, which the workers need not have.
+        return "python" if self.environment is not None else super().get_python_executable()
 
     def additional_general_args(self):
         # Without a shared filesystem the job runs in its worker sandbox, where the sources were shipped: override

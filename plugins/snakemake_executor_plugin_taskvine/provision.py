@@ -13,6 +13,10 @@ the plugin starts each group's ``max_workers`` workers itself.
 Group names, features and HTCondor requirements end up in vine_factory's shell commands, the HTCondor submit
 description and the workers' command lines: each is checked against a strict pattern (``SAFE_NAME``,
 ``SAFE_REQUIREMENTS``) before anything starts. Workers get only the allowed environment (``--taskvine-worker-env``).
+
+The software the tasks run in (``--taskvine-environment FILE``, or the groups file's ``taskvine_environment`` key): a
+packed environment (``hepvine pack-env``) that goes with every task, so that workers need nothing installed — also
+workers this plugin did not start. ``environment_file`` finds it and checks it before anything starts.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import dataclasses
 import shutil
 import socket
 import subprocess
+import tarfile
 from pathlib import Path
 
 import yaml
@@ -32,6 +37,9 @@ from .taskvine import SAFE_NAME, SAFE_REQUIREMENTS, Factory, Worker, env_pattern
 WORKER_MODES = ("local", "condor", "none")
 CONDOR_CHECK_TIMEOUT_S = 20
 GROUP_ENV = "SNAKEMAKE_TASKVINE_WORKER_GROUP"
+# The key of a groups file (a site config) that names the packed environment, and what TaskVine runs from it.
+ENVIRONMENT_KEY = "taskvine_environment"
+RUN_IN_ENV = "bin/run_in_env"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,3 +217,42 @@ def _manager_host() -> str:
     except (OSError, subprocess.TimeoutExpired):
         value = ""
     return value if value and value != "*" else socket.getfqdn()
+
+
+def environment_file(settings) -> tuple[Path | None, list[str]]:
+    """(the packed environment every task runs in, problems): --taskvine-environment, else the groups file's
+    ``taskvine_environment`` (relative to the working directory, as the groups file's own path is); (None, [])
+    when neither names one (the tasks then use whatever Python the workers have)."""
+    if settings.environment:
+        path, where = Path(settings.environment), f"--taskvine-environment {settings.environment}"
+    elif settings.worker_groups:
+        try:
+            raw = yaml.safe_load(Path(settings.worker_groups).read_text())
+        except (OSError, yaml.YAMLError):
+            return None, []  # worker_groups() reports it
+        value = raw.get(ENVIRONMENT_KEY) if isinstance(raw, dict) else None
+        if value is None:
+            return None, []
+        where = f"--taskvine-worker-groups {settings.worker_groups}: {ENVIRONMENT_KEY} {value!r}"
+        if not isinstance(value, str) or not value:
+            return None, [f"{where}: give the path of a file made by `hepvine pack-env FILE`"]
+        path = Path(value)
+    else:
+        return None, []
+    return path.absolute(), environment_problems(path, where)
+
+
+def environment_problems(path: Path, where: str) -> list[str]:
+    """What keeps the file at PATH from being a packed environment: it must be a readable tarball with
+    ``bin/run_in_env`` (``hepvine pack-env`` writes it first, so this reads little of a large file)."""
+    make = "make one with `hepvine pack-env FILE` in the environment that runs the workflow"
+    if not path.is_file():
+        return [f"{where}: no such file; {make}"]
+    try:
+        with tarfile.open(path, "r:*") as tar:
+            for member in tar:
+                if member.name.lstrip("./") == RUN_IN_ENV:
+                    return []
+    except (OSError, tarfile.TarError) as e:
+        return [f"{where}: not a readable tarball ({e}); {make}"]
+    return [f"{where}: has no {RUN_IN_ENV}, which TaskVine runs every task under; {make}"]

@@ -238,6 +238,7 @@ class Manager:
         scheduler: str = "files",
         library: bool = False,
         secrets_dir: Path | None = None,
+        environment: Path | None = None,
     ):
         vine = import_taskvine()
         from ndcctools.taskvine import cvine
@@ -264,8 +265,17 @@ class Manager:
         self._losses: dict[int, _Losses] = {}
         self._files: dict[str, object] = {}
         self._env_files: dict[str, object] = {}
+        self._environment = self._declare_environment(environment) if environment is not None else None
         if library:
             self._install_library()
+
+    def _declare_environment(self, path: Path):
+        """The packed environment at PATH (``hepvine pack-env``: a tarball with ``bin/run_in_env`` at its top) as
+        TaskVine's execution context: declared once; each worker gets the tarball once (from the manager or a peer),
+        unpacks it once in a mini-task that also runs its set-up (``run_in_env`` without arguments), and keeps it
+        for the run; every task then runs under its ``run_in_env``."""
+        tarball = self._m.declare_file(str(path), cache="workflow")
+        return self._m.declare_poncho(tarball, cache="workflow")
 
     def _install_library(self) -> None:
         """One library per worker that has imported Snakemake; calls are forked from it (library.py). It takes the
@@ -276,6 +286,8 @@ class Manager:
 
         lib = self._m.create_library_from_functions(LIBRARY_NAME, library.run_job, add_env=False,
                                                     hoisting_modules=[snakemake.cli], exec_mode="fork")
+        if self._environment is not None:  # the library's `python` is the environment's
+            lib.add_environment(self._environment)
         self._m.tune("watch-library-logfiles", 1)  # its log comes back to the run directory (library-logs/)
         self._m.install_library(lib)
 
@@ -287,7 +299,14 @@ class Manager:
         if spec.function:  # the call's environment is set by run_job in its forked child
             t = self._vine.FunctionCall(LIBRARY_NAME, "run_job", spec.command, spec.directory, dict(spec.env))
         else:
-            t = self._vine.Task(f". ./{ENV_FILE} && {spec.command}" if spec.env else spec.command)
+            command = f". ./{ENV_FILE} && {spec.command}" if spec.env else spec.command
+            if self._environment is not None:
+                # TaskVine puts `run_in_env` in front of the command line as it is: make the line one command, so
+                # that all of it (the env file, the cd, the job) runs inside the environment.
+                t = self._vine.Task(f"/bin/sh -c {shlex.quote(command)}")
+                t.add_environment(self._environment)
+            else:
+                t = self._vine.Task(command)
             if spec.env:
                 t.add_input(self._env_file(spec.env), ENV_FILE)
             if spec.cores:

@@ -1,0 +1,323 @@
+"""Software that travels with the tasks (--taskvine-environment, `hepvine pack-env`).
+
+Pure logic: which distributions pack-env takes (requirements followed transitively, markers and extras), how the
+executor finds and checks the environment file (the setting, or a site config's taskvine_environment key).
+
+On the sandbox's real services: workers with nothing installed — started by hand (--taskvine-workers none) with
+`env -i PATH=/usr/bin:/bin`, in a mount namespace where the project's venv and the checkout's workflows/ and plugins/
+are hidden under an empty directory — cannot run a campaign's jobs without the environment, and run it with the
+environment to the same histograms as workers that share the manager's environment; each worker receives the
+environment once. Hiding a directory takes a mount namespace, which only root can make inside the sandbox (a
+chrooted process may not create a user namespace): these tests run as root (`enter.sh --root`), the campaign's
+processes too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tarfile
+import time
+import types
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+import uproot
+
+from hepvine import generate, packenv
+from snakemake_executor_plugin_taskvine import provision
+
+REPO = Path(__file__).resolve().parents[2]
+EVENTS = 3000
+# What a worker node does not have: the project's venv, and the checkout's packages (the venv's .pth points there).
+HIDDEN = (Path(sys.prefix), REPO / "workflows", REPO / "plugins")
+ROOT_NEEDED = ("hiding the venv from a worker takes a mount namespace, which only root can make in the sandbox: run "
+               "`site-configs/sandbox/enter.sh --root -- python -m pytest tests/plugin/test_environment.py` (services "
+               "up: `enter.sh --root -- python3 site-configs/sandbox/services.py start`)")
+
+
+# --- pure logic ---------------------------------------------------------------------------------------------------
+
+class FakeDist:
+    def __init__(self, name: str, *requires: str):
+        self.metadata = {"Name": name}
+        self.requires = list(requires)
+
+
+def test_needed_distributions_follow_requirements_markers_and_extras():
+    installed = {packenv.canonical(d.metadata["Name"]): d for d in (
+        FakeDist("hepvine", "snakemake>=9", "uproot", "ROOT; extra == 'recompress'", "pywin32; sys_platform == 'win32'"),
+        FakeDist("snakemake", "PyYAML", "smart_open[s3]"),
+        FakeDist("uproot", "awkward>=2", "numpy"),
+        FakeDist("awkward", "numpy"), FakeDist("numpy"), FakeDist("PyYAML"),
+        FakeDist("smart-open", "boto3; extra == 's3'", "wrapt"), FakeDist("boto3"), FakeDist("wrapt"),
+        FakeDist("root"), FakeDist("unrelated"),
+    )}
+    names = lambda dists: sorted(d.metadata["Name"] for d in dists)
+    assert names(packenv.needed_distributions("hepvine", (), installed)) == [
+        "PyYAML", "awkward", "boto3", "hepvine", "numpy", "smart-open", "snakemake", "uproot", "wrapt"]
+    assert "root" in names(packenv.needed_distributions("hepvine", ("recompress",), installed))
+    del installed["wrapt"]
+    with pytest.raises(packenv.PackError, match="wrapt is required but not installed"):
+        packenv.needed_distributions("hepvine", (), installed)
+
+
+def test_run_in_env_checks_the_worker_python_for_a_venv_and_relocates_a_conda_env():
+    venv = packenv.run_in_env("venv", {"python": "3.13.5", "base_interpreter": "/usr/bin/python3.13",
+                                       "system_modules": ["XRootD"]})
+    assert venv.startswith("#!/bin/sh") and "(3, 13)" in venv and "/usr/bin/python3.13" in venv
+    assert "XRootD" in venv and 'exec "$@"' in venv and "@" not in venv.replace('"$@"', "")
+    conda = packenv.run_in_env("conda", {"python": "3.12.1"})
+    assert "conda-unpack" in conda and "CONDA_PREFIX" in conda
+
+
+def settings(**values):
+    return types.SimpleNamespace(**{"environment": None, "worker_groups": None, **values})
+
+
+def _tarball(path: Path, *names: str) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        for name in names:
+            info = tarfile.TarInfo(name)
+            tar.addfile(info)
+    return path
+
+
+def test_environment_file_is_checked_and_may_come_from_a_site_config(tmp_path):
+    assert provision.environment_file(settings()) == (None, [])
+    good = _tarball(tmp_path / "env.tar.gz", "lib/x.py", "bin/run_in_env")
+    assert provision.environment_file(settings(environment=good)) == (good, [])
+    site = tmp_path / "site.yaml"
+    site.write_text(f"worker_groups: [{{name: a}}]\ntaskvine_environment: {good}\n")
+    assert provision.environment_file(settings(worker_groups=site)) == (good, [])
+    # The setting wins over the site config.
+    other = _tarball(tmp_path / "other.tar.gz", "bin/run_in_env")
+    assert provision.environment_file(settings(environment=other, worker_groups=site))[0] == other
+
+    _, found = provision.environment_file(settings(environment=tmp_path / "missing.tar.gz"))
+    assert "--taskvine-environment" in found[0] and "no such file" in found[0] and "hepvine pack-env" in found[0]
+    (tmp_path / "text.tar.gz").write_text("not a tarball")
+    _, found = provision.environment_file(settings(environment=tmp_path / "text.tar.gz"))
+    assert "not a readable tarball" in found[0]
+    _, found = provision.environment_file(settings(environment=_tarball(tmp_path / "bare.tar.gz", "lib/x.py")))
+    assert "has no bin/run_in_env" in found[0]
+    site.write_text("worker_groups: [{name: a}]\ntaskvine_environment: 3\n")
+    _, found = provision.environment_file(settings(worker_groups=site))
+    assert str(site) in found[0] and "taskvine_environment" in found[0]
+
+
+# --- real workers with nothing installed --------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory) -> Path:
+    """This venv packed by `hepvine pack-env`, as a user makes it."""
+    path = tmp_path_factory.mktemp("env") / "hepvine-env.tar.gz"
+    done = subprocess.run([sys.executable, "-m", "hepvine.packenv", str(path)], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return path
+
+
+@pytest.fixture
+def as_root():
+    if os.geteuid() != 0:
+        pytest.fail(ROOT_NEEDED)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class HiddenWorkers:
+    """vine_workers that cannot see the project's environment: each in a mount namespace of its own where HIDDEN
+    are empty directories, with nothing of this environment but PATH=/usr/bin:/bin (the OS's python3 and its
+    Debian packages are what a worker node has)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.empty = root / "empty"
+        self.empty.mkdir(parents=True, exist_ok=True)
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, port: int, password: Path, n: int = 2) -> None:
+        hide = 'e=$1; shift; while [ "$1" != -- ]; do mount --bind "$e" "$1" || exit 97; shift; done; shift; exec "$@"'
+        for i in range(n):
+            workspace = self.root / f"worker-{port}-{i}"
+            argv = ["unshare", "--mount", "--propagation", "unchanged", "--", "/bin/sh", "-c", hide, "_",
+                    str(self.empty), *map(str, HIDDEN), "--",
+                    "/usr/bin/env", "-i", "PATH=/usr/bin:/bin", f"HOME={self.root}", "CATALOG_HOST=127.0.0.1",
+                    "vine_worker", f"--workspace={workspace}", "--cores=1", "--timeout=120",
+                    f"--password={password}", "127.0.0.1", str(port)]
+            log = open(self.root / f"worker-{port}-{i}.log", "wb")
+            self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        self.procs.clear()
+
+
+@pytest.fixture
+def hidden_workers(tmp_path, as_root):
+    workers = HiddenWorkers(tmp_path / "hidden")
+    yield workers
+    workers.stop()
+
+
+@pytest.fixture
+def campaign_dir(tmp_path, services):
+    """A workflow directory holding a copy of the workflow in git (Snakefile, rules, schemas; not the hepvine package,
+    which the manager imports from its own environment and the workers from the packed one), and a small dataset in
+    a fresh directory of the XRootD origin, read through the sandbox's XCaches."""
+    work = tmp_path / "wf"
+    (work / "workflows").mkdir(parents=True)
+    shutil.copy(REPO / "Snakefile", work / "Snakefile")
+    for part in ("rules", "schemas"):
+        shutil.copytree(REPO / "workflows" / part, work / "workflows" / part)
+    shutil.copy(REPO / "site-configs" / "sandbox.yaml", work / "site.yaml")
+    # Snakemake ships the sources git tracks (the rules' schemas among them) to workers without a shared filesystem.
+    for git in (["init", "-q"], ["add", "Snakefile", "workflows"]):
+        subprocess.run(["git", *git], cwd=work, check=True, capture_output=True)
+    origin = services["xrootd"]["origin"]
+    directory = f"test-env-{uuid.uuid4().hex[:8]}"
+    store = Path(origin["data_dir"]) / "store" / directory
+    spec = generate.generate(store, {"ttbar": 2, "data": 1}, EVENTS, seed=19)
+    for samples in spec.values():
+        for files in (v["files"] for k, v in samples.items() if k != "xsec"):
+            for entry in files:
+                entry["path"] = f"{origin['url']}//store/{directory}/{Path(entry['path']).relative_to(store)}"
+    (work / "spec.json").write_text(json.dumps(spec))
+    yield work
+    shutil.rmtree(store, ignore_errors=True)
+
+
+def run_campaign(work: Path, name: str, *options: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "snakemake", "--executor", "taskvine", "--jobs", "8", "--shared-fs-usage", "none",
+           "--taskvine-prefer-wait-s", "0", "--default-resources", "mem_mb=500", "disk_mb=500", *options,
+           "--config", "dataset=spec.json", f"campaign={name}", "site=site.yaml", "recompress=off",
+           "files_per_job=1"]
+    return subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=timeout)
+
+
+def histograms(path: Path) -> dict[str, np.ndarray]:
+    with uproot.open(path) as f:
+        return {key.split(";")[0]: f[key].values() for key in f.keys(cycle=False)}
+
+
+def arrivals(run_info: Path, size: int) -> dict[str, list[tuple[float, float]]]:
+    """Per worker, the files of SIZE bytes that reached its cache in the run under RUN_INFO (TaskVine's transactions
+    log: `... WORKER id CACHE_UPDATE name size wall_us start_us`), as (start s, wall s) — whether the manager or a
+    peer worker sent them."""
+    found: dict[str, list[tuple[float, float]]] = {}
+    for log in run_info.rglob("transactions"):
+        for line in log.read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 9 and parts[4] == "CACHE_UPDATE" and parts[6] == str(size):
+                found.setdefault(parts[3], []).append((int(parts[8]) / 1e6, int(parts[7]) / 1e6))
+    return found
+
+
+def unpacked(run_info: Path) -> dict[str, list[tuple[float, float]]]:
+    """Per worker, the mini-tasks' products (the unpacked environment: cache names task-...) that it made."""
+    found: dict[str, list[tuple[float, float]]] = {}
+    for log in run_info.rglob("transactions"):
+        for line in log.read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 9 and parts[4] == "CACHE_UPDATE" and parts[5].startswith("task-"):
+                found.setdefault(parts[3], []).append((int(parts[8]) / 1e6, int(parts[7]) / 1e6))
+    return found
+
+
+@pytest.mark.sandbox
+def test_worker_with_nothing_installed_runs_the_campaign_only_with_the_environment(
+        campaign_dir, hidden_workers, packed, tmp_path):
+    password = tmp_path / "vine.password"
+    password.write_text("hidden-workers-test\n")
+    password.chmod(0o600)
+
+    # Shared environment: the plugin's local workers see the manager's venv.
+    shared = run_campaign(campaign_dir, "shared", "--taskvine-workers", "local", "--taskvine-max-workers", "2")
+    assert shared.returncode == 0, shared.stderr[-4000:]
+
+    # Hidden workers without the environment: the jobs cannot start (no python, or no snakemake).
+    port = free_port()
+    hidden_workers.start(port, password)
+    without = run_campaign(campaign_dir, "without", "--taskvine-workers", "none", "--taskvine-port", str(port),
+                           "--taskvine-password-file", str(password), timeout=300)
+    hidden_workers.stop()
+    assert without.returncode != 0
+    assert re.search(r"python: not found|No module named '?snakemake", without.stderr), without.stderr[-4000:]
+    assert not (campaign_dir / "results" / "without" / "histograms.root").exists()
+
+    # The same hidden workers with the environment: the campaign completes, to the same histograms.
+    port = free_port()
+    hidden_workers.start(port, password)
+    began = time.monotonic()
+    with_env = run_campaign(campaign_dir, "with", "--taskvine-workers", "none", "--taskvine-port", str(port),
+                            "--taskvine-password-file", str(password), "--taskvine-environment", str(packed),
+                            "--taskvine-run-info-dir", str(tmp_path / "run-info"))
+    elapsed = time.monotonic() - began
+    assert with_env.returncode == 0, with_env.stderr[-4000:]
+    report = json.loads((campaign_dir / "results" / "with" / "report.json").read_text())
+    assert report["complete"] and report["files"] == {"total": 3, "ok": 3, "failed": 0}
+    shared_h = histograms(campaign_dir / "results" / "shared" / "histograms.root")
+    with_h = histograms(campaign_dir / "results" / "with" / "histograms.root")
+    assert set(with_h) == set(shared_h) and sum(v.sum() for v in with_h.values()) > 0
+    for key, values in shared_h.items():
+        np.testing.assert_array_equal(with_h[key], values, err_msg=key)
+
+    # Each of the 2 workers received the environment once and unpacked it once (TaskVine's transactions log), for
+    # all of the campaign's tasks (3 analyses, merges, report, plots).
+    size = packed.stat().st_size
+    received, made = arrivals(tmp_path / "run-info", size), unpacked(tmp_path / "run-info")
+    assert len(received) == 2 and all(len(times) == 1 for times in received.values()), received
+    assert set(made) == set(received) and all(len(times) == 1 for times in made.values()), made
+    print(f"\nenvironment {size / 1e6:.1f} MB; "
+          + "; ".join(f"worker {w[-6:]}: received in {received[w][0][1]:.2f} s, unpacked and set up in "
+                      f"{made[w][0][1]:.2f} s" for w in sorted(received))
+          + f"; campaign with it {elapsed:.0f} s")
+
+
+JOBS = """
+rule all:
+    input: expand("out/{i}.txt", i=range(4))
+
+rule job:
+    output: "out/{i}.txt"
+    shell: "python -c 'import sys, snakemake, uproot; print(sys.prefix)' > {output}"
+"""
+
+
+@pytest.mark.sandbox
+@pytest.mark.parametrize("library", [False, True], ids=["process", "library"])
+def test_jobs_and_library_calls_run_in_the_environment_on_hidden_workers(workflow, hidden_workers, packed, tmp_path,
+                                                                         library):
+    """Jobs as processes of their own and as calls of a TaskVine library (whose `python` is the environment's too)
+    run on workers that see neither the venv nor the checkout, with a shared filesystem (the workflow directory is
+    visible to them) too; `python` is the unpacked environment in the worker's cache."""
+    password = tmp_path / "vine.password"
+    password.write_text("hidden-workers-test\n")
+    password.chmod(0o600)
+    port = free_port()
+    hidden_workers.start(port, password)
+    wf = workflow(JOBS)
+    wf.run("--taskvine-workers", "none", "--taskvine-port", str(port), "--taskvine-password-file", str(password),
+           "--taskvine-environment", str(packed), *(["--taskvine-library"] if library else []), timeout=300,
+           check=True)
+    prefixes = {(wf.root / "out" / f"{i}.txt").read_text().strip() for i in range(4)}
+    assert all("/cache/" in p and not p.startswith(sys.prefix) for p in prefixes), prefixes
