@@ -33,6 +33,7 @@ import uproot
 
 from hepvine import generate, packenv
 from snakemake_executor_plugin_taskvine import provision
+from snakemake_runs import slow_snakefile
 
 REPO = Path(__file__).resolve().parents[2]
 EVENTS = 3000
@@ -219,26 +220,14 @@ def histograms(path: Path) -> dict[str, np.ndarray]:
         return {key.split(";")[0]: f[key].values() for key in f.keys(cycle=False)}
 
 
-def arrivals(run_info: Path, size: int) -> dict[str, list[tuple[float, float]]]:
-    """Per worker, the files of SIZE bytes that reached its cache in the run under RUN_INFO (TaskVine's transactions
-    log: `... WORKER id CACHE_UPDATE name size wall_us start_us`), as (start s, wall s) — whether the manager or a
-    peer worker sent them."""
+def cache_updates(run_info: Path, wanted) -> dict[str, list[tuple[float, float]]]:
+    """Per worker, the files that reached its cache in the run under RUN_INFO — sent by the manager or a peer, or made
+    there by a mini-task — whose (cache name, size) WANTED accepts, as (start s, wall s); from TaskVine's
+    transactions log: `time pid WORKER id CACHE_UPDATE name size wall_us start_us`."""
     found: dict[str, list[tuple[float, float]]] = {}
     for log in run_info.rglob("transactions"):
-        for line in log.read_text().splitlines():
-            parts = line.split()
-            if len(parts) == 9 and parts[4] == "CACHE_UPDATE" and parts[6] == str(size):
-                found.setdefault(parts[3], []).append((int(parts[8]) / 1e6, int(parts[7]) / 1e6))
-    return found
-
-
-def unpacked(run_info: Path) -> dict[str, list[tuple[float, float]]]:
-    """Per worker, the mini-tasks' products (the unpacked environment: cache names task-...) that it made."""
-    found: dict[str, list[tuple[float, float]]] = {}
-    for log in run_info.rglob("transactions"):
-        for line in log.read_text().splitlines():
-            parts = line.split()
-            if len(parts) == 9 and parts[4] == "CACHE_UPDATE" and parts[5].startswith("task-"):
+        for parts in (line.split() for line in log.read_text().splitlines()):
+            if len(parts) == 9 and parts[4] == "CACHE_UPDATE" and wanted(parts[5], int(parts[6])):
                 found.setdefault(parts[3], []).append((int(parts[8]) / 1e6, int(parts[7]) / 1e6))
     return found
 
@@ -284,7 +273,8 @@ def test_worker_with_nothing_installed_runs_the_campaign_only_with_the_environme
     # Each of the 2 workers received the environment once and unpacked it once (TaskVine's transactions log), for
     # all of the campaign's tasks (3 analyses, merges, report, plots).
     size = packed.stat().st_size
-    received, made = arrivals(tmp_path / "run-info", size), unpacked(tmp_path / "run-info")
+    received = cache_updates(tmp_path / "run-info", lambda name, n: n == size)
+    made = cache_updates(tmp_path / "run-info", lambda name, n: name.startswith("task-"))  # the unpacked ones
     assert len(received) == 2 and all(len(times) == 1 for times in received.values()), received
     assert set(made) == set(received) and all(len(times) == 1 for times in made.values()), made
     print(f"\nenvironment {size / 1e6:.1f} MB; "
@@ -293,14 +283,7 @@ def test_worker_with_nothing_installed_runs_the_campaign_only_with_the_environme
           + f"; campaign with it {elapsed:.0f} s")
 
 
-JOBS = """
-rule all:
-    input: expand("out/{i}.txt", i=range(4))
-
-rule job:
-    output: "out/{i}.txt"
-    shell: "python -c 'import sys, snakemake, uproot; print(sys.prefix)' > {output}"
-"""
+JOBS = slow_snakefile("python -c 'import sys, snakemake, uproot; print(sys.prefix)' > {output}", n=4)
 
 
 @pytest.mark.sandbox
