@@ -26,7 +26,7 @@ import awkward as ak
 import numpy as np
 import uproot
 
-from hepvine import analysis, driver, fetch, generate, recompress
+from hepvine import analysis, driver, eras, fetch, generate, recompress
 
 OUT = Path("results/bench")
 TARGETS = {"zstd_over_lzma": 3.0, "zstd_over_io_limit": 0.6, "hepvine_over_coffea": 1.5, "zstd_size_over_lzma": 1.3}
@@ -78,41 +78,64 @@ def hepvine_analysis(paths: list[Path], events_per_file: int) -> tuple[int, int]
     return events, nbytes
 
 
-def coffea_observables(events, scale: float) -> dict[str, np.ndarray]:
-    """The AGC selection as a coffea user writes it: NanoEvents collections and their four-vector behaviour."""
+def coffea_observables(events, scale: float, selection: eras.Selection = analysis.RUN2) -> dict[str, np.ndarray]:
+    """The AGC selection as a coffea user writes it: NanoEvents collections and their four-vector behaviour, with
+    SELECTION's b tag and IDs (the jet ID: coffea's ``isTightLeptonVeto``, or for NanoAOD v15 the JME criteria on
+    the jet's fractions, written here again with coffea's fields)."""
+    era = selection.era
+    btag = era.btag.removeprefix("Jet_")
+    electron_id, tight = era.electron_id
     electrons = events.Electron[(events.Electron.pt > 30) & (abs(events.Electron.eta) < 2.1)
-                                & (events.Electron.cutBased == 4) & (events.Electron.sip3d < 4)]
-    muons = events.Muon[(events.Muon.pt > 30) & (abs(events.Muon.eta) < 2.1) & events.Muon.tightId
+                                & (events.Electron[electron_id.removeprefix("Electron_")] == tight)
+                                & (events.Electron.sip3d < 4)]
+    muons = events.Muon[(events.Muon.pt > 30) & (abs(events.Muon.eta) < 2.1)
+                        & events.Muon[era.muon_id.removeprefix("Muon_")]
                         & (events.Muon.sip3d < 4) & (events.Muon.pfRelIso04_all < 0.15)]
     jets = ak.with_field(events.Jet, events.Jet.pt * scale, "pt")
-    jets = jets[(jets.pt > 30) & (abs(jets.eta) < 2.4) & ((jets.jetId & 4) != 0)]
-    nbtag = ak.sum(jets.btagCSVV2 > analysis.BTAG_CUT, axis=1)
+    if selection.jet_id == eras.JET_ID_BIT:
+        jet_id = jets.isTightLeptonVeto
+    else:
+        multiplicity = ak.values_astype(jets.chMultiplicity, np.int64) + jets.neMultiplicity
+        jet_id = ((abs(jets.eta) <= 2.6) & (jets.neHEF < 0.99) & (jets.neEmEF < 0.9) & (multiplicity > 1)
+                  & (jets.chHEF > 0.01) & (jets.chMultiplicity > 0) & (jets.muEF < 0.8) & (jets.chEmEF < 0.8))
+    jets = jets[(jets.pt > 30) & (abs(jets.eta) < 2.4) & jet_id]
+    nbtag = ak.sum(jets[btag] > era.btag_wp, axis=1)
     selected = (ak.num(electrons) + ak.num(muons) == 1) & (ak.num(jets) >= 4)
     ht = ak.sum(jets[selected & (nbtag == 1)].pt, axis=1)
     trijet = ak.combinations(jets[selected & (nbtag >= 2)], 3, fields=["j1", "j2", "j3"])
     p4 = trijet.j1 + trijet.j2 + trijet.j3
-    max_btag = np.maximum(np.maximum(trijet.j1.btagCSVV2, trijet.j2.btagCSVV2), trijet.j3.btagCSVV2)
-    best = ak.argmax(ak.where(max_btag > analysis.BTAG_CUT, p4.pt, -1.0), axis=1, keepdims=True)
+    max_btag = np.maximum(np.maximum(trijet.j1[btag], trijet.j2[btag]), trijet.j3[btag])
+    best = ak.argmax(ak.where(max_btag > era.btag_wp, p4.pt, -1.0), axis=1, keepdims=True)
     return {"4j1b": ak.to_numpy(ht), "4j2b": ak.to_numpy(ak.flatten(p4[best].mass))}
 
 
-def coffea_analysis(paths: list[Path], counts: dict | None = None) -> int:
+def coffea_histogram(path: Path | str, process: str, weight: float,
+                     selection: eras.Selection = analysis.RUN2) -> tuple[object, int, dict[str, int]]:
+    """(histogram, events, nominal count per region) of the file at PATH (TTree or RNTuple ``Events``) with coffea."""
     from coffea.nanoevents import NanoAODSchema, NanoEventsFactory
 
+    with warnings.catch_warnings():  # generated files lack NanoAOD's cross-reference indices; harmless here
+        warnings.simplefilter("ignore")
+        events = NanoEventsFactory.from_root({str(path): "Events"}, schemaclass=NanoAODSchema,
+                                             mode="virtual").events()
+    h, counts = analysis.new_histogram(), {}
+    for variation, scale in analysis.VARIATIONS.items():
+        for region, values in coffea_observables(events, scale, selection).items():
+            h.fill(region=region, process=process, variation=variation, observable=values,
+                   weight=np.full(len(values), weight))
+            if variation == "nominal":
+                counts[region] = len(values)
+    return h, len(events), counts
+
+
+def coffea_analysis(paths: list[Path], counts: dict | None = None) -> int:
     events_total = 0
     for path in paths:
-        with warnings.catch_warnings():  # the generated files lack NanoAOD's cross-reference indices; harmless here
-            warnings.simplefilter("ignore")
-            events = NanoEventsFactory.from_root({str(path): "Events"}, schemaclass=NanoAODSchema,
-                                                 mode="virtual").events()
-        h = analysis.new_histogram()
-        for variation, scale in analysis.VARIATIONS.items():
-            for region, values in coffea_observables(events, scale).items():
-                h.fill(region=region, process="ttbar", variation=variation, observable=values,
-                       weight=np.full(len(values), 0.1))
-                if counts is not None and variation == "nominal":
-                    counts[region] = counts.get(region, 0) + len(values)
-        events_total += len(events)
+        _, events, selected = coffea_histogram(path, "ttbar", 0.1)
+        if counts is not None:
+            for region, n in selected.items():
+                counts[region] = counts.get(region, 0) + n
+        events_total += events
     return events_total
 
 

@@ -1,11 +1,24 @@
 """The per-file analysis: the Analysis Grand Challenge CMS ttbar selection, columnar with uproot and awkward.
 
 Objects: electrons (pt > 30, |eta| < 2.1, cutBased == 4, sip3d < 4), muons (pt > 30, |eta| < 2.1, tightId,
-sip3d < 4, pfRelIso04_all < 0.15), jets (pt > 30, |eta| < 2.4, jetId & 4), b tag btagCSVV2 > 0.5. Events: exactly
-one selected lepton and at least four selected jets. Regions: ``4j1b`` (exactly one b-tagged jet; observable HT,
-the scalar sum of selected-jet pt) and ``4j2b`` (two or more; observable the mass of the three-jet combination with
-at least one b tag and the largest vector-sum pt). Variations: ``nominal`` and ``pt_scale_up`` (every jet pt × 1.03
-before the selection). Histograms: Reg(25, 50, 550) GeV, StrCat region/process/variation, Weight() storage.
+sip3d < 4, pfRelIso04_all < 0.15), jets (pt > 30, |eta| < 2.4, TightLeptonVeto jet ID), b tag: the era's
+discriminant > its working point (Run 2: btagCSVV2 > 0.5; the era's choices are in ``hepvine.eras``). Events:
+exactly one selected lepton and at least four selected jets. Regions: ``4j1b`` (exactly one b-tagged jet; observable
+HT, the scalar sum of selected-jet pt) and ``4j2b`` (two or more; observable the mass of the three-jet combination
+with at least one b tag and the largest vector-sum pt). Variations: ``nominal`` and ``pt_scale_up`` (every jet pt ×
+1.03 before the selection). Weights: xsec × lumi / nevts_total for simulation, 1 for data (never scaled).
+Histograms: Reg(25, 50, 550) GeV, StrCat region/process/variation, Weight() storage.
+
+Checked against the AGC reference, iris-hep/analysis-grand-challenge at c37bf59,
+analyses/cms-open-data-ttbar/ttbar_analysis_pipeline.py: lepton cuts lines 238-240, jet cuts line 241
+(``isTightLeptonVeto``: coffea's ``jetId & 4``), B_TAG_THRESHOLD = 0.5 line 251 used as ``btagCSVV2 > 0.5`` lines
+258-259 and 282 (the reference had ``>=`` until AGC PR #182, commit 15cd83c, which made it ``>``), one lepton and
+four jets lines 256-257, regions lines 261-262, HT line 274, trijet lines 279-285, pt_scale_up = 1.03 lines 211 and
+236, weight xsec × lumi / nevts_total and 1 for data lines 189-195 (lumi 3378 /pb: hepvine's ``lumi_pb`` default),
+binning utils/config.py lines 11-15 (NUM_BINS 25, BIN_LOW 50, BIN_HIGH 550). Not reproduced: the reference's
+other systematics (pt_res_up, btag_var, scale_var) and its naming of sample variations (a spec variation other than
+``nominal`` fills the histogram variation of that name with the nominal selection only, lines 221 and 346-348;
+hepvine fills ``nominal`` and ``pt_scale_up`` for every spec variation).
 """
 
 from __future__ import annotations
@@ -16,14 +29,13 @@ import awkward as ak
 import hist
 import numpy as np
 
-BRANCHES = [
-    "Jet_pt", "Jet_eta", "Jet_phi", "Jet_mass", "Jet_btagCSVV2", "Jet_jetId",
-    "Electron_pt", "Electron_eta", "Electron_cutBased", "Electron_sip3d",
-    "Muon_pt", "Muon_eta", "Muon_tightId", "Muon_sip3d", "Muon_pfRelIso04_all",
-]
+from hepvine import eras
+
+# The AGC's own inputs (Run 2 NanoAOD, jet ID from Jet_jetId): hepvine's generated files and the 2015 open data.
+RUN2 = eras.Selection(eras.ERAS["run2"], "default", eras.JET_ID_BIT)
+BRANCHES = RUN2.branches
 REGIONS = ("4j1b", "4j2b")
 VARIATIONS = {"nominal": 1.0, "pt_scale_up": 1.03}
-BTAG_CUT = 0.5
 
 
 def new_histogram() -> hist.Hist:
@@ -70,28 +82,43 @@ def _best_trijet_mass(p4: np.ndarray, btagged: np.ndarray, njets: np.ndarray) ->
     return masses
 
 
-def observables(events: dict) -> dict[str, dict[str, np.ndarray]]:
-    """Per variation and region, the observable of each selected event (a flat array).
+def _tight_lepton_veto(j: dict) -> np.ndarray:
+    """JME's TightLeptonVeto jet ID for |eta| <= 2.6 from the jet's energy fractions and multiplicities (NanoAOD v15
+    has no Jet_jetId; the criteria and their source are in hepvine.eras, JET_ID_FRACTIONS)."""
+    charged, neutral = (j[x][0].astype(np.int64) for x in ("chMultiplicity", "neMultiplicity"))
+    return ((np.abs(j["eta"][0]) <= 2.6) & (j["neHEF"][0] < 0.99) & (j["neEmEF"][0] < 0.9)
+            & (charged + neutral > 1) & (j["chHEF"][0] > 0.01) & (charged > 0)
+            & (j["muEF"][0] < 0.8) & (j["chEmEF"][0] < 0.8))
+
+
+def observables(events: dict, selection: eras.Selection = RUN2) -> dict[str, dict[str, np.ndarray]]:
+    """Per variation and region, the observable of each selected event (a flat array), reading the branches of
+    SELECTION (its era's b tag and IDs).
 
     Columnar with numpy on the flat object arrays: the lepton selection and the jet cuts that no variation changes
     are evaluated once per chunk, and the three-jet combinations of region 4j2b are formed only for its events.
     """
-    e = {x: _jagged(events[f"Electron_{x}"]) for x in ("pt", "eta", "cutBased", "sip3d")}
-    m = {x: _jagged(events[f"Muon_{x}"]) for x in ("pt", "eta", "tightId", "sip3d", "pfRelIso04_all")}
-    j = {x: _jagged(events[f"Jet_{x}"]) for x in ("pt", "eta", "phi", "mass", "btagCSVV2", "jetId")}
-    electrons = ((e["pt"][0] > 30) & (np.abs(e["eta"][0]) < 2.1) & (e["cutBased"][0] == 4) & (e["sip3d"][0] < 4))
-    muons = ((m["pt"][0] > 30) & (np.abs(m["eta"][0]) < 2.1) & m["tightId"][0].astype(bool) & (m["sip3d"][0] < 4)
+    era = selection.era
+    electron_id, electron_tight = era.electron_id
+    e = {x: _jagged(events[f"Electron_{x}"]) for x in ("pt", "eta", "sip3d")}
+    e_id = _jagged(events[electron_id])[0]
+    m = {x: _jagged(events[f"Muon_{x}"]) for x in ("pt", "eta", "sip3d", "pfRelIso04_all")}
+    m_id = _jagged(events[era.muon_id])[0]
+    j = {name.removeprefix("Jet_"): _jagged(events[name]) for name in [*eras.JET_KINEMATICS, *selection.jet_id_branches]}
+    btag = _jagged(events[era.btag])[0]
+    electrons = ((e["pt"][0] > 30) & (np.abs(e["eta"][0]) < 2.1) & (e_id == electron_tight) & (e["sip3d"][0] < 4))
+    muons = ((m["pt"][0] > 30) & (np.abs(m["eta"][0]) < 2.1) & m_id.astype(bool) & (m["sip3d"][0] < 4)
              & (m["pfRelIso04_all"][0] < 0.15))
     one_lepton = (_per_event(electrons, e["pt"][1]) + _per_event(muons, m["pt"][1])) == 1
 
     # The jets that any variation could select: in one-lepton events, passing the cuts no variation changes.
     offsets = j["pt"][1]
     n = len(offsets) - 1
-    candidate = ((np.abs(j["eta"][0]) < 2.4) & ((j["jetId"][0] & 4) != 0)
-                 & np.repeat(one_lepton, np.diff(offsets)))
+    tight = ((j["jetId"][0] & 4) != 0) if selection.jet_id == eras.JET_ID_BIT else _tight_lepton_veto(j)
+    candidate = (np.abs(j["eta"][0]) < 2.4) & tight & np.repeat(one_lepton, np.diff(offsets))
     event = np.repeat(np.arange(n), np.diff(offsets))[candidate]
     raw_pt, eta, phi, mass = (j[x][0][candidate] for x in ("pt", "eta", "phi", "mass"))
-    btagged = j["btagCSVV2"][0][candidate] > BTAG_CUT
+    btagged = btag[candidate] > era.btag_wp
 
     result = {}
     for variation, scale in VARIATIONS.items():
@@ -112,10 +139,11 @@ def observables(events: dict) -> dict[str, dict[str, np.ndarray]]:
     return result
 
 
-def fill(h: hist.Hist, events: dict, process: str, weight: float) -> dict[str, int]:
-    """Fill H with EVENTS of PROCESS for every region and variation; returns the nominal count per region."""
+def fill(h: hist.Hist, events: dict, process: str, weight: float, selection: eras.Selection = RUN2) -> dict[str, int]:
+    """Fill H with EVENTS of PROCESS (read with SELECTION) for every region and variation; returns the nominal count
+    per region."""
     counts = {}
-    for variation, regions in observables(events).items():
+    for variation, regions in observables(events, selection).items():
         for region, values in regions.items():
             h.fill(region=region, process=process, variation=variation, observable=values,
                    weight=np.full(len(values), weight))

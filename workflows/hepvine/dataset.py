@@ -1,5 +1,6 @@
 """Dataset specs: the Analysis Grand Challenge shape ``{process: {variation: {"nevts_total": N, "files": [{"path": P,
-"nevts": n}]}}}`` plus a per-process ``"xsec"`` (pb; absent for data), in JSON or YAML.
+"nevts": n}]}}}`` plus a per-process ``"xsec"`` (pb; absent for data) and an optional per-process ``"era"`` (one of
+``hepvine.eras.ERAS``; absent: each file's era is decided from the file), in JSON or YAML.
 
 ``load`` reads and validates a spec; every problem found is reported together, each naming the file, the entry
 (``ttbar/nominal/files[3]``) and what is wrong, before any task starts. A path listed twice anywhere in the spec is
@@ -17,6 +18,9 @@ from pathlib import Path
 
 import yaml
 
+from hepvine.eras import ERAS
+
+PROCESS_KEYS = ("xsec", "era")  # a process's keys that are not variations
 NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
@@ -36,6 +40,7 @@ class FileTask:
     nevts: int
     nevts_total: int
     xsec: float | None
+    era: str | None = None  # the spec's era for the file's process (hepvine.eras); None: decided from the file
 
 
 def _read(path: Path):
@@ -68,7 +73,11 @@ def problems(spec) -> list[str]:
         xsec = variations.get("xsec")
         if xsec is not None and (isinstance(xsec, bool) or not isinstance(xsec, (int, float)) or xsec <= 0):
             found.append(f"{process}/xsec: must be a positive number (pb), or absent for data")
-        samples = {k: v for k, v in variations.items() if k != "xsec"}
+        era = variations.get("era")
+        if era is not None and era not in ERAS:
+            found.append(f"{process}/era: {era!r} is not an era of hepvine; use one of {', '.join(ERAS)} "
+                         "(docs/eras.md), or leave it out to decide each file's era from the file")
+        samples = {k: v for k, v in variations.items() if k not in PROCESS_KEYS}
         if not samples:
             found.append(f"{process}: has no variation (e.g. 'nominal')")
         for variation, sample in samples.items():
@@ -119,11 +128,11 @@ def tasks(spec: dict) -> list[FileTask]:
     """One task per input file, in a stable order."""
     out = []
     for process in sorted(spec):
-        xsec = spec[process].get("xsec")
-        for variation in sorted(k for k in spec[process] if k != "xsec"):
+        xsec, era = spec[process].get("xsec"), spec[process].get("era")
+        for variation in sorted(k for k in spec[process] if k not in PROCESS_KEYS):
             sample = spec[process][variation]
             for i, entry in enumerate(sample["files"]):
                 out.append(FileTask(fid=f"{process}/{variation}/{i}", process=process, variation=variation,
                                     index=i, path=entry["path"], nevts=entry["nevts"],
-                                    nevts_total=sample["nevts_total"], xsec=xsec))
+                                    nevts_total=sample["nevts_total"], xsec=xsec, era=era))
     return out

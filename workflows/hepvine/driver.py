@@ -21,7 +21,7 @@ from pathlib import Path
 
 import uproot
 
-from hepvine import analysis, atomic, fetch, index, records
+from hepvine import analysis, atomic, eras, fetch, index, records
 from hepvine.recompress import parse_codec, recompress
 
 # In entries: a size in bytes ("200 MB") fails in uproot 5.7 for root:// files (TypeError in the basket lookup).
@@ -29,14 +29,18 @@ STEP_SIZE = 200_000
 
 
 def histogram(url: str, task, weight: float) -> tuple:
-    """(histogram, events, bytes read) of the file at URL."""
+    """(histogram, events, bytes read, era) of the file at URL. Its ``Events`` may be a TTree or an RNTuple (uproot
+    reads both; RNTuple fields have the TTree's branch names, e.g. ``Jet_pt``); its era is the spec's (TASK.era)
+    or the file's (``hepvine.eras``)."""
     h = analysis.new_histogram()
     events = 0
     with uproot.open(url) as f:
-        for chunk in f["Events"].iterate(analysis.BRANCHES, step_size=STEP_SIZE, library="ak"):
-            analysis.fill(h, chunk, task.process, weight)
+        tree = f["Events"]
+        selection = eras.for_file(url, f, tree, task.era)
+        for chunk in tree.iterate(selection.branches, step_size=STEP_SIZE, library="ak"):
+            analysis.fill(h, chunk, task.process, weight, selection)
             events += int(len(chunk))
-        return h, events, int(f.file.source.num_requested_bytes)
+        return h, events, int(f.file.source.num_requested_bytes), selection.describe()
 
 
 def run_file(entry: dict, batch: str, lumi_pb: float, codec: str | None = None, copies: Path | None = None,
@@ -62,10 +66,10 @@ def run_file(entry: dict, batch: str, lumi_pb: float, codec: str | None = None, 
             record.recompress = {"codec": codec, "source_bytes": source_bytes, "copy_bytes": copy_bytes,
                                  "seconds": round(seconds, 3),
                                  "source_mb_per_s": round(source_bytes / 1e6 / seconds, 2) if seconds else None}
-            h, record.events, record.bytes_read = histogram(str(copy), task, weight)
+            h, record.events, record.bytes_read, record.era = histogram(str(copy), task, weight)
             record.read_from = str(copy)
         else:
-            (h, record.events, record.bytes_read), record.fetch = fetch.read(
+            (h, record.events, record.bytes_read, record.era), record.fetch = fetch.read(
                 route, lambda url: histogram(url, task, weight), retry)
             record.fetch["bytes"] = record.bytes_read
             record.read_from = record.fetch["url"]

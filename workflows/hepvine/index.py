@@ -67,7 +67,7 @@ def shard(batch: Batch, xrootd_client: dict) -> dict:
     return {"batch": batch.id, "rack": batch.rack, "xrootd_client": xrootd_client,
             "files": [{"fid": t.fid, "path": t.path, "process": t.process, "variation": t.variation,
                        "index": t.index, "nevts": t.nevts, "nevts_total": t.nevts_total, "xsec": t.xsec,
-                       "route": r} for t, r in zip(batch.files, batch.routes)]}
+                       "era": t.era, "route": r} for t, r in zip(batch.files, batch.routes)]}
 
 
 def shard_path(directory: Path | str, batch: str) -> Path:
@@ -99,7 +99,8 @@ def expected(path: Path | str) -> list[tuple[str, str, str]]:
 def task(entry: dict) -> FileTask:
     """The FileTask of one entry of a shard."""
     return FileTask(fid=entry["fid"], process=entry["process"], variation=entry["variation"], index=entry["index"],
-                    path=entry["path"], nevts=entry["nevts"], nevts_total=entry["nevts_total"], xsec=entry["xsec"])
+                    path=entry["path"], nevts=entry["nevts"], nevts_total=entry["nevts_total"], xsec=entry["xsec"],
+                    era=entry.get("era"))
 
 
 def merge_tree(leaves: list[str], fan_in: int, directory: str) -> tuple[dict[str, list[str]], list[str]]:

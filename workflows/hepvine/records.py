@@ -6,8 +6,9 @@ are classified here, once:
 
 - ``transient``: the file may well be read next time (a network error, a timeout, a cache or the origin down, a full
   disk on the worker). Retried inside the run (``hepvine.fetch``) and again by running the same command.
-- ``permanent``: the file itself is wrong for this campaign (not a ROOT file, a tree or branch it lacks, a corrupt
-  basket, a spec entry that disagrees with the file). Never retried automatically; the fix says what to do.
+- ``permanent``: the file itself is wrong for this campaign (not a ROOT file, a tree or branch it lacks, an era
+  that cannot be decided or whose branches it lacks — ``hepvine.eras`` —, a corrupt basket, a spec entry that
+  disagrees with the file). Never retried automatically; the fix says what to do.
 
 Exceptions that are neither (a bug in hepvine) are not records: they fail the job loudly, once.
 """
@@ -34,7 +35,7 @@ class FileProblem(ValueError):
 
 @dataclass(frozen=True)
 class Failure:
-    kind: str  # e.g. "unreachable", "missing-file", "not-root", "missing-branch", "corrupt", "disk-full"
+    kind: str  # e.g. "unreachable", "missing-file", "not-root", "missing-branch", "unknown-era", "corrupt", "disk-full"
     failure_class: str  # TRANSIENT or PERMANENT
     cause: str  # the exception, with the file it concerns
     fix: str  # what the user should do
@@ -53,8 +54,9 @@ def classify(exc: BaseException) -> Failure | None:
         return Failure(exc.kind, PERMANENT, cause, exc.fix)
     if isinstance(exc, uproot.KeyInFileError):
         return Failure("missing-branch", PERMANENT, cause,
-                       "the file lacks a tree or branch the analysis needs: check the file's era/NanoAOD version, or "
-                       "drop it from the spec")
+                       "the file lacks a tree or branch the analysis needs: if it is of another era, set `era` for "
+                       "its process in the spec (docs/eras.md), else replace it or drop it from the spec; then run "
+                       "again with --forcerun on its output (report.json: failed_files[].output)")
     if isinstance(exc, uproot.deserialization.DeserializationError) or isinstance(exc, (zlib.error, lzma.LZMAError)):
         return Failure("corrupt", PERMANENT, cause,
                        "the file is corrupt (a basket or key cannot be read): replace it at the source, then run "
@@ -98,6 +100,7 @@ class FileRecord:
     rack: str | None = None
     worker_rack: str | None = None
     analysis_worker_rack: str | None = None
+    era: str | None = None  # the era the analysis used and what decided it (hepvine.eras.Selection.describe)
     failure: Failure | None = None
     traceback: str | None = field(default=None, repr=False)
 
