@@ -1,11 +1,13 @@
 """The columnar analysis equals an independent, event-by-event implementation of the same selection written here,
-bin by bin, on generated NanoAOD-like files (nominal and pt_scale_up)."""
+bin by bin, on generated NanoAOD-like files (nominal and pt_scale_up); a jet whose discriminant equals the working
+point exactly is not b tagged (the AGC's ``> 0.5``)."""
 
 from __future__ import annotations
 
 import itertools
 import math
 
+import awkward as ak
 import numpy as np
 import pytest
 import uproot
@@ -13,8 +15,9 @@ import uproot
 from hepvine import analysis, generate
 
 
-def loop_observables(ev: dict, i: int, scale: float) -> tuple[str, float] | None:
-    """One event, by hand: (region, observable) or None."""
+def loop_observables(ev: dict, i: int, scale: float, btag_cut: float = 0.5) -> tuple[str, float] | None:
+    """One event, by hand: (region, observable) or None; a jet is b tagged when its Jet_btagCSVV2 is > BTAG_CUT (the
+    AGC's 0.5 by default)."""
     leptons = 0
     for pt, eta, cut, sip in zip(ev["Electron_pt"][i], ev["Electron_eta"][i], ev["Electron_cutBased"][i],
                                  ev["Electron_sip3d"][i]):
@@ -30,13 +33,13 @@ def loop_observables(ev: dict, i: int, scale: float) -> tuple[str, float] | None
             jets.append((pt, float(eta), float(phi), float(mass), float(btag)))
     if leptons != 1 or len(jets) < 4:
         return None
-    nb = sum(j[4] > 0.5 for j in jets)
+    nb = sum(j[4] > btag_cut for j in jets)
     if nb == 1:
         return "4j1b", sum(j[0] for j in jets)
     if nb >= 2:
         best = None
         for combo in itertools.combinations(jets, 3):
-            if not any(j[4] > 0.5 for j in combo):
+            if not any(j[4] > btag_cut for j in combo):
                 continue
             px = sum(j[0] * math.cos(j[2]) for j in combo)
             py = sum(j[0] * math.sin(j[2]) for j in combo)
@@ -77,6 +80,17 @@ def test_columnar_equals_event_loop(tmp_path, process, least_selected):
             b = by_hand[{"region": region, "process": process, "variation": variation}]
             np.testing.assert_allclose(a.values(flow=True), b.values(flow=True), rtol=0, atol=1e-9)
             np.testing.assert_allclose(a.variances(flow=True), b.variances(flow=True), rtol=0, atol=1e-9)
+
+
+def test_a_discriminant_at_the_working_point_is_not_b_tagged(tmp_path):
+    """AGC reference: ``btagCSVV2 > B_TAG_THRESHOLD`` (see the analysis module's docstring): events whose jets sit
+    exactly at 0.5 are untagged, so moving every tagged jet to 0.5 empties both regions."""
+    path = generate.write_file(tmp_path / "t.root", "ttbar", 2000, index=2, seed=4)["path"]
+    events = uproot.open(path)["Events"].arrays(analysis.BRANCHES, library="ak")
+    before = analysis.fill(analysis.new_histogram(), events, "ttbar", 1.0)
+    events["Jet_btagCSVV2"] = ak.where(events["Jet_btagCSVV2"] > 0.5, np.float32(0.5), events["Jet_btagCSVV2"])
+    assert before["4j1b"] > 0 and before["4j2b"] > 0
+    assert analysis.fill(analysis.new_histogram(), events, "ttbar", 1.0) == {"4j1b": 0, "4j2b": 0}
 
 
 def test_event_weight():
