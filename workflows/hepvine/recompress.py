@@ -1,130 +1,321 @@
-"""Recompress one ROOT file (e.g. LZMA NanoAOD) to another codec (ZSTD reads several times faster): every TTree,
-every branch, the same entries and identical values. The copy is written under a temporary name and renamed only
-after it is verified — entries per tree and a checksum per branch against the source, the source's taken from the
-reads that made the copy (the source is read once). Objects that are not TTrees
-cannot be copied this way: they are listed in the error, never silently dropped.
+"""Recompress one ROOT file (e.g. CMSSW NanoAOD in LZMA) to another codec (ZSTD reads several times faster), keeping
+every object of the source: the copy has the same keys, classes, titles, trees, branches (exact types, titles,
+counters), entries and values. It is written under a temporary name and renamed into place only once verified.
+
+The engine is ROOT itself (the ``recompress`` extra: PyPI's ``root`` wheel), chosen by measurement on the real
+NanoAOD of ``../shared/nanoaod`` (README, "Recompression"): uproot cannot write the classes CMSSW writes (``tag``,
+``edm::ProcessHistory``), loses unsigned counters and branch titles. Steps:
+
+1. the source is staged to local disk (read once, over its route; ``root://`` through fsspec-xrootd, as the analysis);
+2. ``hadd -f<setting>`` writes the copy: every basket of every TTree (and every RNTuple page) recompressed with the new
+   codec, every other object (``tag``, histograms) copied;
+3. trees holding classes that have no dictionary here (CMSSW's ``MetaData`` and ``ParameterSets``) are left out of
+   step 2 — re-streaming their objects would change their bytes — and copied verbatim by ``rootcp`` (fast clone: the
+   source's baskets, codec included; they are small and never read by the analysis);
+4. the copy is verified against the source: same keys, classes and titles; per TTree the entries, branch names,
+   titles, leaf types and aliases, then one bulk read of all branches of source and copy with a sha256 per branch;
+   verbatim trees byte for byte (decompressed baskets); RNTuples by entries and the values of every field; other
+   objects by their members (TObject bits aside).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
+import importlib.util
+import shutil
+import subprocess
 import sys
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import awkward as ak
+import fsspec
 import numpy as np
 import uproot
 
 from hepvine import atomic
-from hepvine.generate import branch_type
 from hepvine.records import FileProblem
 
+# ROOT's compression algorithm numbers (ROOT::RCompressionSetting::EAlgorithm): setting = 100 * algorithm + level.
+CODECS = {"zlib": 1, "lzma": 2, "lz4": 4, "zstd": 5}
 CHUNK_ENTRIES = 100_000
-CODECS = {"zstd": uproot.ZSTD, "lzma": uproot.LZMA, "zlib": uproot.ZLIB, "lz4": uproot.LZ4}
+STAGE_CHUNK_BYTES = 16 << 20
+# Object members that say how an object sat in memory when written, not what it holds (TObject's bits).
+RUNTIME_MEMBERS = {"@fUniqueID", "@fBits"}
 
 
 class RecompressError(FileProblem):
     """The file cannot be copied faithfully (a permanent problem of the file)."""
 
     def __init__(self, message: str):
-        super().__init__("not-copyable", message, "recompress only files that hold TTrees only, or run with "
-                         "recompress=off")
+        super().__init__("not-copyable", message, "recompress only files that ROOT can copy (see the message), or "
+                         "run with recompress=off")
 
 
-def parse_codec(text: str):
-    """'zstd:5' → uproot.ZSTD(5)."""
+class UnreadableSource(FileProblem):
+    """The staged source (a whole, local copy of the file) cannot be read: the file itself is damaged."""
+
+    def __init__(self, source: str, exc: BaseException):
+        super().__init__("corrupt", f"{source}: cannot be read as a ROOT file: {type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0] if str(exc) else ''}",
+                         "the file is damaged or truncated at its source: replace it there, then run again with "
+                         "--forcerun on its output (report.json: failed_files[].output)")
+
+
+class RootMissing(RuntimeError):
+    """ROOT is not installed where the job runs: a problem of the environment, not of any file (the job fails)."""
+
+
+@dataclass(frozen=True)
+class Codec:
+    """A ROOT compression setting: ``zstd:5`` → algorithm 5, level 5, setting 505."""
+
+    name: str
+    level: int
+
+    @property
+    def setting(self) -> int:
+        return 100 * CODECS[self.name] + self.level
+
+    def __str__(self) -> str:
+        return f"{self.name}:{self.level}"
+
+
+def parse_codec(text: str) -> Codec:
+    """'zstd:5' → Codec('zstd', 5)."""
     name, _, level = text.partition(":")
-    if name not in CODECS or not level.isdigit():
-        raise RecompressError(f"codec {text!r}: write it as <{'|'.join(CODECS)}>:<level>, e.g. zstd:5")
-    return CODECS[name](int(level))
+    if name not in CODECS or not level.isdigit() or not 0 <= int(level) <= 9:
+        raise RecompressError(f"codec {text!r}: write it as <{'|'.join(CODECS)}>:<level 0-9>, e.g. zstd:5")
+    return Codec(name, int(level))
 
 
-def _layout(tree) -> tuple[dict[str, list[str]], list[str]]:
-    """Branches grouped by counter (``nJet`` → the ``Jet_*`` branches), and the flat ones without a counter."""
-    collections: dict[str, list[str]] = {}
-    flat = []
-    counters = {b.count_branch.name for b in tree.branches if b.count_branch is not None}
-    for branch in tree.branches:
-        if branch.count_branch is not None:
-            collections.setdefault(branch.count_branch.name, []).append(branch.name)
-        elif branch.name not in counters:
-            flat.append(branch.name)
-    return collections, flat
+def root_program(name: str) -> str:
+    """The path of ROOT's program NAME (hadd, rootcp) from the installed ``root`` package, found without importing
+    ROOT (seconds, hundreds of MB)."""
+    spec = importlib.util.find_spec("ROOT")
+    program = Path(spec.submodule_search_locations[0]) / "bin" / name if spec and spec.submodule_search_locations \
+        else None
+    if program is None or not program.is_file():
+        found = shutil.which(name)  # a ROOT installed another way (conda-forge, LCG views)
+        if found:
+            return found
+        raise RootMissing(f"recompression needs ROOT's {name}, which this environment lacks: install hepvine with the "
+                          "'recompress' extra (pip install 'hepvine[recompress]', Python 3.13 on Linux x86_64) or "
+                          "conda-forge's root, or run with recompress=off")
+    return str(program)
 
 
-def _chunk(arrays, collections: dict[str, list[str]], flat: list[str]) -> dict:
-    out = {name: ak.to_numpy(arrays[name]) for name in flat}
-    for counter, branches in collections.items():
-        prefix = counter[1:]  # nJet → Jet, whose branches are Jet_<field>
-        out[prefix] = ak.zip({b[len(prefix) + 1:]: arrays[b] for b in branches})
-    return out
+@dataclass
+class Plan:
+    """What a source holds and how each of its objects is copied."""
+
+    classes: dict[str, str]  # key name → class name (latest cycles)
+    opened: dict = field(default_factory=dict, repr=False)  # tree name → the source's tree (uproot reads one slowly)
+    recompressed_trees: list[str] = field(default_factory=list)
+    verbatim_trees: list[str] = field(default_factory=list)  # copied with their baskets as they are
+    rntuples: list[str] = field(default_factory=list)
+    objects: list[str] = field(default_factory=list)
 
 
-def _digest(digests: dict, arrays) -> None:
-    """Add a chunk of every branch in ARRAYS to its running sha256 in DIGESTS."""
-    for name in arrays.fields:
-        flat = ak.to_numpy(ak.flatten(arrays[name], axis=None))
-        digests.setdefault(name, hashlib.sha256()).update(np.ascontiguousarray(flat).tobytes())
+def _numeric(branch) -> bool:
+    """Whether uproot reads BRANCH as numbers (flat or jagged): what hadd recompresses and the check reads back."""
+    try:
+        interpretation = branch.interpretation
+    except Exception:  # uproot: no interpretation for this class (raises several types); that is the answer
+        return False
+    if isinstance(interpretation, uproot.AsJagged):
+        interpretation = interpretation.content
+    return isinstance(interpretation, uproot.AsDtype)
 
 
-def _checksums(tree) -> dict[str, str]:
-    """A sha256 per branch of TREE, reading every branch once, in bulk."""
-    digests: dict = {}
-    for arrays in tree.iterate(library="ak", step_size=CHUNK_ENTRIES):
-        _digest(digests, arrays)
+def plan(src) -> Plan:
+    """The copy's plan for the open file SRC."""
+    result = Plan(classes=src.classnames(cycle=False))
+    for name, cls in result.classes.items():
+        if "/" in name:
+            raise RecompressError(f"{src.file_path}: {name}: objects inside directories are not recompressed; "
+                                  "NanoAOD keeps its trees at the top level")
+        if cls == "TTree":
+            tree = result.opened[name] = src[name]
+            target = result.recompressed_trees if all(_numeric(b) for b in tree.branches) else result.verbatim_trees
+            target.append(name)
+        elif cls == "ROOT::RNTuple":
+            result.rntuples.append(name)
+        elif cls != "TDirectory":
+            result.objects.append(name)
+    return result
+
+
+def _run(args: list[str], what: str, source: str) -> None:
+    done = subprocess.run(args, capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = "\n".join(line for line in done.stderr.splitlines()[-6:] if line.strip())
+        raise RecompressError(f"{source}: {what} failed (exit {done.returncode}): {tail}")
+
+
+def stage(source: str, local: Path) -> int:
+    """Copy SOURCE (a path or root:// URL) to LOCAL; returns the bytes read."""
+    nbytes = 0
+    with fsspec.open(source, "rb") as f, open(local, "wb") as out:
+        while chunk := f.read(STAGE_CHUNK_BYTES):
+            out.write(chunk)
+            nbytes += len(chunk)
+    return nbytes
+
+
+def write_copy(staged: Path, tmp: Path, what: Plan, codec: Codec, source: str) -> None:
+    """Write the copy of STAGED to TMP following WHAT."""
+    command = [root_program("hadd"), f"-f{codec.setting}"]
+    skipped = tmp.with_name(tmp.name + ".verbatim")
+    try:
+        if what.verbatim_trees:
+            skipped.write_text("".join(f"{name}\n" for name in what.verbatim_trees))
+            command += ["-L", str(skipped), "-Ltype", "SkipListed"]
+        _run(command + [str(tmp), str(staged)], "hadd", source)
+        if what.verbatim_trees:
+            _run([root_program("rootcp"), *(f"{staged}:{name}" for name in what.verbatim_trees), str(tmp)],
+                 "rootcp", source)
+    finally:
+        skipped.unlink(missing_ok=True)
+
+
+def _branch_checksums(tree, names: list[str]) -> dict[str, str]:
+    """A sha256 per branch of TREE (NAMES), reading all of them at once, chunk by chunk."""
+    digests = {name: hashlib.sha256() for name in names}
+    for arrays in tree.iterate(names, library="ak", step_size=CHUNK_ENTRIES):
+        for name in names:
+            flat = ak.to_numpy(ak.flatten(arrays[name], axis=None))
+            digests[name].update(np.ascontiguousarray(flat).tobytes())
     return {name: d.hexdigest() for name, d in digests.items()}
 
 
-def recompress(source: str, destination: Path, compression) -> tuple[dict, int]:
-    """Copy SOURCE to DESTINATION with COMPRESSION; returns ({tree: entries}, bytes read from SOURCE)."""
-    with uproot.open(source) as src:
-        classes = src.classnames(cycle=False)
-        others = sorted(f"{k} ({v})" for k, v in classes.items() if v != "TTree")
-        if others:
-            raise RecompressError(f"{source}: cannot copy non-TTree object(s) {', '.join(others)}; "
-                                  "recompress only files that hold TTrees (NanoAOD does)")
-        trees = sorted(classes)
-        with atomic.replacing(destination) as tmp:
-            entries = _verify(source, src, trees, tmp, _copy(src, trees, tmp, compression))
-        nbytes = int(src.file.source.num_requested_bytes)
-    return entries, nbytes
+def _tree_shape(tree) -> dict:
+    """What a TTree is, values aside: entries, aliases, and per branch its title, class and leaves."""
+    return {"entries": tree.num_entries, "aliases": dict(tree.aliases or {}), "branches": {
+        b.name: (b.title, b.classname, [(leaf.member("fName"), leaf.classname, leaf.member("fTitle"))
+                                        for leaf in b.member("fLeaves")])
+        for b in tree.branches}}
 
 
-def _copy(src, trees: list[str], tmp: Path, compression) -> dict[str, dict[str, str]]:
-    """Write SRC's TREES to TMP; the source's checksums per tree and branch, taken from the same reads."""
+def _raw_baskets(tree) -> dict[str, str]:
+    """A sha256 per branch of TREE over its decompressed baskets (for classes uproot cannot read as values)."""
     sums = {}
-    with uproot.recreate(tmp, compression=compression) as dst:
-        for name in trees:
-            tree = src[name]
-            collections, flat = _layout(tree)
-            out = None
-            digests: dict = {}
-            for arrays in tree.iterate(library="ak", step_size=CHUNK_ENTRIES):
-                _digest(digests, arrays)
-                chunk = _chunk(arrays, collections, flat)
-                if out is None:
-                    out = dst.mktree(name, {k: branch_type(v) for k, v in chunk.items()})
-                out.extend(chunk)
-            sums[name] = {b: d.hexdigest() for b, d in digests.items()}
+    for branch in tree.branches:
+        digest = hashlib.sha256()
+        for i in range(branch.num_baskets):
+            digest.update(bytes(branch.basket(i).data))
+        sums[branch.name] = digest.hexdigest()
     return sums
 
 
-def _verify(source: str, src, trees: list[str], tmp: Path, sums: dict) -> dict[str, int]:
-    """{tree: entries}, after checking the copy at TMP against SRC: entries, branch names, a checksum per branch
-    (SUMS: the source's, from the copying reads)."""
-    entries = {name: src[name].num_entries for name in trees}
+def _rntuple_values(ntuple) -> dict[str, str]:
+    digests = {}
+    arrays = ntuple.arrays()
+    for name in arrays.fields:
+        flat = ak.to_numpy(ak.flatten(arrays[name], axis=None))
+        digests[name] = hashlib.sha256(np.ascontiguousarray(flat).tobytes())
+    return {"entries": ntuple.num_entries, "values": {k: d.hexdigest() for k, d in digests.items()}}
+
+
+def _members(obj) -> object:
+    """OBJ's members as plain values (for comparison), TObject's runtime bits left out."""
+    members = getattr(obj, "all_members", None)
+    if members is None:
+        return np.asarray(obj).tolist() if isinstance(obj, np.ndarray) else obj
+    return {k: _members(v) for k, v in members.items() if k not in RUNTIME_MEMBERS}
+
+
+def _differences(name: str, a, b) -> str | None:
+    """How A and B (source, copy) differ, in a few words, or None."""
+    if a == b:
+        return None
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b), key=str):
+            if k not in b:
+                return f"{name}: {k} missing from the copy"
+            if k not in a:
+                return f"{name}: {k} only in the copy"
+            said = _differences(f"{name}/{k}", a[k], b[k])
+            if said:
+                return said
+    return f"{name}: {str(a)[:120]} in the source, {str(b)[:120]} in the copy"
+
+
+def verify(source: str, src, tmp: Path, what: Plan) -> dict[str, int]:
+    """{tree or RNTuple: entries} after checking the copy at TMP against the staged source, open as SRC (see the
+    module's docstring); RecompressError naming the first difference otherwise."""
+    entries = {}
     with uproot.open(tmp) as copy:
-        for name in trees:
-            if copy[name].num_entries != entries[name]:
-                raise RecompressError(f"{source}: tree {name}: {copy[name].num_entries} entries in the copy, "
-                                      f"{entries[name]} in the source")
-            if set(copy[name].keys()) != set(src[name].keys()):
-                missing = sorted(set(src[name].keys()) - set(copy[name].keys()))
-                raise RecompressError(f"{source}: tree {name}: branches not copied: {', '.join(missing)}")
-            if _checksums(copy[name]) != sums[name]:
-                raise RecompressError(f"{source}: tree {name}: values differ between copy and source")
+        copy_classes = copy.classnames(cycle=False)
+        said = _differences("keys", what.classes, copy_classes) or _differences(
+            "titles", {k: src.key(k).fTitle for k in what.classes}, {k: copy.key(k).fTitle for k in copy_classes})
+        for name in what.recompressed_trees:
+            if said:
+                break
+            theirs = copy[name]
+            shape = _tree_shape(what.opened[name])
+            said = _differences(name, shape, _tree_shape(theirs))
+            names = list(shape["branches"])
+            said = said or _differences(name, _branch_checksums(what.opened[name], names),
+                                        _branch_checksums(theirs, names))
+            entries[name] = shape["entries"]
+        for name in what.verbatim_trees:
+            if said:
+                break
+            theirs = copy[name]
+            said = _differences(name, _tree_shape(what.opened[name]), _tree_shape(theirs)) \
+                or _differences(name, _raw_baskets(what.opened[name]), _raw_baskets(theirs))
+            entries[name] = theirs.num_entries
+        for name in what.rntuples:
+            if said:
+                break
+            values = _rntuple_values(src[name])
+            said = _differences(name, values, _rntuple_values(copy[name]))
+            entries[name] = values["entries"]
+        for name in what.objects:
+            said = said or _differences(name, _members(src[name]), _members(copy[name]))
+    if said:
+        raise RecompressError(f"{source}: the copy differs from the source: {said}")
     return entries
+
+
+@contextlib.contextmanager
+def _opened(source: str, staged: Path):
+    """The staged source open, and its plan; a file that cannot be read is UnreadableSource (it was read whole, from
+    local disk: no network is to blame)."""
+    try:
+        src = uproot.open(staged)
+        what = plan(src)
+    except (OSError, ValueError, uproot.deserialization.DeserializationError) as e:
+        if isinstance(e, OSError) and e.errno is not None:  # the local disk (full, gone): not the file's fault
+            raise
+        raise UnreadableSource(source, e) from e
+    with src:
+        yield src, what
+
+
+@contextlib.contextmanager
+def _staged(destination: Path):
+    local = destination.with_name(destination.name + ".source")
+    try:
+        yield local
+    finally:
+        local.unlink(missing_ok=True)
+
+
+def recompress(source: str, destination: Path, codec: Codec) -> tuple[dict[str, int], int]:
+    """Copy SOURCE to DESTINATION recompressed with CODEC; returns ({tree: entries}, bytes read from SOURCE)."""
+    destination = Path(destination)
+    root_program("hadd")  # before reading anything: a missing ROOT fails the job, not the file
+    with _staged(destination) as staged:
+        nbytes = stage(source, staged)
+        with _opened(source, staged) as (src, what), atomic.replacing(destination) as tmp:
+            write_copy(staged, tmp, what, codec, source)
+            entries = verify(source, src, tmp, what)
+    return entries, nbytes
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,12 +324,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("destination", type=Path)
     parser.add_argument("--codec", default="zstd:5", help="<codec>:<level>, e.g. zstd:5 (default)")
     args = parser.parse_args(argv)
+    started = time.perf_counter()
     try:
         entries, nbytes = recompress(args.source, args.destination, parse_codec(args.codec))
-    except (OSError, FileProblem) as e:
+    except (OSError, FileProblem, RootMissing) as e:
         print(f"recompress: {args.source}: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
-    print(f"recompress: {args.source} → {args.destination} ({args.codec}, {nbytes:,} bytes read): "
+    seconds = time.perf_counter() - started
+    print(f"recompress: {args.source} → {args.destination} ({args.codec}): {nbytes:,} → "
+          f"{args.destination.stat().st_size:,} bytes in {seconds:.2f} s ({nbytes / 1e6 / seconds:.1f} MB/s); "
           + ", ".join(f"{k} {v} entries" for k, v in entries.items()), file=sys.stderr)
     return 0
 
