@@ -32,6 +32,11 @@ GAVE_UP_LOST = "lost workers"  # TaskResult.result of a task given up after losi
 # it go; keepalives find it: one every KEEPALIVE_INTERVAL_S, and a worker silent for KEEPALIVE_TIMEOUT_S is dropped
 # (its tasks are dispatched again). TaskVine's defaults (2 and 15 minutes) would stall a run that long.
 KEEPALIVE_INTERVAL_S = 5
+# Local files (sources, inputs, the packed environment) go from the manager to each worker, never from one worker to
+# another: TaskVine 7.14.5 may tell a worker to fetch a file from a peer in the same instant as it starts sending the
+# file to that peer; the fetch fails, the worker keeps the failure for that file, and every task needing it is
+# forsaken there again and again (seen with two workers taking their first tasks at once).
+PEER_TRANSFER = False
 KEEPALIVE_TIMEOUT_S = 20
 PRIVATE_PREFIX = "hepvine-vine-"
 # vine_factory pastes paths unquoted into shell commands (`cp PASSWORD SCRATCH/pwfile`) and the workers' command
@@ -273,9 +278,9 @@ class Manager:
         """The packed environment at PATH (``hepvine pack-env``: a tarball with ``bin/run_in_env`` at its top) as
         TaskVine's execution context: declared once; each worker gets the tarball once (from the manager or a peer),
         unpacks it once in a mini-task that also runs its set-up (``run_in_env`` without arguments), and keeps it
-        for the run; every task then runs under its ``run_in_env``."""
-        tarball = self._m.declare_file(str(path), cache="workflow")
-        return self._m.declare_poncho(tarball, cache="workflow")
+        for the run; every task then runs under its ``run_in_env``. Sent by the manager only (PEER_TRANSFER)."""
+        tarball = self._m.declare_file(str(path), cache="workflow", peer_transfer=PEER_TRANSFER)
+        return self._m.declare_poncho(tarball, cache="workflow", peer_transfer=PEER_TRANSFER)
 
     def _install_library(self) -> None:
         """One library per worker that has imported Snakemake; calls are forked from it (library.py). It takes the
@@ -348,10 +353,11 @@ class Manager:
 
     def _file(self, local: str):
         """The run's one declaration of a local file: a file used by many tasks, or made by one task and read by
-        others, is declared once, so that workers keep it in their cache for the whole run."""
+        others, is declared once, so that workers keep it in their cache for the whole run; the manager sends it to
+        each worker that needs it (PEER_TRANSFER)."""
         key = os.path.abspath(local)
         if key not in self._files:
-            self._files[key] = self._m.declare_file(key, cache="workflow")
+            self._files[key] = self._m.declare_file(key, cache="workflow", peer_transfer=PEER_TRANSFER)
         return self._files[key]
 
     def wait(self, timeout_s: int = 1) -> TaskResult | None:

@@ -221,14 +221,18 @@ def histograms(path: Path) -> dict[str, np.ndarray]:
 
 
 def cache_updates(run_info: Path, wanted) -> dict[str, list[tuple[float, float]]]:
-    """Per worker, the files that reached its cache in the run under RUN_INFO — sent by the manager or a peer, or made
-    there by a mini-task — whose (cache name, size) WANTED accepts, as (start s, wall s); from TaskVine's
-    transactions log: `time pid WORKER id CACHE_UPDATE name size wall_us start_us`."""
+    """Per worker, the files that reached its cache in the run under RUN_INFO — sent by the manager (`TRANSFER
+    INPUT`) or a peer, or made there by a mini-task (`CACHE_UPDATE`) — whose (cache name, size) WANTED accepts, as
+    (start s, wall s); from TaskVine's transactions log: `time pid WORKER id CACHE_UPDATE name size wall_us start_us`
+    and `time pid WORKER id TRANSFER INPUT name size wall_us start_us`."""
     found: dict[str, list[tuple[float, float]]] = {}
     for log in run_info.rglob("transactions"):
         for parts in (line.split() for line in log.read_text().splitlines()):
-            if len(parts) == 9 and parts[4] == "CACHE_UPDATE" and wanted(parts[5], int(parts[6])):
-                found.setdefault(parts[3], []).append((int(parts[8]) / 1e6, int(parts[7]) / 1e6))
+            if parts[2:3] != ["WORKER"] or parts[4:5] not in (["CACHE_UPDATE"], ["TRANSFER"]):
+                continue
+            fields = parts[5:] if parts[4] == "CACHE_UPDATE" else parts[6:] if parts[5] == "INPUT" else []
+            if len(fields) == 4 and wanted(fields[0], int(fields[1])):
+                found.setdefault(parts[3], []).append((int(fields[3]) / 1e6, int(fields[2]) / 1e6))
     return found
 
 
@@ -270,8 +274,8 @@ def test_worker_with_nothing_installed_runs_the_campaign_only_with_the_environme
     for key, values in shared_h.items():
         np.testing.assert_array_equal(with_h[key], values, err_msg=key)
 
-    # Each of the 2 workers received the environment once and unpacked it once (TaskVine's transactions log), for
-    # all of the campaign's tasks (3 analyses, merges, report, plots).
+    # Each of the 2 workers received the environment once (from the manager: no peer transfers) and unpacked it once
+    # (TaskVine's transactions log), for all of the campaign's tasks (3 analyses, merges, report, plots).
     size = packed.stat().st_size
     received = cache_updates(tmp_path / "run-info", lambda name, n: n == size)
     made = cache_updates(tmp_path / "run-info", lambda name, n: name.startswith("task-"))  # the unpacked ones
@@ -304,3 +308,25 @@ def test_jobs_and_library_calls_run_in_the_environment_on_hidden_workers(workflo
            check=True)
     prefixes = {(wf.root / "out" / f"{i}.txt").read_text().strip() for i in range(4)}
     assert all("/cache/" in p and not p.startswith(sys.prefix) for p in prefixes), prefixes
+
+
+def test_conda_environment_is_conda_packed_with_run_in_env_and_its_editable_projects(tmp_path, monkeypatch):
+    """The conda path with conda-pack itself faked (no conda environment here): what conda-pack wrote, then
+    run_in_env, the manifest and hepvine (installed editable, which conda-pack leaves out) from its source tree."""
+    import conda_pack
+
+    def fake_pack(prefix, output, format, ignore_editable_packages):
+        assert format == "tar" and ignore_editable_packages and prefix == sys.prefix
+        with tarfile.open(output, "w") as tar:
+            tar.addfile(tarfile.TarInfo("bin/conda-unpack"))
+
+    monkeypatch.setattr(conda_pack, "pack", fake_pack)
+    manifest = packenv.write_conda(tmp_path / "env.tar.gz")
+    with tarfile.open(tmp_path / "env.tar.gz", "r:gz") as tar:
+        names = tar.getnames()
+        script = tar.extractfile(packenv.RUN_IN_ENV).read().decode()
+    assert names[0] == "bin/conda-unpack" and packenv.RUN_IN_ENV in names and packenv.MANIFEST in names
+    assert "conda-unpack" in script and manifest["kind"] == "conda" and "hepvine" in manifest["from_source_tree"]
+    site = packenv._site_packages(Path(sys.prefix)).relative_to(sys.prefix)
+    assert str(site / "hepvine" / "packenv.py") in names
+    assert str(site / "snakemake_executor_plugin_taskvine" / "taskvine.py") in names

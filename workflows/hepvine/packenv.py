@@ -5,9 +5,10 @@ The file is a gzipped tarball in TaskVine's execution-context layout: ``bin/run_
 runs once without arguments after unpacking the file on a worker (set-up), and then in front of every task's
 command (``run_in_env COMMAND...``: the environment's ``bin`` first on ``PATH``, then the command). Two kinds:
 
-- **conda** (an EL9 login node's environment, ``environment-el9.yml``): the whole environment, packed by conda-pack;
-  the set-up runs ``conda-unpack`` once per worker, so that the environment's paths are rewritten where it was
-  unpacked. The worker needs nothing but ``/bin/sh`` and ``tar``.
+- **conda** (an EL9 login node's environment, ``environment-el9.yml``): the whole environment, packed by conda-pack,
+  plus the projects installed editable in it (conda-pack leaves those out) from their source trees; the set-up runs
+  ``conda-unpack`` once per worker, so that the environment's paths are rewritten where it was unpacked. The worker
+  needs nothing but ``/bin/sh`` and ``tar``.
 - **venv** (the sandbox's ``/opt/hepvine-venv``, made with ``--system-site-packages``): the distributions hepvine
   needs — hepvine itself and its requirements, transitively, plus those of ``--extra`` — that are installed in the
   venv, under a new venv whose ``bin/python`` points at the same base interpreter (e.g. ``/usr/bin/python3.13``).
@@ -271,22 +272,30 @@ def write_venv(output: Path, extras: tuple[str, ...]) -> dict:
 
 
 def write_conda(output: Path) -> dict:
-    """Pack this whole conda environment with conda-pack, plus run_in_env and the manifest, into OUTPUT."""
+    """Pack this whole conda environment with conda-pack, plus the projects installed editable in it (hepvine from
+    its checkout: conda-pack leaves those out), run_in_env and the manifest, into OUTPUT."""
     import conda_pack
 
+    prefix = Path(sys.prefix)
+    site = _site_packages(prefix)
+    dists = {d.metadata["Name"]: d for d in importlib.metadata.distributions() if d.metadata["Name"]}
+    editable = [d for d in dists.values() if from_source_tree(d, prefix, Path(sys.base_prefix))]
     manifest = {"kind": "conda", "python": sys.version.split()[0], "prefix": sys.prefix,
-                "packed": {d.metadata["Name"]: d.version for d in importlib.metadata.distributions()
-                           if d.metadata["Name"]},
+                "packed": {name: d.version for name, d in sorted(dists.items())},
+                "from_source_tree": sorted(d.metadata["Name"] for d in editable),
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     with tempfile.TemporaryDirectory(dir=output.parent) as tmp:
         plain = Path(tmp) / "env.tar"
         try:
-            conda_pack.pack(prefix=sys.prefix, output=str(plain), format="tar", ignore_editable_packages=False)
+            conda_pack.pack(prefix=sys.prefix, output=str(plain), format="tar", ignore_editable_packages=True)
         except conda_pack.CondaPackException as e:
             raise PackError(f"conda-pack cannot pack {sys.prefix}: {e}") from e
         with tarfile.open(plain, "a") as tar:
             tar.addfile(*_text_member(RUN_IN_ENV, run_in_env("conda", manifest), 0o755))
             tar.addfile(*_text_member(MANIFEST, json.dumps(manifest, indent=1) + "\n"))
+            for dist in editable:
+                for path, name in distribution_files(dist, site):
+                    _add(tar, path, str(site.relative_to(prefix) / name))
         with open(plain, "rb") as src, gzip.open(output, "wb", compresslevel=COMPRESS_LEVEL) as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
     return manifest
