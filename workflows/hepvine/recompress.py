@@ -36,7 +36,7 @@ import fsspec
 import numpy as np
 import uproot
 
-from hepvine import atomic
+from hepvine import atomic, records
 from hepvine.records import FileProblem
 
 # ROOT's compression algorithm numbers (ROOT::RCompressionSetting::EAlgorithm): setting = 100 * algorithm + level.
@@ -53,16 +53,6 @@ class RecompressError(FileProblem):
     def __init__(self, message: str):
         super().__init__("not-copyable", message, "recompress only files that ROOT can copy (see the message), or "
                          "run with recompress=off")
-
-
-class UnreadableSource(FileProblem):
-    """The staged source (a whole, local copy of the file) cannot be read: the file itself is damaged."""
-
-    def __init__(self, source: str, exc: BaseException):
-        super().__init__("corrupt", f"{source}: cannot be read as a ROOT file: {type(exc).__name__}: "
-                         f"{str(exc).splitlines()[0] if str(exc) else ''}",
-                         "the file is damaged or truncated at its source: replace it there, then run again with "
-                         "--forcerun on its output (report.json: failed_files[].output)")
 
 
 class RootMissing(RuntimeError):
@@ -284,15 +274,21 @@ def verify(source: str, src, tmp: Path, what: Plan) -> dict[str, int]:
 
 @contextlib.contextmanager
 def _opened(source: str, staged: Path):
-    """The staged source open, and its plan; a file that cannot be read is UnreadableSource (it was read whole, from
-    local disk: no network is to blame)."""
+    """The staged source open, and its plan. The source was read whole onto local disk, so a file uproot cannot read
+    is a permanent problem of the file (damaged, truncated, not ROOT), named by its own path: no network is to blame."""
     try:
         src = uproot.open(staged)
         what = plan(src)
     except (OSError, ValueError, uproot.deserialization.DeserializationError) as e:
         if isinstance(e, OSError) and e.errno is not None:  # the local disk (full, gone): not the file's fault
             raise
-        raise UnreadableSource(source, e) from e
+        failure = records.classify(e)
+        kind, fix = (failure.kind, failure.fix) if failure and failure.failure_class == records.PERMANENT else (
+            "corrupt", "the file is damaged or truncated at its source: replace it there, then run again with "
+            "--forcerun on its output (report.json: failed_files[].output)")
+        first_line = str(e).splitlines()[0] if str(e) else ""
+        raise FileProblem(kind, f"{source}: cannot be read as a ROOT file: {type(e).__name__}: {first_line}",
+                          fix) from e
     with src:
         yield src, what
 
