@@ -1,6 +1,8 @@
 """The ``hepvine`` command: ``hepvine generate`` (a NanoAOD-like sample dataset), ``hepvine demo`` (the smoke
 campaign on the sandbox), ``hepvine plan`` (a campaign's data rate on a site, per placement policy), ``hepvine
-compare`` (are two campaigns' histograms byte-identical). Each subcommand's own ``--help`` tells its options."""
+compare`` (are two campaigns' histograms byte-identical), ``hepvine pack-env`` (this environment packed into one
+file for workers that have nothing installed), ``hepvine recompress`` (one file, faithfully, to another
+codec). Each subcommand's own ``--help`` tells its options."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ COMMANDS = {
     "demo": "hepvine.demo",
     "plan": "hepvine.plan",
     "compare": "hepvine.compare",
+    "pack-env": "hepvine.packenv",
+    "recompress": "hepvine.recompress",
 }
 
 
