@@ -50,7 +50,7 @@ demo: sandbox
 	@$(SANDBOX)/with-services.sh python -m hepvine.demo
 
 bench: sandbox
-	@$(SANDBOX)/with-services.sh sh -c "python benchmarks/analysis.py && python benchmarks/dispatch.py"
+	@$(SANDBOX)/with-services.sh sh -c "python benchmarks/analysis.py && python benchmarks/recompress.py && python benchmarks/dispatch.py"
 
 clean-sandbox: services-stop
 	@$(SANDBOX)/clean.sh
