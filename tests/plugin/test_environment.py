@@ -238,7 +238,7 @@ def cache_updates(run_info: Path, wanted) -> dict[str, list[tuple[float, float]]
 
 @pytest.mark.sandbox
 def test_worker_with_nothing_installed_runs_the_campaign_only_with_the_environment(
-        campaign_dir, hidden_workers, packed, tmp_path):
+        hidden_workers, campaign_dir, packed, tmp_path):
     password = tmp_path / "vine.password"
     password.write_text("hidden-workers-test\n")
     password.chmod(0o600)
@@ -292,7 +292,7 @@ JOBS = slow_snakefile("python -c 'import sys, snakemake, uproot; print(sys.prefi
 
 @pytest.mark.sandbox
 @pytest.mark.parametrize("library", [False, True], ids=["process", "library"])
-def test_jobs_and_library_calls_run_in_the_environment_on_hidden_workers(workflow, hidden_workers, packed, tmp_path,
+def test_jobs_and_library_calls_run_in_the_environment_on_hidden_workers(hidden_workers, workflow, packed, tmp_path,
                                                                          library):
     """Jobs as processes of their own and as calls of a TaskVine library (whose `python` is the environment's too)
     run on workers that see neither the venv nor the checkout, with a shared filesystem (the workflow directory is
