@@ -44,7 +44,7 @@ run: services-start
 	@$(ENTER) -- bash -c "$$HEPVINE_RUN_CMD"
 
 test: sandbox
-	@$(SANDBOX)/with-services.sh python -m pytest $(PYTEST_ARGS)
+	@$(SANDBOX)/with-services.sh --pytest-root-pass python -m pytest $(PYTEST_ARGS)
 
 demo: sandbox
 	@$(SANDBOX)/with-services.sh python -m hepvine.demo

@@ -9,6 +9,12 @@ import pytest
 import hepvine.services
 
 
+def pytest_configure(config):
+    # Declared here, not in pyproject.toml (whose every change rebuilds the sandbox).
+    config.addinivalue_line("markers", "root: must run as root inside the sandbox (mount namespaces); `make test` "
+                            "runs these in a second pass as root")
+
+
 @pytest.fixture(scope="session")
 def services() -> dict:
     """Ports and directories of the running sandbox services. A test that needs them fails (never skips) when they

@@ -237,6 +237,7 @@ def cache_updates(run_info: Path, wanted) -> dict[str, list[tuple[float, float]]
 
 
 @pytest.mark.sandbox
+@pytest.mark.root
 def test_worker_with_nothing_installed_runs_the_campaign_only_with_the_environment(
         hidden_workers, campaign_dir, packed, tmp_path):
     password = tmp_path / "vine.password"
@@ -291,6 +292,7 @@ JOBS = slow_snakefile("python -c 'import sys, snakemake, uproot; print(sys.prefi
 
 
 @pytest.mark.sandbox
+@pytest.mark.root
 @pytest.mark.parametrize("library", [False, True], ids=["process", "library"])
 def test_jobs_and_library_calls_run_in_the_environment_on_hidden_workers(hidden_workers, workflow, packed, tmp_path,
                                                                          library):
