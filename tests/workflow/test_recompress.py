@@ -50,12 +50,22 @@ def equal_values(a, b) -> bool:
     return ak.array_equal(a, b, equal_nan=True, dtype_exact=True, check_parameters=False)
 
 
+@pytest.fixture(scope="module")
+def copies(tmp_path_factory) -> dict:
+    """Each real file recompressed once for this module's tests: name → (its entries, bytes read, the copy)."""
+    where = tmp_path_factory.mktemp("copies")
+    made = {}
+    for source in REAL_FILES:
+        copy = where / source.name
+        made[source.name] = (*recompress.recompress(str(source), copy, recompress.parse_codec("zstd:5")), copy)
+    assert sorted(p.name for p in where.iterdir()) == sorted(made)  # nothing left beside the copies
+    return made
+
+
 @pytest.mark.parametrize("source", REAL_FILES, ids=[p.name for p in REAL_FILES])
-def test_real_nanoaod_copy_keeps_every_object(source, tmp_path):
-    copy = tmp_path / source.name
-    entries, nbytes = recompress.recompress(str(source), copy, recompress.parse_codec("zstd:5"))
+def test_real_nanoaod_copy_keeps_every_object(source, copies):
+    entries, nbytes, copy = copies[source.name]
     assert nbytes == source.stat().st_size  # read once, whole
-    assert not list(tmp_path.glob(".*")) and not list(tmp_path.glob("*.source"))  # nothing left beside the copy
     with uproot.open(source) as a, uproot.open(copy) as b:
         classes = a.classnames(cycle=False)
         assert b.classnames(cycle=False) == classes
@@ -71,7 +81,8 @@ def test_real_nanoaod_copy_keeps_every_object(source, tmp_path):
             ta, tb = a[name], b[name]
             assert entries[name] == tb.num_entries == ta.num_entries
             assert tb.keys() == ta.keys()
-            assert {k: (v.title, v.typename) for k, v in tb.items()} == {k: (v.title, v.typename) for k, v in ta.items()}
+            described = [{k: (v.title, v.typename) for k, v in t.items()} for t in (ta, tb)]
+            assert described[1] == described[0]
             codecs = basket_codecs(copy, name)
             if name in ("MetaData", "ParameterSets"):  # framework classes: copied verbatim, baskets and all
                 assert codecs == basket_codecs(source, name)
@@ -84,14 +95,14 @@ def test_real_nanoaod_copy_keeps_every_object(source, tmp_path):
                 assert codecs["zstd"] > 0
             assert equal_values(ta.arrays(library="ak"), tb.arrays(library="ak"))
         if "Events" in classes and classes["Events"] == "TTree":
-            counters = {k: v.typename for k, v in a["Events"].items() if k.startswith("n") and v.typename.endswith("_t")}
+            counters = {k: v.typename for k, v in a["Events"].items()
+                        if k.startswith("n") and v.typename.endswith("_t")}
             assert {k: b["Events"][k].typename for k in counters} == counters  # uint32_t stays unsigned
 
 
 @pytest.mark.parametrize("name", ["pfnano.root", "ttH_M125_2017.root", "nano_dy_rntuple.root"])
-def test_root_opens_the_copy_with_every_object(name, tmp_path):
-    copy = tmp_path / name
-    entries, _ = recompress.recompress(str(NANOAOD / name), copy, recompress.parse_codec("zstd:5"))
+def test_root_opens_the_copy_with_every_object(name, copies):
+    entries, _, copy = copies[name]
     script = (
         "import sys, ROOT\n"
         "f = ROOT.TFile.Open(sys.argv[1])\n"
@@ -117,7 +128,8 @@ def test_root_opens_the_copy_with_every_object(name, tmp_path):
 
 def test_generated_file_and_histogram(tmp_path):
     """hepvine's own generated files (the demo's) and objects such as histograms are copied too."""
-    src = Path(generate.write_file(tmp_path / "src.root", "ttbar", 5000, index=0, seed=11, compression=uproot.LZMA(9))["path"])
+    src = Path(generate.write_file(tmp_path / "src.root", "ttbar", 5000, index=0, seed=11,
+                                   compression=uproot.LZMA(9))["path"])
     with uproot.update(src) as f:
         f["calibration"] = np.histogram(np.arange(10), bins=5)
     copy = tmp_path / "copy.root"
