@@ -19,7 +19,8 @@ die() { echo "sandbox: $*" >&2; exit 1; }
 
 # The recipe's hash: everything that decides what the userland contains.
 sandbox_key() {
-    cat "$SANDBOX_DIR/build.sh" "$SANDBOX_DIR/packages.txt" "$REPO_DIR/pyproject.toml" | sha256sum | cut -c1-16
+    cat "$SANDBOX_DIR/build.sh" "$SANDBOX_DIR/packages.txt" "$REPO_DIR/pyproject.toml" "$REPO_DIR/requirements.lock" \
+        | sha256sum | cut -c1-16
 }
 
 sandbox_root() { echo "$SANDBOX_HOME/rootfs-$(sandbox_key)"; }
@@ -51,7 +52,7 @@ link_checkout() {
     shift
     chroot "$root" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/root PIP_CERT=/usr/local/share/hepvine/host-ca.crt \
         PIP_DISABLE_PIP_VERSION_CHECK=1 "$SANDBOX_VENV/bin/pip" install -q "$@" \
-        --config-settings editable_mode=compat -e "$REPO_DIR[test,bench,recompress]" >&2
+        --config-settings editable_mode=compat -c "$REPO_DIR/requirements.lock" -e "$REPO_DIR[test,bench,recompress]" >&2
     site=$(echo "$root$SANDBOX_VENV"/lib/python3*/site-packages)
     printf '%s\n' "$REPO_DIR/workflows" "$REPO_DIR/plugins" >"$site/hepvine-checkout.pth"
     echo "$REPO_DIR" >"$root$SANDBOX_VENV/.hepvine-checkout"
