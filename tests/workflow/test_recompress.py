@@ -152,6 +152,21 @@ def test_a_truncated_file_is_a_permanent_failure_and_leaves_nothing(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["truncated.root"]
 
 
+def test_hadd_on_a_full_disk_is_a_transient_failure(monkeypatch, tmp_path):
+    """ROOT's own failure blames the file, except a full disk, which is the worker's and is retried."""
+    fake = tmp_path / "hadd"
+    fake.write_text("#!/bin/sh\necho 'SysError in <TFile::WriteBuffer>: error writing to file (No space left on "
+                    "device)' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(recompress, "root_program", lambda name: str(fake))
+    with pytest.raises(OSError) as caught:
+        recompress.recompress(str(NANOAOD / "nano_dimuon.root"), tmp_path / "out.root",
+                              recompress.parse_codec("zstd:5"))
+    failure = records.classify(caught.value)
+    assert (failure.kind, failure.failure_class) == ("disk-full", records.TRANSIENT)
+    assert not (tmp_path / "out.root").exists()
+
+
 def test_missing_root_names_the_extra(monkeypatch):
     monkeypatch.setattr(recompress.importlib.util, "find_spec", lambda name: None)
     monkeypatch.setattr(recompress.shutil, "which", lambda name: None)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import hashlib
 import importlib.util
 import shutil
@@ -140,9 +141,13 @@ def plan(src) -> Plan:
 
 
 def _run(args: list[str], what: str, source: str) -> None:
+    """Run ROOT's program (ARGS, no shell); its failure is the file's (RecompressError), but a full disk is the
+    worker's (OSError ENOSPC: transient, retried)."""
     done = subprocess.run(args, capture_output=True, text=True)
     if done.returncode != 0:
         tail = "\n".join(line for line in done.stderr.splitlines()[-6:] if line.strip())
+        if "No space left on device" in done.stderr:
+            raise OSError(errno.ENOSPC, f"{source}: {what}: the worker's disk is full: {tail}")
         raise RecompressError(f"{source}: {what} failed (exit {done.returncode}): {tail}")
 
 
