@@ -177,13 +177,18 @@ def write_copy(staged: Path, tmp: Path, what: Plan, codec: Codec, source: str) -
         skipped.unlink(missing_ok=True)
 
 
+def _add_values(digests: dict, arrays, names) -> None:
+    """Add the values of each of NAMES in ARRAYS (a chunk), flattened, to its running sha256 in DIGESTS."""
+    for name in names:
+        flat = ak.to_numpy(ak.flatten(arrays[name], axis=None))
+        digests.setdefault(name, hashlib.sha256()).update(np.ascontiguousarray(flat).tobytes())
+
+
 def _branch_checksums(tree, names: list[str]) -> dict[str, str]:
     """A sha256 per branch of TREE (NAMES), reading all of them at once, chunk by chunk."""
     digests = {name: hashlib.sha256() for name in names}
     for arrays in tree.iterate(names, library="ak", step_size=CHUNK_ENTRIES):
-        for name in names:
-            flat = ak.to_numpy(ak.flatten(arrays[name], axis=None))
-            digests[name].update(np.ascontiguousarray(flat).tobytes())
+        _add_values(digests, arrays, names)
     return {name: d.hexdigest() for name, d in digests.items()}
 
 
@@ -206,12 +211,11 @@ def _raw_baskets(tree) -> dict[str, str]:
     return sums
 
 
-def _rntuple_values(ntuple) -> dict[str, str]:
+def _rntuple_values(ntuple) -> dict:
+    """An RNTuple's entries and a sha256 per field of its values."""
     digests = {}
     arrays = ntuple.arrays()
-    for name in arrays.fields:
-        flat = ak.to_numpy(ak.flatten(arrays[name], axis=None))
-        digests[name] = hashlib.sha256(np.ascontiguousarray(flat).tobytes())
+    _add_values(digests, arrays, arrays.fields)
     return {"entries": ntuple.num_entries, "values": {k: d.hexdigest() for k, d in digests.items()}}
 
 
