@@ -10,11 +10,12 @@ CMD ?=
 # its raw text, $(value CMD), in HEPVINE_RUN_CMD instead (tests/sandbox/test_make_run.py).
 unexport CMD
 
-.PHONY: help sandbox services-start services-stop services-status shell run test demo bench clean-sandbox
+.PHONY: help sandbox services-start services-stop services-status shell run test chaos demo bench clean-sandbox
 
 help:
 	@echo "make demo            run the demo campaign end to end on the sandbox"
 	@echo "make test            run the test suite on the sandbox's real services (PYTEST_ARGS='-k ...')"
+	@echo "make chaos           the slow fault tests (tests/chaos: workers killed, caches down) on the sandbox"
 	@echo "make bench           benchmarks on the sandbox; results in results/bench/"
 	@echo "make shell           interactive shell in the sandbox as the analysis user, services up"
 	@echo "make run CMD='...'   run one command that way; exits with its status"
@@ -45,6 +46,10 @@ run: services-start
 
 test: sandbox
 	@$(SANDBOX)/with-services.sh --pytest-root-pass python -m pytest $(PYTEST_ARGS)
+
+# The slow fault tests: not part of `make test` (tests/conftest.py deselects them without --chaos).
+chaos: sandbox
+	@$(SANDBOX)/with-services.sh python -m pytest --chaos tests/chaos $(PYTEST_ARGS)
 
 demo: sandbox
 	@$(SANDBOX)/with-services.sh python -m hepvine.demo

@@ -9,10 +9,27 @@ import pytest
 import hepvine.services
 
 
+def pytest_addoption(parser):
+    parser.addoption("--chaos", action="store_true",
+                     help="run the slow fault tests marked `chaos` (`make chaos`); without it they are deselected")
+
+
 def pytest_configure(config):
     # Declared here, not in pyproject.toml (whose every change rebuilds the sandbox).
     config.addinivalue_line("markers", "root: must run as root inside the sandbox (mount namespaces); `make test` "
                             "runs these in a second pass as root")
+    config.addinivalue_line("markers", "chaos: a slow fault test on the real stack; run by `make chaos`, not by "
+                            "`make test`")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Without --chaos, the tests marked `chaos` are deselected (not skipped: `make chaos` runs them)."""
+    if config.getoption("--chaos"):
+        return
+    chaos = [item for item in items if item.get_closest_marker("chaos")]
+    if chaos:
+        config.hook.pytest_deselected(items=chaos)
+        items[:] = [item for item in items if not item.get_closest_marker("chaos")]
 
 
 @pytest.fixture(scope="session")
