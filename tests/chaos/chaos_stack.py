@@ -1,0 +1,382 @@
+"""The real stack the chaos tests break on purpose, and the checks that a campaign survived it exactly.
+
+- ``Xrootd``: a private XRootD origin and one XCache per rack (``rack-a``, ``rack-b``), run by the test as the
+  analysis user under its tmp_path, so that a test may kill and restart them (the sandbox's shared caches belong to
+  the xrootd user and to everyone else's tests). ``site_config`` writes a site config pointing at them, with one
+  1-core HTCondor worker group per rack.
+- ``Campaign``: a campaign over copies of a few generated files in the private origin, run from the repository
+  through the sandbox profile (TaskVine workers as HTCondor jobs) as a user does; its report and histograms.
+- The processes and HTCondor jobs a run started (to kill them, or to prove they are gone).
+- ``assert_exact``: every file of the spec has exactly one ok record, and the events in histograms.root equal the
+  sum of the ok records and the spec's ``nevts``, per process and variation.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import uproot
+
+from hepvine import generate
+
+REPO = Path(__file__).resolve().parents[2]
+RACKS = ("rack-a", "rack-b")
+# The sandbox profile with this test's site config's worker groups (one 1-core worker per rack, so that two
+# campaigns at once fit the pool's 4 slot cores).
+PROFILE = ("--profile", "profiles/sandbox")
+# Distinct event counts per base file, so that a lost or double-counted file changes every total.
+BASE_EVENTS = {"ttbar": (1500, 2000, 2500, 3000), "data": (1100, 1700)}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def wait_until(what: str, ready, timeout: float, poll: float = 0.5) -> float:
+    """Wait until READY() is true; seconds waited. Fails the test naming WHAT after TIMEOUT seconds."""
+    start = time.monotonic()
+    while not ready():
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"{what}: not within {timeout:.0f} s")
+        time.sleep(poll)
+    return time.monotonic() - start
+
+
+class Server:
+    """One xrootd daemon in the foreground (a child of the test, stopped by its pid) with CONFIG on PORT."""
+
+    def __init__(self, name: str, port: int, config: str, base: Path):
+        self.name, self.port, self.base = name, port, base
+        self.cfg = base / "xrootd.cfg"
+        base.mkdir(parents=True, exist_ok=True)
+        self.cfg.write_text(config)
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(["xrootd", "-n", self.name, "-c", str(self.cfg), "-l", str(self.base / "log")],
+                                     cwd=self.base, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_until(f"xrootd {self.name} listening on {self.port} (log: {self.base / self.name})",
+                   lambda: port_open(self.port) or self.proc.poll() is not None, timeout=30)
+        assert self.proc.poll() is None, f"xrootd {self.name} exited at start; see its log under {self.base}"
+
+    def stop(self) -> None:
+        """Kill it outright (as a crash would) and wait for the port to close."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(30)
+        wait_until(f"port {self.port} of {self.name} closed", lambda: not port_open(self.port), timeout=30)
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+class Xrootd:
+    """A private origin exporting /store from BASE/origin/data and one XCache per rack in front of it."""
+
+    def __init__(self, base: Path):
+        self.data = base / "origin" / "data"
+        (self.data / "store").mkdir(parents=True)
+        port = free_port()
+        self.origin = Server("origin", port, f"""all.export /store
+oss.localroot {self.data}
+xrd.port {port}
+all.adminpath {base / 'origin' / 'admin'}
+all.pidpath {base / 'origin' / 'admin'}
+xrd.allow host localhost
+""", base / "origin")
+        self.cache_dirs = {rack: base / rack / "cache" for rack in RACKS}
+        self.caches = {}
+        for rack in RACKS:
+            cport = free_port()
+            self.cache_dirs[rack].mkdir(parents=True)
+            # pfc.ram: XCache refuses less than 1 GiB.
+            self.caches[rack] = Server(rack, cport, f"""all.export /store
+ofs.osslib libXrdPss.so
+pss.cachelib libXrdPfc.so
+pss.origin 127.0.0.1:{port}
+oss.localroot {self.cache_dirs[rack]}
+pfc.ram 1g
+pfc.diskusage 0.90 0.95
+xrd.port {cport}
+all.adminpath {base / rack / 'admin'}
+all.pidpath {base / rack / 'admin'}
+xrd.allow host localhost
+""", base / rack)
+
+    @property
+    def servers(self) -> list[Server]:
+        return [self.origin, *self.caches.values()]
+
+    def start(self, *, without: tuple[str, ...] = ()) -> None:
+        for server in self.servers:
+            if server.name not in without:
+                server.start()
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.stop()
+
+    def url(self, server: Server) -> str:
+        return f"root://127.0.0.1:{server.port}"
+
+
+def site_config(xrootd: Xrootd, cores: int = 1, max_workers: int = 1) -> str:
+    """A site config for XROOTD: one cache per rack, one HTCondor worker group per rack (the sandbox pool's slots
+    carry HepvineRack), and XRootD client settings that give up on a dead server within seconds."""
+    caches = "".join(f"  - {{name: xcache-{rack[-1]}, url: \"{xrootd.url(server)}\", rack: {rack}, gbps: 1, "
+                     f"disk: \"{xrootd.cache_dirs[rack]}\"}}\n" for rack, server in xrootd.caches.items())
+    groups = "".join(f"""  - name: {rack}
+    features: [{rack}]
+    condor_requirements: HepvineRack == "{rack}"
+    min_workers: 1
+    max_workers: {max_workers}
+    cores: {cores}
+    memory_mb: 1500
+    disk_mb: 3000
+""" for rack in RACKS)
+    return f"""name: chaos
+description: The chaos tests' private origin and XCaches (tests/chaos/chaos_stack.py), on the sandbox's pool.
+sources:
+  - tests/chaos/chaos_stack.py
+assumed:
+  - racks.uplink_gbps
+  - interconnect_gbps
+access: xcache
+origins:
+  - name: origin
+    url: "{xrootd.url(xrootd.origin)}"
+caches:
+{caches}racks:
+  - {{name: rack-a, uplink_gbps: 1}}
+  - {{name: rack-b, uplink_gbps: 1}}
+interconnect_gbps: 1
+worker_groups:
+{groups}xrootd_client:
+  XRD_REQUESTTIMEOUT: 20
+  XRD_CONNECTIONWINDOW: 2
+  XRD_CONNECTIONRETRY: 1
+"""
+
+
+def base_files(directory: Path) -> dict[str, list[Path]]:
+    """Generated files to copy from, per process (BASE_EVENTS events each)."""
+    return {process: [generate.write_file(directory / f"{process}_{i}.root", process, n, index=i, seed=13)["path"]
+                      for i, n in enumerate(counts)] for process, counts in BASE_EVENTS.items()}
+
+
+def spec_in_origin(xrootd: Xrootd, bases: dict[str, list[Path]], counts: dict[str, int]) -> dict:
+    """COUNTS[process] copies of the base files in a fresh /store directory of the origin; the spec (origin URLs)."""
+    directory = f"chaos-{uuid.uuid4().hex[:8]}"
+    spec = {}
+    for process, n in counts.items():
+        root = xrootd.data / "store" / directory / process
+        root.mkdir(parents=True)
+        files = []
+        for i in range(n):
+            base = bases[process][i % len(bases[process])]
+            shutil.copyfile(base, root / f"f{i:03d}.root")
+            files.append({"path": f"{xrootd.url(xrootd.origin)}//store/{directory}/{process}/f{i:03d}.root",
+                          "nevts": BASE_EVENTS[process][i % len(bases[process])]})
+        spec[process] = {"nominal": {"nevts_total": sum(f["nevts"] for f in files), "files": files}}
+        if generate.PROCESSES[process].xsec_pb is not None:
+            spec[process]["xsec"] = generate.PROCESSES[process].xsec_pb
+    return spec
+
+
+@dataclass
+class Campaign:
+    """The campaign NAME over SPEC with the site config SITE, run from the repository with the sandbox profile.
+    Its inputs go to results/<tag>/ and its outputs to results/<tag>-<name>/ (removed by ``cleanup``)."""
+
+    tag: str
+    name: str
+    spec: dict
+    site: str
+    options: tuple[str, ...] = ()
+    logs: list[Path] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.inputs = REPO / "results" / self.tag
+        self.inputs.mkdir(parents=True, exist_ok=True)
+        (self.inputs / f"{self.name}.json").write_text(json.dumps(self.spec))
+        (self.inputs / "site.yaml").write_text(self.site)
+        self.out = REPO / "results" / f"{self.tag}-{self.name}"
+
+    @property
+    def campaign(self) -> str:
+        return f"{self.tag}-{self.name}"
+
+    def command(self, *extra: str) -> list[str]:
+        return [sys.executable, "-m", "snakemake", *PROFILE, *extra, "--config",
+                f"dataset=results/{self.tag}/{self.name}.json", f"campaign={self.campaign}",
+                f"site=results/{self.tag}/site.yaml", *self.options]
+
+    def start(self, *extra: str) -> subprocess.Popen:
+        """The run in the background; its output goes to a log under results/<tag>/ (read with ``output``)."""
+        log = self.inputs / f"{self.name}-{len(self.logs)}.log"
+        self.logs.append(log)
+        with open(log, "w") as out:
+            return subprocess.Popen(self.command(*extra), cwd=REPO, stdout=out, stderr=subprocess.STDOUT, text=True)
+
+    def run(self, *extra: str, timeout: float = 900) -> tuple[int, str, float]:
+        """The run to its end: (exit status, output, wall seconds)."""
+        start = time.monotonic()
+        proc = self.start(*extra)
+        try:
+            proc.wait(timeout)
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+                proc.wait(120)
+        return proc.returncode, self.output(), time.monotonic() - start
+
+    def output(self) -> str:
+        return self.logs[-1].read_text()
+
+    def batches(self) -> int:
+        """Jobs of the analyse rule (one index shard per batch: index/<process>/<variation>/<home>/<thousands>/)."""
+        return len(list((self.out / "index").glob("*/*/*/*/*.json")))
+
+    def analysed(self) -> int:
+        """Batches whose result is in place."""
+        return len(list((self.out / "files").glob("*/*/*/*/*.pkl")))
+
+    def report(self) -> dict:
+        return json.loads((self.out / "report.json").read_text())
+
+    def events_in_histograms(self) -> dict[str, float]:
+        """process/variation -> the events that histograms.root's events_<process>_<variation> TH1 holds."""
+        with uproot.open(self.out / "histograms.root") as f:
+            return {f"{p}/{v}": float(f[f"events_{p}_{v}"].values(flow=True).sum())
+                    for p, variations in self.spec.items() for v in variations if v != "xsec"}
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.out, ignore_errors=True)
+
+
+def expected_events(spec: dict) -> dict[str, int]:
+    """process/variation -> the events of its files, from the spec's per-file nevts."""
+    return {f"{p}/{v}": sum(f["nevts"] for f in block["files"])
+            for p, variations in spec.items() for v, block in variations.items() if v != "xsec"}
+
+
+def assert_exact(campaign: Campaign) -> dict:
+    """The campaign's report is complete and exact: every file of the spec has exactly one record, all ok, no file
+    missing, duplicated or unexpected, and the events per process/variation in histograms.root equal the sum of the
+    ok records' and the spec's. Returns the report."""
+    report = campaign.report()
+    want = expected_events(campaign.spec)
+    n = sum(len(block["files"]) for variations in campaign.spec.values()
+            for v, block in variations.items() if v != "xsec")
+    assert report["accounting"] == {"expected": n, "records": n, "missing": [], "duplicated": [], "unexpected": []}, \
+        report["accounting"]
+    assert report["files"] == {"total": n, "ok": n, "failed": 0}, report["failed_files"]
+    assert report["complete"] is True
+    fids = sorted(r["fid"] for r in report["inputs"])
+    assert fids == sorted(f"{p}/{v}/{i}" for p, variations in campaign.spec.items()
+                          for v, block in variations.items() if v != "xsec" for i in range(len(block["files"])))
+    from_records: dict[str, int] = {}
+    for r in report["inputs"]:
+        key = "/".join(r["fid"].split("/")[:2])
+        from_records[key] = from_records.get(key, 0) + r["events"]
+    assert from_records == want, (from_records, want)
+    assert campaign.events_in_histograms() == {k: float(v) for k, v in want.items()}
+    assert report["events"] == sum(want.values())
+    return report
+
+
+# --- the processes and HTCondor jobs of a run ----------------------------------------------------------------------
+
+
+def alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def named(procs, name: str) -> list[psutil.Process]:
+    found = []
+    for proc in procs:
+        try:
+            if proc.name() == name:
+                found.append(proc)
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+def factories(pid: int) -> list[psutil.Process]:
+    """The vine_factory processes that the run with PID started (one per worker group)."""
+    return named(descendants(pid), "vine_factory")
+
+
+def factory_scratch(factory: psutil.Process) -> str:
+    return next(a.split("=", 1)[1] for a in factory.cmdline() if a.startswith("--scratch-dir="))
+
+
+def manager_address(factory: psutil.Process) -> list[str]:
+    """HOST PORT of the manager the factory's workers connect to (its last two arguments)."""
+    return factory.cmdline()[-2:]
+
+
+def workers(address: list[str]) -> list[psutil.Process]:
+    """The vine_worker processes on this machine connected to the manager at ADDRESS (HTCondor starts them: they are
+    no descendants of the run)."""
+    found = []
+    for proc in named(psutil.process_iter(), "vine_worker"):
+        try:
+            if proc.cmdline()[-2:] == address:
+                found.append(proc)
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+def analysing(worker: psutil.Process) -> bool:
+    """Whether WORKER is running an analysis job (a hepvine.driver process below it)."""
+    try:
+        return any("hepvine.driver" in " ".join(child.cmdline()) for child in worker.children(recursive=True))
+    except psutil.NoSuchProcess:
+        return False
+
+
+def kill_all(procs) -> None:
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def condor_jobs(condor_env: dict, scratch: str) -> list[str]:
+    """'cluster.proc status' of each HTCondor job whose working directory is under SCRATCH (a factory's workers)."""
+    done = subprocess.run(["condor_q", "-constraint", f'regexp("^{scratch}", Iwd)', "-af:j", "JobStatus"],
+                          capture_output=True, text=True, env=condor_env, timeout=60, check=True)
+    return done.stdout.splitlines()
