@@ -23,6 +23,7 @@ from snakemake_interface_executor_plugins.settings import CommonSettings, Execut
 from . import provision, validation
 from .dispatcher import Dispatcher
 from .failures import describe_failure
+from .stragglers import Stragglers
 from .tasks import job_task, relative_name
 from .taskvine import DEFAULT_WORKER_ENV, SCHEDULERS, private_directory, remove_private_directory, write_password_file
 
@@ -89,6 +90,14 @@ class ExecutorSettings(ExecutorSettingsBase):
         "forked child) instead of a process of its own: saves most of a short job's ~2 s. A call takes one of the "
         "worker's function slots (one core, its share of the worker's memory), so jobs with more threads, or more "
         "mem_mb than that share, run as processes of their own.")
+    straggler_factor: float = _setting(
+        3.0, "A task that has run this many times longer than the median of its rule's finished tasks (and at least "
+        "--taskvine-straggler-min-s) gets a second copy on a free slot; the first copy to succeed wins and the other "
+        "is cancelled, so the job still ends once. 0 turns this off. Only without a shared filesystem "
+        "(--shared-fs-usage none), where each copy writes its outputs in its own sandbox and only the winner's "
+        "come back; with a shared filesystem both copies would write the same files, so there are no copies.")
+    straggler_min_s: float = _setting(
+        60.0, "No task is a straggler before it has run this many seconds (so short jobs are never copied).")
     retries: int = _setting(3, "How often a task is dispatched again after an infrastructure failure, such as "
                                "a lost worker, before its job fails.")
     environment: Optional[Path] = _setting(
@@ -159,7 +168,8 @@ class Executor(RemoteExecutor):
             password_file=self.password_file, ssl=settings.ssl, run_info_dir=self.run_dir / "manager",
             scheduler=settings.scheduler, library=settings.library, secrets_dir=self.private_dir,
             environment=self.environment),
-            prefer_wait_s=settings.prefer_wait_s)
+            prefer_wait_s=settings.prefer_wait_s,
+            stragglers=Stragglers(settings.straggler_factor if not self.shared_fs else 0, settings.straggler_min_s))
         port = self.dispatcher.start()
         self.logger.info(f"TaskVine manager listening on port {port}; run directory {self.run_dir}"
                          + (f"; tasks run in the environment {self.environment}" if self.environment else ""))
@@ -229,6 +239,8 @@ class Executor(RemoteExecutor):
             return
         if self.dispatcher.error is not None:
             raise WorkflowError(f"the TaskVine manager failed: {self.dispatcher.error}")
+        for note in self.dispatcher.take_notes():
+            self.logger.info(note)
         for job_info in active_jobs:
             result = self.dispatcher.pop_result(job_info.external_jobid)
             if result is None:

@@ -11,7 +11,9 @@ PREFER_WAIT_S in all while some worker sat idle (time when every worker was busy
 and queued again without them, ahead of the rest, so that no worker idles while work waits for another group.
 
 Once a second it also asks the manager for the tasks that lost more workers than their retries allow
-(``Manager.give_up_lost``) and sends those back as failed.
+(``Manager.give_up_lost``) and sends those back as failed, and starts a second copy of each straggler: a task that
+has run far longer than the finished tasks of its rule (``stragglers.py``; the first copy to succeed wins, the other
+is cancelled, so a job still ends once).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import signal
 import threading
 import time
 
+from .stragglers import Stragglers
 from .taskvine import Manager, TaskResult, TaskSpec
 
 WAIT_S = 1  # each manager.wait(); >= 1, since wait(0) makes no network progress
@@ -34,7 +37,7 @@ class DispatcherError(RuntimeError):
     pass
 
 
-def _serve(manager_kwargs: dict, prefer_wait_s: float, requests, results) -> None:
+def _serve(manager_kwargs: dict, prefer_wait_s: float, stragglers: Stragglers, requests, results) -> None:
     """The child: own the manager, take requests, send back every finished task."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -43,8 +46,7 @@ def _serve(manager_kwargs: dict, prefer_wait_s: float, requests, results) -> Non
         results.send(("error", f"{type(e).__name__}: {e}"))
         return
     results.send(("ready", manager.port))
-    task_ids: dict[str, int] = {}
-    preferring: dict[str, Preferring] = {}  # by tag, the tasks still queued with their preferred features
+    tasks = Tasks(manager, stragglers, results)
     lost_checked = time.monotonic()
     try:
         while True:
@@ -53,17 +55,15 @@ def _serve(manager_kwargs: dict, prefer_wait_s: float, requests, results) -> Non
                 if what == "stop":
                     return
                 if what == "submit":
-                    task_ids[arg.tag] = manager.submit(arg)
-                    if arg.preferred:
-                        preferring[arg.tag] = Preferring(arg, looked=time.monotonic())
-                elif arg in task_ids:
-                    manager.cancel(task_ids.pop(arg))
-                    preferring.pop(arg, None)
-            drop_stale_preferences(manager, task_ids, preferring, prefer_wait_s, time.monotonic())
+                    tasks.submit(arg)
+                else:
+                    tasks.cancel(arg)
+            drop_stale_preferences(manager, tasks.task_ids, tasks.preferring, prefer_wait_s, time.monotonic())
             if time.monotonic() - lost_checked >= LOST_CHECK_S:
                 lost_checked = time.monotonic()
                 for result in manager.give_up_lost():
-                    _send_result(result, task_ids, preferring, results)
+                    tasks.finished(result)
+                tasks.copy_stragglers(time.time())
             # Always wait, even with nothing queued: workers and factories are only answered inside wait().
             began = time.monotonic()
             result = manager.wait(WAIT_S)
@@ -71,21 +71,78 @@ def _serve(manager_kwargs: dict, prefer_wait_s: float, requests, results) -> Non
                 if time.monotonic() - began < IDLE_S:  # with no tasks TaskVine returns at once: do not spin
                     time.sleep(IDLE_S)
                 continue
-            _send_result(result, task_ids, preferring, results)
+            tasks.finished(result)
     except (EOFError, BrokenPipeError):
         return  # the parent is gone
     except Exception as e:
         results.send(("error", f"{type(e).__name__}: {e}"))
     finally:
-        for task_id in task_ids.values():
-            manager.cancel(task_id)
+        tasks.cancel_all()
 
 
-def _send_result(result: TaskResult, task_ids: dict, preferring: dict, results) -> None:
-    """Forget the finished (or given up) task and send its result to the parent."""
-    task_ids.pop(result.tag, None)
-    preferring.pop(result.tag, None)
-    results.send(("result", result))
+class Tasks:
+    """The child's tasks by tag: each one's spec, its TaskVine task, and the second copy of a straggler. A tag's
+    result goes up once: the first copy to succeed wins and the other is cancelled; a copy that fails while the
+    other still runs is forgotten, and only the last copy's failure goes up."""
+
+    def __init__(self, manager: Manager, stragglers: Stragglers, results):
+        self.manager, self.stragglers, self.results = manager, stragglers, results
+        self.specs: dict[str, TaskSpec] = {}
+        self.task_ids: dict[str, int] = {}
+        self.copies: dict[str, int] = {}  # by tag, the second copy of a straggler
+        self.preferring: dict[str, Preferring] = {}  # by tag, the tasks still queued with their preferred features
+
+    def submit(self, spec: TaskSpec) -> None:
+        self.specs[spec.tag] = spec
+        self.task_ids[spec.tag] = self.manager.submit(spec)
+        if spec.preferred:
+            self.preferring[spec.tag] = Preferring(spec, looked=time.monotonic())
+
+    def cancel(self, tag: str) -> None:
+        for task_id in self._forget(tag):
+            self.manager.cancel(task_id)
+
+    def cancel_all(self) -> None:
+        for tag in list(self.specs):
+            self.cancel(tag)
+
+    def _forget(self, tag: str) -> list[int]:
+        self.specs.pop(tag, None)
+        self.preferring.pop(tag, None)
+        return [i for i in (self.task_ids.pop(tag, None), self.copies.pop(tag, None)) if i is not None]
+
+    def finished(self, result: TaskResult) -> None:
+        """RESULT of one copy of a tag (finished, or given up after lost workers)."""
+        tag = result.tag
+        if tag not in self.specs:
+            return  # a copy cancelled after its tag's result went up
+        if not result.successful and tag in self.copies:  # the other copy runs on: let it finish
+            if self.task_ids[tag] == result.task_id:
+                self.task_ids[tag] = self.copies.pop(tag)
+            else:
+                del self.copies[tag]
+            return
+        for task_id in self._forget(tag):
+            if task_id != result.task_id:
+                self.manager.cancel(task_id)
+        if result.successful:
+            self.stragglers.finished(result.category, result.run_s)
+        self.results.send(("result", result))
+
+    def copy_stragglers(self, now: float) -> None:
+        """Start a second copy of each task that has run far longer than its peers (stragglers.py), ahead of the
+        queue, without its preferred features; at most one copy per task."""
+        for tag, task_id in list(self.task_ids.items()):
+            spec = self.specs[tag]
+            limit = self.stragglers.threshold(spec.category)
+            if limit is None or tag in self.copies:
+                continue
+            running_s = self.manager.running_s(task_id, now)
+            if running_s is not None and running_s > limit:
+                self.copies[tag] = self.manager.submit(dataclasses.replace(spec, preferred=(), priority=2))
+                self.results.send(("note", f"TaskVine task {tag} has run {running_s:.0f} s, more than {limit:.0f} s "
+                                           f"(--taskvine-straggler-factor times the median of rule {spec.category}'s "
+                                           "finished tasks): started a second copy; the first to succeed wins"))
 
 
 @dataclasses.dataclass
@@ -120,16 +177,18 @@ def drop_stale_preferences(manager: Manager, task_ids: dict, preferring: dict, w
 class Dispatcher:
     """Starts the manager process and keeps the results it sends back, by task tag. Thread-safe."""
 
-    def __init__(self, manager_kwargs: dict, prefer_wait_s: float = 30.0):
+    def __init__(self, manager_kwargs: dict, prefer_wait_s: float = 30.0, stragglers: Stragglers | None = None):
         context = multiprocessing.get_context("spawn")
         # Pipe(duplex=False) returns (receiving end, sending end).
         requests_in, self._requests = context.Pipe(duplex=False)
         self._results_recv, results_out = context.Pipe(duplex=False)
         self._process = context.Process(target=_serve, name="taskvine-manager", daemon=True,
-                                        args=(manager_kwargs, prefer_wait_s, requests_in, results_out))
+                                        args=(manager_kwargs, prefer_wait_s, stragglers or Stragglers(factor=0, min_s=0),
+                                              requests_in, results_out))
         self._send_lock = threading.Lock()
         self._recv_lock = threading.Lock()
         self._results: dict[str, TaskResult] = {}
+        self.notes: list[str] = []  # what the manager process tells the user (taken by take_notes)
         self.error: str | None = None
 
     def start(self) -> int:
@@ -163,11 +222,19 @@ class Dispatcher:
                     what, value = self._results_recv.recv()
                     if what == "result":
                         self._results[value.tag] = value
+                    elif what == "note":
+                        self.notes.append(value)
                     else:
                         self.error = value
             except (EOFError, OSError):
                 self.error = self.error or "the TaskVine manager process ended unexpectedly"
             return self._results.pop(tag, None)
+
+    def take_notes(self) -> list[str]:
+        """What the manager process has told since the last call (read with the results, by pop_result)."""
+        with self._recv_lock:
+            notes, self.notes = self.notes, []
+        return notes
 
     def stop(self, timeout_s: float = 30) -> None:
         if self._process.is_alive():

@@ -138,6 +138,7 @@ def job_task(
     return TaskSpec(
         command=command,
         tag=task_tag(job),
+        category=job.name,
         cores=cores,
         memory_mb=memory_mb,
         disk_mb=_int_resource(job, "disk_mb"),

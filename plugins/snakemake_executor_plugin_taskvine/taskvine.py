@@ -174,6 +174,9 @@ class TaskSpec:
 
     command: str
     tag: str = ""
+    # Tasks of one category (a rule) are peers: TaskVine keeps statistics per category, and a task that runs far
+    # longer than its peers is a straggler (stragglers.py).
+    category: str = ""
     cores: int = 0
     memory_mb: int = 0
     disk_mb: int = 0
@@ -208,6 +211,8 @@ class TaskResult:
     output: str
     hostname: str
     lost_workers: int = 0  # how often the task's worker was lost under it before this result
+    category: str = ""
+    run_s: float = 0.0  # from its last dispatch to its end (sending inputs, running, bringing outputs back)
 
 
 @dataclasses.dataclass
@@ -322,6 +327,8 @@ class Manager:
                 t.set_disk(spec.disk_mb)
         if spec.tag:
             t.set_tag(spec.tag)
+        if spec.category:
+            t.set_category(spec.category)
         if spec.time_max_s:
             t.set_time_max(spec.time_max_s)
         if spec.retries:
@@ -376,9 +383,11 @@ class Manager:
                 output, successful = f"the function call returned no result ({returned!r})", False
         else:
             output = t.output or ""
+        dispatched_us, done_us = t.get_metric("time_when_commit_start"), t.get_metric("time_when_done")
         return TaskResult(task_id=t.id, tag=t.tag or "", successful=successful, exit_code=exit_code,
                           result=str(t.result), output=output, hostname=t.hostname or "",
-                          lost_workers=losses.lost)
+                          lost_workers=losses.lost, category=t.category or "",
+                          run_s=max(0.0, (done_us - dispatched_us) / 1e6) if dispatched_us and done_us else 0.0)
 
     def give_up_lost(self) -> list[TaskResult]:
         """Cancel the tasks whose worker was lost more often than their spec's retries, and return them as failed.
@@ -402,6 +411,13 @@ class Manager:
         self._m.cancel_by_task_id(task_id)
         self._tasks.pop(task_id, None)
         self._losses.pop(task_id, None)
+
+    def running_s(self, task_id: int, now: float) -> float | None:
+        """How long the task has been on a worker at NOW (seconds since the epoch): since its current dispatch
+        began; None while it is queued (or unknown)."""
+        t = self._tasks.get(task_id)
+        dispatched_us = t.get_metric("time_when_commit_start") if t is not None else 0
+        return now - dispatched_us / 1e6 if dispatched_us else None
 
     def is_waiting(self, task_id: int) -> bool:
         """Whether the task is still queued at the manager, not yet sent to any worker."""

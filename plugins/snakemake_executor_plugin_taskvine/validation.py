@@ -66,8 +66,12 @@ def problems(settings) -> list[str]:
     if settings.max_workers >= 1 and settings.min_workers > settings.max_workers:
         found.append(f"{flag('min_workers')} {settings.min_workers} is more than {flag('max_workers')} "
                      f"{settings.max_workers}")
-    if settings.prefer_wait_s < 0:
-        found.append(f"{flag('prefer_wait_s')} {settings.prefer_wait_s}: must not be negative")
+    for name in ("prefer_wait_s", "straggler_min_s"):
+        if getattr(settings, name) < 0:
+            found.append(f"{flag(name)} {getattr(settings, name)}: must not be negative")
+    if settings.straggler_factor != 0 and settings.straggler_factor <= 1:
+        found.append(f"{flag('straggler_factor')} {settings.straggler_factor}: must be more than 1 (a copy of every "
+                     "task slower than the median would double half the work), or 0 for no copies")
     found += worker_groups(settings)[1]
     if settings.password_file is not None:
         found += password_file_problems(Path(settings.password_file))
