@@ -9,7 +9,8 @@ checkout, a fresh clone's behaviour is what is tested (``hepvine plan`` with no 
 a command writes lands in the temporary directory, never in the checkout. Where the README shows placeholders
 (``<name>``, ``...``) or a full campaign, the run fills them in and dry-runs it (``snakemake -n``); the case says so.
 Also here: ``hepvine --help`` and every subcommand's ``--help`` (the subcommands read from ``hepvine.cli``), and every
-``hepvine ...`` the README's prose quotes names a real subcommand and real options.
+``hepvine ...`` the README's prose quotes names a real subcommand and real options, and every ``--taskvine-...``
+option it names is one ``snakemake --help`` lists.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from typing import Callable
 import pytest
 
 from hepvine import cli, plan, rates
+
+from test_profiles import job_counts
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
@@ -153,8 +156,9 @@ README_COMMANDS = commands(README.read_text())
 HOST_MAKE = ("a host-level make target: it enters the sandbox itself (root, mount namespaces), and this test already "
              "runs inside the sandbox under `make test`")
 EXEMPT = {
-    "make demo": "runs the whole demo campaign (generates 24 files of 1.08 M events once, then 3-8 min): too slow for "
-                 f"every `make test`; tests/workflow/test_campaign.py runs campaigns on the same services. Also: {HOST_MAKE}",
+    "make demo": "runs the whole demo campaign (generates 24 files of 1.08 M events once, then 3-8 min): too slow "
+                 "for every `make test`; tests/workflow/test_campaign.py runs campaigns on the same services. Also: "
+                 f"{HOST_MAKE}",
     "make test": "it is the suite this test runs in (.ci/run runs it)",
     "make shell": f"interactive. Also: {HOST_MAKE}",
     "make run CMD='...'": f"{HOST_MAKE}; how it hands CMD to the shell is tested by tests/sandbox/test_make_run.py",
@@ -184,19 +188,12 @@ class Run:
     why: str = "as written"
 
 
-def job_counts(output: str) -> dict[str, int]:
-    """A dry run's ``Job stats`` table: {rule: count}."""
-    assert "Job stats:" in output, output[-3000:]
-    table = output.split("Job stats:", 1)[1]
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
-
-
 def dry_run_plans_the_campaign(profile: str | None = None) -> Callable[[str, Path, str], None]:
     """The dry run plans one analyse job per batch of the spec, a report and plots, with PROFILE if given, and
     writes its index under the view (never the checkout)."""
 
     def check(output: str, view: Path, campaign: str) -> None:
-        assert "This was a dry-run" in output, output[-3000:]
+        assert "This was a dry-run" in output and "Job stats:" in output, output[-3000:]
         counts = job_counts(output)
         assert counts.get("analyse", 0) >= 1 and counts.get("report") == 1 and counts.get("plots") == 1, counts
         if profile:
@@ -282,6 +279,10 @@ def filled(command: str, run: Run, spec: Path, campaign: str) -> str:
     return command.replace("{spec}", str(spec)).replace("{campaign}", campaign)
 
 
+def case_id(command: Command, variant: str) -> str:
+    return f"README:{command.line}:{variant}"
+
+
 def cases() -> list:
     """One test case per way each README command of RUN is run (its optional parts once each)."""
     params = []
@@ -289,36 +290,78 @@ def cases() -> list:
         run = RUN.get(command.text)
         for variant in variants(command.text) if run else []:
             marks = [pytest.mark.sandbox] if run.sandbox else []
-            params.append(pytest.param(command, variant, run, marks=marks, id=f"README:{command.line}:{variant}"))
+            params.append(pytest.param(command, variant, run, marks=marks, id=case_id(command, variant)))
     return params
 
 
 # --- running --------------------------------------------------------------------------------------------------
 
-@pytest.fixture
-def view(tmp_path) -> Path:
-    """A fresh-clone view of the checkout: a link to each tracked top-level entry, nothing else."""
+def fresh_clone_view(root: Path) -> Path:
+    """ROOT/checkout: a link to each of the checkout's tracked top-level entries, nothing else."""
     tracked = subprocess.run(["git", "-c", f"safe.directory={REPO}", "-C", str(REPO), "ls-files", "-z"],
                              capture_output=True, text=True, check=True).stdout.split("\0")
-    root = tmp_path / "checkout"
-    root.mkdir()
+    view = root / "checkout"
+    view.mkdir()
     for entry in sorted({path.split("/")[0] for path in tracked if path}):
-        (root / entry).symlink_to(REPO / entry)
-    return root
+        (view / entry).symlink_to(REPO / entry)
+    return view
 
 
-def shell(command: str, cwd: Path) -> subprocess.CompletedProcess:
-    """COMMAND run by bash in CWD, as a user types it; on time-out its whole process group is killed and the test
-    fails naming it."""
-    process = subprocess.Popen(["bash", "-c", command], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, start_new_session=True)
-    try:
-        output, _ = process.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        output, _ = process.communicate()
-        pytest.fail(f"README command `{command}` took over {TIMEOUT_S} s (in {cwd}); output:\n{output[-3000:]}")
-    return subprocess.CompletedProcess(command, process.returncode, output, "")
+@dataclass
+class Started:
+    """A README command running in its own view: as typed (placeholders filled), its campaign name, its process
+    (bash, leading its own process group) and the file its output goes to."""
+
+    typed: str
+    view: Path
+    campaign: str
+    process: subprocess.Popen
+    log: Path
+
+    def finish(self) -> str:
+        """Its output once it has exited; after TIMEOUT_S its process group is killed and the test fails naming it."""
+        try:
+            self.process.wait(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+            pytest.fail(f"README command `{self.typed}` took over {TIMEOUT_S} s (in {self.view}); output:\n"
+                        f"{self.log.read_text()[-3000:]}")
+        return self.log.read_text()
+
+
+def start(command: Command, variant: str, run: Run, root: Path) -> Started:
+    """VARIANT of COMMAND, filled in as RUN says, started by bash in a fresh-clone view under ROOT, as a user types
+    it."""
+    view = fresh_clone_view(root)
+    campaign = f"readme-{uuid.uuid4().hex[:8]}"
+    spec = root / "spec.json"
+    spec.write_text(json.dumps({"ttbar": {"xsec": 1.0, "nominal": {"nevts_total": 200, "files": [
+        {"path": f"{root}/data/ttbar_{i}.root", "nevts": 100} for i in range(2)]}}}))
+    typed = filled(variant, run, spec, campaign)
+    log = root / "output.txt"
+    with log.open("w") as out:
+        process = subprocess.Popen(["bash", "-c", typed], cwd=view, stdout=out, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+    return Started(typed, view, campaign, process, log)
+
+
+@pytest.fixture(scope="module")
+def started(request, tmp_path_factory) -> dict[str, Started]:
+    """Every README run this session collected, all started at once (each takes seconds, mostly CPU: side by side
+    the module stays well within a minute); any still running at the end is killed."""
+    wanted = {item.callspec.id for item in request.session.items
+              if getattr(item, "originalname", "") == "test_readme_command_runs"}
+    runs = {}
+    for param in cases():
+        command, variant, run = param.values
+        if param.id in wanted:
+            runs[param.id] = start(command, variant, run, tmp_path_factory.mktemp("readme"))
+    yield runs
+    for run in runs.values():
+        if run.process.poll() is None:
+            os.killpg(run.process.pid, signal.SIGKILL)
+            run.process.wait()
 
 
 # --- the tests ----------------------------------------------------------------------------------------------------
@@ -397,16 +440,12 @@ def test_the_parser_reads_fenced_and_indented_blocks_and_command_tables():
 
 
 @pytest.mark.parametrize(("command", "variant", "run"), cases())
-def test_readme_command_runs(command, variant, run, view):
-    campaign = f"readme-{uuid.uuid4().hex[:8]}"
-    spec = view.parent / "spec.json"
-    spec.write_text(json.dumps({"ttbar": {"xsec": 1.0, "nominal": {"nevts_total": 200, "files": [
-        {"path": f"{view.parent}/data/ttbar_{i}.root", "nevts": 100} for i in range(2)]}}}))
-    typed = filled(variant, run, spec, campaign)
-    done = shell(typed, view)
-    assert done.returncode == 0, (f"README.md:{command.line}: `{variant}` ({run.why}; run as `{typed}`) exited "
-                                  f"{done.returncode}:\n{done.stdout[-4000:]}")
-    run.check(done.stdout, view, campaign)
+def test_readme_command_runs(command, variant, run, started):
+    this = started[case_id(command, variant)]
+    output = this.finish()
+    assert this.process.returncode == 0, (f"README.md:{command.line}: `{variant}` ({run.why}; run as `{this.typed}`) "
+                                          f"exited {this.process.returncode}:\n{output[-4000:]}")
+    run.check(output, this.view, this.campaign)
 
 
 def help_of(*args: str) -> subprocess.CompletedProcess:
@@ -468,3 +507,12 @@ def test_hepvine_commands_the_readme_quotes_exist(helps):
                      for option in sorted(options) if not re.search(rf"(^|\s){re.escape(option)}\b",
                                                                     helps[words[1]].stdout, re.M)]
     assert not problems, "\n".join(problems)
+
+
+def test_taskvine_options_the_readme_names_exist():
+    """Every ``--taskvine-...`` option the README names is one ``snakemake --help`` lists (the plugin's settings)."""
+    named = set(re.findall(r"--taskvine-[a-z][a-z-]*[a-z]", README.read_text()))
+    done = subprocess.run(["snakemake", "--help"], capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert done.returncode == 0 and named, done.stderr[-2000:]
+    missing = sorted(o for o in named if not re.search(rf"{re.escape(o)}(?![\w-])", done.stdout))
+    assert not missing, f"README.md names {missing}, which `snakemake --help` does not list"
