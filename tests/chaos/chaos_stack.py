@@ -31,8 +31,8 @@ from hepvine import generate
 
 REPO = Path(__file__).resolve().parents[2]
 RACKS = ("rack-a", "rack-b")
-# The sandbox profile with this test's site config's worker groups (one 1-core worker per rack, so that two
-# campaigns at once fit the pool's 4 slot cores).
+# The sandbox profile, with the worker groups of the test's site config (1-core workers, so that two campaigns at
+# once fit the pool's 4 slot cores) instead of the sandbox's.
 PROFILE = ("--profile", "profiles/sandbox")
 # Distinct event counts per base file, so that a lost or double-counted file changes every total.
 BASE_EVENTS = {"ttbar": (1500, 2000, 2500, 3000), "data": (1100, 1700)}
@@ -226,7 +226,8 @@ class Campaign:
         return f"{self.tag}-{self.name}"
 
     def command(self, *extra: str) -> list[str]:
-        return [sys.executable, "-m", "snakemake", *PROFILE, *extra, "--config",
+        return [sys.executable, "-m", "snakemake", *PROFILE, "--taskvine-worker-groups", f"results/{self.tag}/site.yaml",
+                *extra, "--config",
                 f"dataset=results/{self.tag}/{self.name}.json", f"campaign={self.campaign}",
                 f"site=results/{self.tag}/site.yaml", *self.options]
 
@@ -347,12 +348,13 @@ def manager_address(factory: psutil.Process) -> list[str]:
 
 
 def workers(address: list[str]) -> list[psutil.Process]:
-    """The vine_worker processes on this machine connected to the manager at ADDRESS (HTCondor starts them: they are
-    no descendants of the run)."""
+    """The vine_worker processes on this machine connected to the manager at ADDRESS (HOST PORT, somewhere in their
+    arguments; HTCondor starts them: they are no descendants of the run)."""
     found = []
     for proc in named(psutil.process_iter(), "vine_worker"):
         try:
-            if proc.cmdline()[-2:] == address:
+            argv = proc.cmdline()
+            if any(argv[i:i + 2] == address for i in range(len(argv) - 1)):
                 found.append(proc)
         except psutil.NoSuchProcess:
             continue
@@ -380,3 +382,28 @@ def condor_jobs(condor_env: dict, scratch: str) -> list[str]:
     done = subprocess.run(["condor_q", "-constraint", f'regexp("^{scratch}", Iwd)', "-af:j", "JobStatus"],
                           capture_output=True, text=True, env=condor_env, timeout=60, check=True)
     return done.stdout.splitlines()
+
+
+def condor_job_of(worker: psutil.Process) -> str | None:
+    """'cluster.proc' of the HTCondor job that runs WORKER (from the job ad the starter gives the job), or None."""
+    try:
+        ad = Path(worker.environ()["_CONDOR_JOB_AD"]).read_text()
+    except (psutil.Error, KeyError, OSError):
+        return None
+    attrs = dict(line.split(" = ", 1) for line in ad.splitlines() if " = " in line)
+    return f"{attrs['ClusterId']}.{attrs['ProcId']}" if "ClusterId" in attrs and "ProcId" in attrs else None
+
+
+def task_runs(since: float) -> dict[str, int]:
+    """TaskVine tasks of the runs started in the repository after SINCE (a time.time()) and how often they were
+    started on a worker, from the managers' transactions logs: {"tasks": N, "runs": M} (M - N: tasks run again
+    after their worker was lost)."""
+    runs: dict[tuple[str, str], int] = {}
+    for log in (REPO / ".snakemake" / "taskvine").glob("*/manager/*/vine-logs/transactions"):
+        if log.parent.parent.is_symlink() or log.stat().st_ctime < since:  # most-recent -> the timestamped one
+            continue
+        for line in log.read_text().splitlines():
+            words = line.split()
+            if not line.startswith("#") and words[2:3] == ["TASK"] and words[4:5] == ["RUNNING"]:
+                runs[(str(log), words[3])] = runs.get((str(log), words[3]), 0) + 1
+    return {"tasks": len(runs), "runs": sum(runs.values())}

@@ -27,13 +27,16 @@ def xrootd(tmp_path, services):
 
 @pytest.fixture
 def campaigns(xrootd, bases):
-    """make(name, counts, *options, site=text): a Campaign over COUNTS[process] files copied into the private
-    origin, with the site config TEXT (default: one 1-core worker per rack on the private caches)."""
+    """make(name, counts, *options, site=text, spec=spec): a Campaign over COUNTS[process] files copied into the
+    private origin (or over SPEC, another campaign's files), with the site config TEXT (default: one 1-core worker
+    per rack on the private caches)."""
     tag = f"chaos-{uuid.uuid4().hex[:8]}"
     made = []
 
-    def make(name: str, counts: dict[str, int], *options: str, site: str | None = None) -> Campaign:
-        made.append(Campaign(tag, name, spec_in_origin(xrootd, bases, counts), site or site_config(xrootd), options))
+    def make(name: str, counts: dict[str, int], *options: str, site: str | None = None,
+             spec: dict | None = None) -> Campaign:
+        made.append(Campaign(tag, name, spec or spec_in_origin(xrootd, bases, counts), site or site_config(xrootd),
+                             options))
         return made[-1]
 
     yield make
