@@ -189,13 +189,13 @@ class Run:
 
 
 def dry_run_plans_the_campaign(profile: str | None = None) -> Callable[[str, Path, str], None]:
-    """The dry run plans one analyse job per batch of the spec, a report and plots, with PROFILE if given, and
-    writes its index under the view (never the checkout)."""
+    """The dry run plans the small spec's two files as one batch (one analyse job), a report and plots, with PROFILE
+    if given, and writes its index under the view (never the checkout)."""
 
     def check(output: str, view: Path, campaign: str) -> None:
         assert "This was a dry-run" in output and "Job stats:" in output, output[-3000:]
         counts = job_counts(output)
-        assert counts.get("analyse", 0) >= 1 and counts.get("report") == 1 and counts.get("plots") == 1, counts
+        assert counts.get("analyse") == 1 and counts.get("report") == 1 and counts.get("plots") == 1, counts
         if profile:
             assert f"Using profile {profile}" in output, output[-3000:]
         assert (view / "results" / campaign / "index" / "run.json").is_file()
@@ -211,15 +211,17 @@ def gbps_quoted(text: str) -> set[int]:
 
 def plan_table(readme_paragraph: str) -> Callable[[str, Path, str], None]:
     """The planner's table has every placement policy with its rate, uses the rates shipped with hepvine (a fresh
-    clone has no bench result), writes the same rates to results/plan/<site>.json, and — caches warm — the rates
-    (rounded) are the ones the README quotes right after the command."""
+    clone has no bench result), writes the same rates to the results/plan/<site>.json it names (in the view), and —
+    caches warm — the rates (rounded) are the ones the README quotes right after the command."""
 
     def check(output: str, view: Path, campaign: str) -> None:
         rows = {m.group(1): float(m.group(2)) for m in
                 re.finditer(rf"^({'|'.join(plan.POLICIES)})\s+(\d+\.\d)\s+\d+\.\d\s", output, re.M)}
         assert set(rows) == set(plan.POLICIES) and all(r > 0 for r in rows.values()), output
         assert f"shipped with hepvine: {rates.provenance()}" in output, output
-        written = json.loads((view / "results" / "plan" / "uchicago-af.json").read_text())
+        table = re.search(r"^table and plot: (\S+\.json), ", output, re.M)
+        assert table, output
+        written = json.loads((view / table.group(1)).read_text())
         assert {p["policy"]: round(p["gbps"], 1) for p in written["policies"]} == rows
         if "caches warm" in output.splitlines()[0]:
             quoted = gbps_quoted(readme_paragraph)
