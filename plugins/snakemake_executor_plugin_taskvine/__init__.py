@@ -200,19 +200,25 @@ class Executor(RemoteExecutor):
             self._sources = sorted(self.workflow.dag.get_sources())
         return self._sources
 
-    def too_large(self, job: JobExecutorInterface, cores: int, memory_mb: int) -> Optional[str]:
-        """Why no worker this run starts can ever take JOB (TaskVine would wait for one for ever), or None."""
+    def too_large(self, job: JobExecutorInterface, spec) -> Optional[str]:
+        """Why no worker this run starts can ever take JOB's task SPEC (TaskVine would wait for one for ever), or
+        None."""
         if self.largest_worker is None:
             return None
-        most_cores, most_memory = self.largest_worker
-        if cores > most_cores:
-            return (f"rule {job.name} needs {cores} cores (its threads), but the largest worker this run starts has "
-                    f"{most_cores}: lower the rule's threads, or raise --taskvine-worker-cores (or the cores of a "
+        most_cores, most_memory, most_disk = self.largest_worker
+        if spec.cores > most_cores:
+            return (f"rule {job.name} needs {spec.cores} cores (its threads), but the largest worker this run starts "
+                    f"has {most_cores}: lower the rule's threads, or raise --taskvine-worker-cores (or the cores of a "
                     "group in --taskvine-worker-groups)")
-        if most_memory and memory_mb > most_memory:
-            return (f"rule {job.name} needs {memory_mb} MB (its mem_mb), but the largest worker this run starts has "
-                    f"{most_memory} MB: lower the rule's mem_mb, or raise --taskvine-worker-memory-mb (or the "
+        if most_memory and spec.memory_mb > most_memory:
+            return (f"rule {job.name} needs {spec.memory_mb} MB (its mem_mb), but the largest worker this run starts "
+                    f"has {most_memory} MB: lower the rule's mem_mb, or raise --taskvine-worker-memory-mb (or the "
                     "memory_mb of a group in --taskvine-worker-groups)")
+        if most_disk and not spec.function and spec.disk_mb > most_disk:
+            return (f"rule {job.name} needs {spec.disk_mb} MB of disk (its disk_mb), but the largest worker this run "
+                    f"starts has {most_disk} MB: lower the rule's disk_mb (a workflow may derive it from its input "
+                    "files' sizes: fewer files per job), or raise --taskvine-worker-disk-mb (or the disk_mb of a "
+                    "group in --taskvine-worker-groups)")
         return None
 
     def run_job(self, job: JobExecutorInterface):
@@ -224,7 +230,7 @@ class Executor(RemoteExecutor):
         # Debug level (shown with --verbose only). The command holds no secret: the password is a file on the
         # worker, and the workflow's envvars go as the task's environment (spec.env), which is not logged.
         self.logger.debug(f"TaskVine task {spec.tag}{' (library call)' if spec.function else ''}: {spec.command}")
-        reason = self.too_large(job, spec.cores, spec.memory_mb)
+        reason = self.too_large(job, spec)
         if reason is not None:  # fail now, naming the rule and the resource, rather than wait for ever
             self.report_job_error(SubmittedJobInfo(job=job, external_jobid=spec.tag), msg=reason)
             return

@@ -11,7 +11,9 @@ PREFER_WAIT_S in all while some worker sat idle (time when every worker was busy
 and queued again without them, ahead of the rest, so that no worker idles while work waits for another group.
 
 Once a second it also asks the manager for the tasks that lost more workers than their retries allow
-(``Manager.give_up_lost``) and sends those back as failed, and starts a second copy of each straggler: a task that
+(``Manager.give_up_lost``) and sends those back as failed, cancels the tasks that ran past their time limit (sent
+back as failed too: TaskVine's own limit is broken, see taskvine.TIME_LIMIT), and starts a second copy of each
+straggler: a task that
 has run far longer than the finished tasks of its rule (``stragglers.py``; the first copy to succeed wins, the other
 is cancelled, so a job still ends once).
 """
@@ -25,7 +27,7 @@ import threading
 import time
 
 from .stragglers import Stragglers
-from .taskvine import Manager, TaskResult, TaskSpec
+from .taskvine import TIME_LIMIT, Manager, TaskResult, TaskSpec
 
 WAIT_S = 1  # each manager.wait(); >= 1, since wait(0) makes no network progress
 LOST_CHECK_S = 1  # how often tasks are checked for lost workers (Manager.give_up_lost)
@@ -63,7 +65,7 @@ def _serve(manager_kwargs: dict, prefer_wait_s: float, stragglers: Stragglers, r
                 lost_checked = time.monotonic()
                 for result in manager.give_up_lost():
                     tasks.finished(result)
-                tasks.copy_stragglers(time.time())
+                tasks.check_running(time.time())
             # Always wait, even with nothing queued: workers and factories are only answered inside wait().
             began = time.monotonic()
             result = manager.wait(WAIT_S)
@@ -128,6 +130,27 @@ class Tasks:
         if result.successful:
             self.stragglers.finished(result.category, result.run_s)
         self.results.send(("result", result))
+
+    def check_running(self, now: float) -> None:
+        """End the copies that ran past their time limit, then copy the stragglers."""
+        for tag, task_id in list(self.task_ids.items()):
+            self._enforce_time_limit(tag, task_id, now)
+        self.copy_stragglers(now)
+
+    def _enforce_time_limit(self, tag: str, task_id: int, now: float) -> None:
+        """Cancel the copy TASK_ID of TAG if it has run past its spec's time_max_s; the job fails with that, unless
+        its other copy still runs."""
+        limit_s = self.specs[tag].time_max_s
+        running_s = self.manager.running_s(task_id, now) if limit_s else None
+        if running_s is None or running_s <= limit_s:
+            return
+        hostname = self.manager.hostname(task_id)
+        self.manager.cancel(task_id)
+        self.finished(TaskResult(
+            task_id=task_id, tag=tag, successful=False, exit_code=None, result=TIME_LIMIT, hostname=hostname,
+            category=self.specs[tag].category, run_s=running_s,
+            output=f"The task ran {running_s:.0f} s on {hostname or 'its worker'}, past its time limit of {limit_s} s, "
+                   "and was cancelled.\n"))
 
     def copy_stragglers(self, now: float) -> None:
         """Start a second copy of each task that has run far longer than its peers (stragglers.py), ahead of the

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 
-from .taskvine import GAVE_UP_LOST, TaskResult
+from .taskvine import GAVE_UP_LOST, TIME_LIMIT, TaskResult
 
 TAIL_LINES = 20
 
@@ -23,6 +23,10 @@ def describe_failure(job: JobExecutorInterface, result: TaskResult, log_dir: Pat
         why = (f"its worker was lost {result.lost_workers} times, once more than --taskvine-retries allows: find out "
                "why the workers vanish (the factory's and workers' logs are in the run directory), or raise "
                "--taskvine-retries")
+    elif result.result == TIME_LIMIT:
+        why = (f"it ran past its time limit, the rule's runtime resource ({job.resources.get('runtime')} min), and "
+               "was cancelled: raise the rule's runtime (--set-resources RULE:runtime=MINUTES), or find out why it "
+               "was slow (its worker, its inputs)")
     else:
         why = f"TaskVine: {result.result}" + (f", exit code {result.exit_code}" if result.exit_code else "")
     tail = result.output.rstrip().splitlines()[-TAIL_LINES:]

@@ -152,16 +152,17 @@ def call_memory_mb(settings) -> int:
     return min(g.memory_mb // g.cores for g in groups)
 
 
-def largest_worker(settings) -> tuple[int, int] | None:
-    """(cores, memory MB — 0 when TaskVine decides) of the largest worker this plugin starts; None when it starts none
-    (someone else's workers: their size is not known here)."""
+def largest_worker(settings) -> tuple[int, int, int] | None:
+    """(cores, memory MB, disk MB) of the largest worker this plugin starts, each the most of any group (0 when
+    TaskVine decides for some group); None when it starts none (someone else's workers: their size is not known)."""
     if settings.workers == "none":
         return None
     groups, found = worker_groups(settings)
     if found or not groups:
         return None
-    return max(g.cores for g in groups), (0 if any(g.memory_mb <= 0 for g in groups)
-                                          else max(g.memory_mb for g in groups))
+    return (max(g.cores for g in groups),
+            0 if any(g.memory_mb <= 0 for g in groups) else max(g.memory_mb for g in groups),
+            0 if any(g.disk_mb <= 0 for g in groups) else max(g.disk_mb for g in groups))
 
 
 def start_workers(settings, *, manager_port: int, password_file: Path, run_dir: Path,

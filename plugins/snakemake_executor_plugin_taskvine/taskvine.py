@@ -28,6 +28,10 @@ LIBRARY_NAME = "snakemake-jobs"
 # TaskVine's own set_env_var would write each value into the manager's debug log.
 ENV_FILE = ".hepvine-task-env"
 GAVE_UP_LOST = "lost workers"  # TaskResult.result of a task given up after losing more workers than its retries
+# TaskResult.result of a task cancelled past its time limit (TaskSpec.time_max_s). The dispatcher enforces the limit,
+# not TaskVine: the workers of TaskVine 7.14.5 end every task that has a limit (Task.set_time_max) at their first
+# check, ~5 s after it starts, whatever the limit (measured: a limit of 60 s, "max wall time" after 5.0 s).
+TIME_LIMIT = "time limit"
 # A worker killed outright can leave its tasks' processes holding its connection open, so the manager does not see
 # it go; keepalives find it: one every KEEPALIVE_INTERVAL_S, and a worker silent for KEEPALIVE_TIMEOUT_S is dropped
 # (its tasks are dispatched again). TaskVine's defaults (2 and 15 minutes) would stall a run that long.
@@ -180,7 +184,7 @@ class TaskSpec:
     cores: int = 0
     memory_mb: int = 0
     disk_mb: int = 0
-    time_max_s: int = 0
+    time_max_s: int = 0  # on a worker longer than this, the task is cancelled and fails (enforced by the dispatcher)
     features: Sequence[str] = ()
     # Features the task prefers: asked for like FEATURES at first; the dispatcher may drop them (see dispatcher).
     preferred: Sequence[str] = ()
@@ -329,8 +333,6 @@ class Manager:
             t.set_tag(spec.tag)
         if spec.category:
             t.set_category(spec.category)
-        if spec.time_max_s:
-            t.set_time_max(spec.time_max_s)
         if spec.retries:
             t.set_retries(spec.retries)  # TaskVine's own retries: after resource exhaustion only
         if spec.priority:
@@ -418,6 +420,10 @@ class Manager:
         t = self._tasks.get(task_id)
         dispatched_us = t.get_metric("time_when_commit_start") if t is not None else 0
         return now - dispatched_us / 1e6 if dispatched_us else None
+
+    def hostname(self, task_id: int) -> str:
+        t = self._tasks.get(task_id)
+        return (t.hostname or "") if t is not None else ""
 
     def is_waiting(self, task_id: int) -> bool:
         """Whether the task is still queued at the manager, not yet sent to any worker."""

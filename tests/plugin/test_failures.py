@@ -65,7 +65,7 @@ def test_condor_workers_without_reachable_pool_fail_at_start(workflow, tmp_path,
 
 TOO_LARGE = """
 rule all:
-    input: "small.txt", "big.txt"
+    input: "small.txt", "big.txt", "bulky.txt", "slow.txt"
 
 rule small:
     output: "small.txt"
@@ -75,15 +75,33 @@ rule big:
     output: "big.txt"
     threads: 2
     shell: "echo never > {output}"
+
+rule bulky:
+    output: "bulky.txt"
+    resources: disk_mb=50000
+    shell: "echo never > {output}"
+
+rule slow:
+    output: "slow.txt"
+    resources: runtime=1
+    shell: "sleep 300; echo never > {output}"
 """
 
 
-def test_job_larger_than_any_worker_fails_at_once_naming_rule_and_resource(workflow):
-    """Local workers of 1 core and a rule with threads: 2 — TaskVine would wait for a 2-core worker for ever."""
+def test_job_larger_than_any_worker_fails_at_once_and_one_past_its_time_limit_is_ended(workflow):
+    """Local workers of 1 core and 2000 MB of disk: a rule with threads: 2, and one with disk_mb=50000, fail at once
+    (TaskVine would wait for such a worker for ever); a rule with runtime=1 (minute) that sleeps 5 minutes is ended
+    by TaskVine at its limit and fails saying so."""
     wf = workflow(TOO_LARGE)
     done = wf.run("--keep-going", "--cores", "4", "--taskvine-worker-cores", "1", "--taskvine-max-workers", "1",
-                  timeout=180)
+                  "--taskvine-worker-disk-mb", "2000", "--default-resources", "mem_mb=100", "disk_mb=10",
+                  timeout=240)  # the slow job alone would take 300 s
     assert done.returncode != 0
-    assert (wf.root / "small.txt").read_text() == "fine\n" and not (wf.root / "big.txt").exists()
+    assert (wf.root / "small.txt").read_text() == "fine\n"
+    assert not any((wf.root / f"{name}.txt").exists() for name in ("big", "bulky", "slow"))
     assert "rule big needs 2 cores (its threads), but the largest worker this run starts has 1" in done.stderr
     assert "--taskvine-worker-cores" in done.stderr
+    assert "rule bulky needs 50000 MB of disk (its disk_mb), but the largest worker this run starts has 2000 MB" \
+        in done.stderr
+    assert "of rule slow failed" in done.stderr and "ran past its time limit, the rule's runtime resource (1 min)" \
+        in done.stderr, done.stderr[-3000:]

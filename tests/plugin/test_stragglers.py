@@ -30,6 +30,9 @@ class FakeManager:
     def cancel(self, task_id: int) -> None:
         self.cancelled.append(task_id)
 
+    def hostname(self, task_id: int) -> str:
+        return "w"
+
     def running_s(self, task_id: int, now: float) -> float | None:
         at = self.dispatched_at.get(task_id)
         return None if at is None else now - at
@@ -109,6 +112,22 @@ def test_cancelling_a_job_cancels_both_copies():
     manager, _, tasks = _tasks_with_a_straggler()
     tasks.cancel("slow")
     assert sorted(manager.cancelled) == [1, 3]
+
+
+def test_a_task_past_its_time_limit_is_cancelled_and_fails_unless_its_copy_runs_on():
+    manager, pipe, tasks = _tasks_with_a_straggler()  # "slow" (task 1) has a copy (task 3) since t=35
+    tasks.specs["slow"] = tasks.specs["slow"].__class__(**{**tasks.specs["slow"].__dict__, "time_max_s": 50})
+    tasks.specs["fine"] = tasks.specs["fine"].__class__(**{**tasks.specs["fine"].__dict__, "time_max_s": 50})
+    manager.dispatched_at[3] = 35.0
+    tasks.check_running(now=60.0)  # task 1 ran 60 s > 50: cancelled; its copy (25 s) runs on; "fine" ran 35 s
+    assert manager.cancelled == [1] and not [m for m in pipe.sent if m[0] == "result"]
+    assert manager.submitted[-1][1].tag == "fine"  # ... but "fine" is a straggler (35 s > 30 s): copied as task 4
+    manager.dispatched_at[4] = 60.0
+    tasks.check_running(now=90.0)  # slow's copy ran 55 s: past the limit, and no other copy: the job fails
+    failed = [m[1] for m in pipe.sent if m[0] == "result"]
+    assert [(r.tag, r.result, r.task_id) for r in failed] == [("slow", "time limit", 3)]
+    assert sorted(manager.cancelled) == [1, 2, 3]  # "fine" (65 s) too, but its copy (30 s) runs on
+    assert list(tasks.specs) == ["fine"] and tasks.task_ids == {"fine": 4}
 
 
 # The real thing: one job of a rule hangs on its first try; its copy, started once it has run 3x the median of the

@@ -73,7 +73,7 @@ def test_profile_passes_the_executors_checks_and_its_jobs_fit_its_workers(name):
 
     settings = executor_settings(name)
     assert validation.problems(settings) == [], name
-    cores, memory_mb = provision.largest_worker(settings)
+    cores, memory_mb, _ = provision.largest_worker(settings)
     groups, _ = provision.worker_groups(settings)
     assert cores >= 1 and memory_mb > 0 and all(g.disk_mb > 0 for g in groups), name
     for rule, asked in resources(name).items():
