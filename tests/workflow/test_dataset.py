@@ -32,6 +32,7 @@ def test_bad_spec_names_every_entry(tmp_path):
     bad = json.loads(json.dumps(GOOD))
     bad["ttbar"]["xsec"] = -1
     bad["ttbar"]["nominal"]["files"][1]["nevts"] = 0
+    bad["ttbar"]["nominal"]["files"][0]["bytes"] = "1 GB"
     bad["ttbar"]["nominal"]["files"].append({"path": "root://cache//store/ttbar_0.root", "nevts": 3})
     bad["data"]["nominal"]["nevts_total"] = "many"
     bad["wjets"] = {"nominal": {"files": []}}
@@ -45,6 +46,7 @@ def test_bad_spec_names_every_entry(tmp_path):
                      "ttbar/nominal/files[2]/path: root://cache//store/ttbar_0.root is listed twice, here and at "
                      "ttbar/nominal/files[0]",
                      "data/nominal/nevts_total: must be a positive integer, got 'many'",
+                     "ttbar/nominal/files[0]/bytes: the file's size must be a positive integer, got '1 GB'",
                      "wjets/nominal/files: must be a non-empty list", "wjets/nominal/nevts_total"):
         assert expected in message, message
 

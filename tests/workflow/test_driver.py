@@ -3,13 +3,18 @@ hepvine fails the job instead of turning into N failed files; reads go over the 
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import socket
+import threading
 
 import numpy as np
+import psutil
 import pytest
 import uproot
 
 from hepvine import analysis, driver, fetch, generate, records
+from hepvine.limits import Limits
 
 
 def shard(paths: list[str], nevts: int = 1000) -> dict:
@@ -92,3 +97,69 @@ def test_failure_classes():
     assert records.classify(TimeoutError("timed out")).failure_class == records.TRANSIENT
     assert records.classify(uproot.KeyInFileError("Jet_btagCSVV2")).kind == "missing-branch"
     assert records.classify(KeyError("x")) is None and records.classify(TypeError("x")) is None
+
+
+@pytest.fixture
+def silent_server():
+    """A TCP server that accepts connections and never answers: an XRootD read from it hangs (a real hang, in the
+    XRootD client, not a sleep)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    held, stop = [], threading.Event()
+
+    def accept():
+        server.settimeout(0.2)
+        while not stop.is_set():
+            with contextlib.suppress(socket.timeout, OSError):
+                held.append(server.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    server.close()
+
+
+@pytest.mark.parametrize("codec", [None, "zstd:5"])
+def test_a_hung_file_times_out_alone_and_leaves_nothing_behind(tmp_path, files, silent_server, codec):
+    good, _, _ = files
+    hung = f"root://127.0.0.1:{silent_server}//store/hung.root"
+    limits = Limits(rate_floor_mb_s=1000, file_time_base_s=15, bytes_per_event=1)  # ~15 s a file
+    copies = tmp_path / "copies" if codec else None
+    result = driver.run_batch(shard([good[0], hung, good[1]]), 3378, codec, copies, fetch.Retry(1, 0), limits)
+    by_path = {r["path"]: r for r in result["records"]}
+    assert by_path[hung]["failure"]["kind"] == "timeout"
+    assert by_path[hung]["failure"]["failure_class"] == records.TRANSIENT
+    assert "not done after 15 s" in by_path[hung]["failure"]["cause"] and hung in by_path[hung]["failure"]["cause"]
+    assert by_path[good[0]]["failure"] is None and by_path[good[1]]["failure"] is None
+    assert result["events"] == {"ttbar/nominal": 2000}
+    assert psutil.Process().children(recursive=True) == []  # the hung file's process (and all it started) is gone
+    if codec:
+        assert sorted(p.name for p in copies.iterdir()) == ["0.root", "2.root", "manifest.json"]
+
+
+def test_a_bug_in_a_files_own_process_still_fails_the_job(files, monkeypatch):
+    good, _, _ = files
+
+    def broken(*args, **kwargs):
+        raise TypeError("a bug in hepvine")
+
+    monkeypatch.setattr(analysis, "fill", broken)
+    limits = Limits(rate_floor_mb_s=1, file_time_base_s=60, bytes_per_event=1)
+    with pytest.raises(RuntimeError, match="a bug, not the file's fault") as e:
+        driver.run_batch(shard(good), 3378, limits=limits)
+    assert "TypeError: a bug in hepvine" in str(e.value) and good[0] in str(e.value)
+
+
+def test_limits_from_the_spec_size_or_the_events():
+    limits = Limits(rate_floor_mb_s=0.5, file_time_base_s=300, bytes_per_event=4000)
+    assert limits.file_bytes(1000, None) == 4_000_000 and limits.file_bytes(1000, 123) == 123
+    assert limits.file_limit_s(1000, 870_000_000) == 300 + 1740
+    assert limits.job_runtime_min([(1000, 870_000_000)] * 8) == -(-(300 + 8 * 2040) // 60)
+    sizes = [(1000, 800_000_000), (1000, 600_000_000)]
+    assert limits.recompress_disk_mb(sizes, copies_on_worker=False) == 500 + 800
+    assert limits.recompress_disk_mb(sizes, copies_on_worker=True) == 500 + 800 + 1820

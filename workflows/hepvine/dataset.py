@@ -1,6 +1,7 @@
 """Dataset specs: the Analysis Grand Challenge shape ``{process: {variation: {"nevts_total": N, "files": [{"path": P,
-"nevts": n}]}}}`` plus a per-process ``"xsec"`` (pb; absent for data) and an optional per-process ``"era"`` (one of
-``hepvine.eras.ERAS``; absent: each file's era is decided from the file), in JSON or YAML.
+"nevts": n}]}}}`` plus a per-process ``"xsec"`` (pb; absent for data), an optional per-process ``"era"`` (one of
+``hepvine.eras.ERAS``; absent: each file's era is decided from the file) and an optional per-file ``"bytes"`` (its
+size, for its time limit and disk; absent: estimated from ``nevts``, see ``hepvine.limits``), in JSON or YAML.
 
 ``load`` reads and validates a spec; every problem found is reported together, each naming the file, the entry
 (``ttbar/nominal/files[3]``) and what is wrong, before any task starts. A path listed twice anywhere in the spec is
@@ -41,6 +42,7 @@ class FileTask:
     nevts_total: int
     xsec: float | None
     era: str | None = None  # the spec's era for the file's process (hepvine.eras); None: decided from the file
+    bytes: int | None = None  # the file's size, if the spec gives it (hepvine.limits estimates it otherwise)
 
 
 def _read(path: Path):
@@ -111,6 +113,9 @@ def problems(spec) -> list[str]:
                     seen[path] = at
                 if not _positive_int(entry.get("nevts")):
                     found.append(f"{at}/nevts: must be a positive integer, got {entry.get('nevts')!r}")
+                if "bytes" in entry and not _positive_int(entry["bytes"]):
+                    found.append(f"{at}/bytes: the file's size must be a positive integer, got {entry['bytes']!r} "
+                                 "(or leave it out: it is then estimated from nevts)")
     return found
 
 
@@ -134,5 +139,6 @@ def tasks(spec: dict) -> list[FileTask]:
             for i, entry in enumerate(sample["files"]):
                 out.append(FileTask(fid=f"{process}/{variation}/{i}", process=process, variation=variation,
                                     index=i, path=entry["path"], nevts=entry["nevts"],
-                                    nevts_total=sample["nevts_total"], xsec=xsec, era=era))
+                                    nevts_total=sample["nevts_total"], xsec=xsec, era=era,
+                                    bytes=entry.get("bytes")))
     return out

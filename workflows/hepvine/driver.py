@@ -2,9 +2,10 @@
 optionally recompressed first, and analysed — one ``FileRecord`` per file, ok or failed with its class, and the sum
 of the histograms of the files that succeeded.
 
-A file's failure never fails or hides its batch-mates: each file is tried on its own and recorded. Only failures of
-the file or its access are records (``records.classify``); anything else is a bug in hepvine and fails the job with
-its traceback. Output: a pickle ``{"records": [dict, ...], "hist": Hist | None, "events": {"<process>/<variation>":
+A file's failure never fails or hides its batch-mates: each file is tried on its own and recorded, in a process of
+its own that is ended at the file's time limit (``hepvine.limits``: a hung or crawling file is a transient
+``timeout``, a crashed one a transient ``crashed``). Only failures of the file or its access are records
+(``records.classify``); anything else is a bug in hepvine and fails the job with its traceback. Output: a pickle ``{"records": [dict, ...], "hist": Hist | None, "events": {"<process>/<variation>":
 events}}``, written atomically; recompressed copies go to ``--copies DIR/<index>.root`` with ``manifest.json``.
 """
 
@@ -12,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import multiprocessing
 import os
+import signal
 import socket
 import sys
 import time
@@ -22,6 +25,7 @@ from pathlib import Path
 import uproot
 
 from hepvine import analysis, atomic, eras, fetch, index, records
+from hepvine.limits import Limits
 from hepvine.recompress import parse_codec, recompress
 
 # In entries: a size in bytes ("200 MB") fails in uproot 5.7 for root:// files (TypeError in the basket lookup).
@@ -43,13 +47,17 @@ def histogram(url: str, task, weight: float) -> tuple:
         return h, events, int(f.file.source.num_requested_bytes), selection.describe()
 
 
+def new_record(task, batch: str) -> records.FileRecord:
+    return records.FileRecord(fid=task.fid, path=task.path, process=task.process, variation=task.variation,
+                              batch=batch, host=socket.gethostname(), start=time.time(),
+                              analysis_worker_rack=os.environ.get(fetch.WORKER_GROUP_ENV) or None)
+
+
 def run_file(entry: dict, batch: str, lumi_pb: float, codec: str | None = None, copies: Path | None = None,
              retry: fetch.Retry = fetch.Retry()) -> tuple[records.FileRecord, object]:
     """One file of a batch: (its record, its histogram or None)."""
     task = index.task(entry)
-    record = records.FileRecord(fid=task.fid, path=task.path, process=task.process, variation=task.variation,
-                                batch=batch, host=socket.gethostname(), start=time.time(),
-                                analysis_worker_rack=os.environ.get(fetch.WORKER_GROUP_ENV) or None)
+    record = new_record(task, batch)
     wall0, cpu0 = time.perf_counter(), time.process_time()
     weight = analysis.event_weight(task.xsec, lumi_pb, task.nevts_total)
     route = entry["route"]
@@ -92,16 +100,90 @@ def run_file(entry: dict, batch: str, lumi_pb: float, codec: str | None = None, 
     return record, h
 
 
+def _child(send, args: tuple) -> None:
+    """In the file's own process: run it and send (record, histogram) back, or the traceback of a bug."""
+    os.setpgid(0, 0)  # a group of its own, with whatever it starts (ROOT's programs), so that all of it can be ended
+    try:
+        record, h = run_file(*args)
+        send.send(("done", (record.to_dict(), h)))
+    except BaseException:  # a bug (run_file records the file's own failures): the parent fails the job with it
+        send.send(("bug", traceback.format_exc()))
+    finally:
+        send.close()
+
+
+def run_file_limited(entry: dict, batch: str, limit_s: float, args: tuple) -> tuple[records.FileRecord, object]:
+    """run_file(ENTRY, BATCH, *ARGS) in a child process that is ended after LIMIT_S seconds: a file that hangs
+    (a read that never returns, a crawling cache or disk) or crashes its process becomes a transient failure of its
+    own and its batch-mates go on. A bug in hepvine still fails the job, with the child's traceback."""
+    context = multiprocessing.get_context("fork")  # the child starts with the parent's imports: milliseconds
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(target=_child, args=(send, (entry, batch, *args)), daemon=True)
+    started = time.perf_counter()
+    child.start()
+    send.close()
+    message = None
+    try:
+        if receive.poll(limit_s):
+            message = receive.recv()
+    except EOFError:
+        pass  # the child ended without a word: it crashed
+    if child.is_alive() and message is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
+    child.join()
+    if message is not None and message[0] == "bug":
+        raise RuntimeError(f"{entry['path']}: hepvine failed on this file (a bug, not the file's fault):\n"
+                           + message[1])
+    if message is not None:
+        data, h = message[1]
+        return records.FileRecord.from_dict(data), h
+    record = new_record(index.task(entry), batch)
+    record.wall_seconds = time.perf_counter() - started
+    record.end = time.time()
+    if child.exitcode == -signal.SIGKILL and record.wall_seconds >= limit_s:
+        record.failure = records.Failure(
+            "timeout", records.TRANSIENT, f"{entry['path']}: not done after {limit_s:.0f} s, its time limit "
+            "(file_time_base_s + its size at rate_floor_mb_s); its process was ended",
+            "a cache, the network or the worker was too slow: run the same command again (transient failures are "
+            "retried); if the file is just slow, lower rate_floor_mb_s or raise file_time_base_s")
+    else:
+        record.failure = records.Failure(
+            "crashed", records.TRANSIENT, f"{entry['path']}: its process ended without a result ("
+            + (f"signal {-child.exitcode}" if child.exitcode and child.exitcode < 0 else f"exit code {child.exitcode}")
+            + ": out of memory, or a crash in a reader)",
+            "run the same command again; if it crashes again, check the file (uproot, ROOT) and the job's memory "
+            "(mem_mb)")
+    return record, None
+
+
+def _remove_leftovers(copies: Path | None, entry: dict) -> None:
+    """What a file's ended process left of its copy: the staged source and the temporary copy."""
+    if copies is None:
+        return
+    name = f"{entry['index']}.root"
+    for leftover in [copies / f"{name}.source", *copies.glob(f".{name}.*")]:
+        with contextlib.suppress(FileNotFoundError):
+            leftover.unlink()
+
+
 def run_batch(shard: dict, lumi_pb: float, codec: str | None = None, copies: Path | None = None,
-              retry: fetch.Retry = fetch.Retry()) -> dict:
-    """Every file of SHARD's batch: {"records", "hist", "events"} (see the module's docstring)."""
+              retry: fetch.Retry = fetch.Retry(), limits: Limits | None = None) -> dict:
+    """Every file of SHARD's batch: {"records", "hist", "events"} (see the module's docstring). With LIMITS each
+    file runs in a process of its own, ended at its time limit (``hepvine.limits``)."""
     # The site's XRootD client settings, set before the first XRootD read (never through a shell).
     os.environ.update({name: str(value) for name, value in (shard.get("xrootd_client") or {}).items()})
     if copies is not None:
         copies.mkdir(parents=True, exist_ok=True)
     results, total, events = [], None, {}
     for entry in shard["files"]:
-        record, h = run_file(entry, shard["batch"], lumi_pb, codec, copies, retry)
+        if limits is None:
+            record, h = run_file(entry, shard["batch"], lumi_pb, codec, copies, retry)
+        else:
+            limit_s = limits.file_limit_s(entry["nevts"], entry.get("bytes"))
+            record, h = run_file_limited(entry, shard["batch"], limit_s, (lumi_pb, codec, copies, retry))
+            if record.failure is not None:
+                _remove_leftovers(copies, entry)
         results.append(record.to_dict())
         if h is not None:
             total = h if total is None else total + h
@@ -127,12 +209,20 @@ def main(argv: list[str] | None = None) -> int:
                         help="rounds over a file's sources before a transient failure is recorded")
     parser.add_argument("--read-backoff-s", type=float, default=fetch.Retry.backoff_s,
                         help="wait before the second round; doubled each round, with jitter")
+    parser.add_argument("--rate-floor-mb-s", type=float,
+                        help="with --file-time-base-s and --bytes-per-event: each file runs in a process of its own, "
+                        "ended after file-time-base-s + its size at this rate (hepvine.limits)")
+    parser.add_argument("--file-time-base-s", type=float, default=300.0)
+    parser.add_argument("--bytes-per-event", type=int, default=4000,
+                        help="a file's size, when its spec entry gives none, is its events times this")
     parser.add_argument("--output", required=True, type=Path)
     args = parser.parse_args(argv)
     if args.recompress and not args.copies:
         parser.error("--recompress needs --copies DIR")
+    limits = (Limits(args.rate_floor_mb_s, args.file_time_base_s, args.bytes_per_event)
+              if args.rate_floor_mb_s else None)
     result = run_batch(index.read(args.shard), args.lumi_pb, args.recompress, args.copies,
-                       fetch.Retry(args.read_attempts, args.read_backoff_s))
+                       fetch.Retry(args.read_attempts, args.read_backoff_s), limits)
     atomic.write_pickle(args.output, result)
     return 0
 

@@ -52,10 +52,16 @@ rule resolve_spec:
 # A batch's result, and with recompression the directory of its copies. (Parameters are plain strings where they
 # can be: Snakemake inspects a function's signature for every job, ~0.1 ms each, 58,000 jobs at 219,000 files.)
 ANALYSE_OUTPUTS = {"result": f"{OUT}/files/{{batch}}.pkl"}
-ANALYSE_OPTIONS = f"--read-attempts {config['read_attempts']} --read-backoff-s {config['read_backoff_s']}"
+ANALYSE_OPTIONS = (f"--read-attempts {config['read_attempts']} --read-backoff-s {config['read_backoff_s']}"
+                   f" --rate-floor-mb-s {LIMITS.rate_floor_mb_s} --file-time-base-s {LIMITS.file_time_base_s}"
+                   f" --bytes-per-event {LIMITS.bytes_per_event}")
+# Its time limit (TaskVine's, the last guard: each file has its own inside the job) and, with recompression, its
+# disk, from its files' sizes (hepvine.limits).
+ANALYSE_RESOURCES = {"runtime": batch_runtime_min}
 if RECOMPRESS:
     ANALYSE_OUTPUTS["copies"] = directory(f"{OUT}/recompressed/{{batch}}")
     ANALYSE_OPTIONS += f" --recompress {config['recompress']} --copies {{output.copies:q}}"
+    ANALYSE_RESOURCES["disk_mb"] = batch_recompress_disk_mb
 
 
 rule analyse:
@@ -71,6 +77,7 @@ rule analyse:
         retry=lambda wildcards: BATCH_RETRY.get(wildcards.batch, 0),
     resources:
         taskvine_prefer=home_rack,
+        **ANALYSE_RESOURCES,
     shell:
         "python -m hepvine.driver --shard {input.shard:q} --lumi-pb {params.lumi} " + ANALYSE_OPTIONS +
         " --output {output.result:q} 2> {log:q}"

@@ -7,10 +7,12 @@ import shlex
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
+from snakemake_interface_executor_plugins.settings import SharedFSUsage
 
 from hepvine import dataset as hv_dataset
 from hepvine import fetch as hv_fetch
 from hepvine import index as hv_index
+from hepvine import limits as hv_limits
 from hepvine import retries as hv_retries
 from hepvine import site as hv_site
 
@@ -30,8 +32,10 @@ REGIONS = ("4j1b", "4j2b")
 # The files the main process reads to plan the campaign; inputs of the rules that re-read them.
 PARSED = [config["dataset"]] + ([config["site"]] if HAS_SITE else [])
 
+LIMITS = hv_limits.Limits(config["rate_floor_mb_s"], config["file_time_base_s"], config["bytes_per_event"])
+
 SPEC = SITE = None
-BATCHES, RACK, BATCH_RETRY, LFNS = [], {}, {}, []
+BATCHES, BATCH, RACK, BATCH_RETRY, LFNS = [], {}, {}, {}, []
 if not workflow.remote_exec:
     try:
         SPEC = hv_dataset.load(config["dataset"])
@@ -54,6 +58,7 @@ if not workflow.remote_exec:
         hv_index.write_merge_tree(f"{INDEX}/merge", MERGE_NODES, MERGE_ROOT, f"{OUT}/merge")
         if SITE:  # what the report needs of the site (a job cannot expand the site config's ${VARIABLES})
             hv_index.write_site(INDEX, SITE.name, SITE.rack_cores())
+    BATCH = {b.id: b for b in BATCHES}
     RACK = {b.id: b.rack for b in BATCHES if b.rack}
     counts = hv_retries.transient_counts(Path(RETRIES_FILE))
     BATCH_RETRY = {b.id: n for b in BATCHES if (n := sum(counts.get(t.fid, 0) for t in b.files))}
@@ -65,6 +70,23 @@ if not workflow.remote_exec:
 def home_rack(wildcards):
     """The rack a batch's job prefers (TaskVine executor: the job resource taskvine_prefer); empty for none."""
     return RACK.get(wildcards.batch, "")
+
+
+def _sizes(batch):
+    return [(t.nevts, t.bytes) for t in BATCH[batch].files] if batch in BATCH else []
+
+
+def batch_runtime_min(wildcards):
+    """A batch's time limit in minutes (resource runtime; hepvine.limits). A job's own process, which has no
+    batches, never needs it."""
+    return LIMITS.job_runtime_min(_sizes(wildcards.batch)) if wildcards.batch in BATCH else 0
+
+
+def batch_recompress_disk_mb(wildcards):
+    """The disk (MB) a recompressing batch needs on its worker (resource disk_mb; hepvine.limits): with a shared
+    filesystem its copies go there, not to the worker's disk."""
+    copies_on_worker = SharedFSUsage.INPUT_OUTPUT not in workflow.storage_settings.shared_fs_usage
+    return LIMITS.recompress_disk_mb(_sizes(wildcards.batch), copies_on_worker) if wildcards.batch in BATCH else 0
 
 
 def spec_with(spec, fields):
