@@ -30,6 +30,8 @@ import uproot
 from hepvine import generate
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "plugin"))  # the plugin tests' process helpers, shared
+from snakemake_runs import alive, kill_all  # noqa: E402  (re-exported to the chaos tests)
 RACKS = ("rack-a", "rack-b")
 # The sandbox profile, with the worker groups of the test's site config (1-core workers, so that two campaigns at
 # once fit the pool's 4 slot cores) instead of the sandbox's.
@@ -226,10 +228,10 @@ class Campaign:
         return f"{self.tag}-{self.name}"
 
     def command(self, *extra: str) -> list[str]:
-        return [sys.executable, "-m", "snakemake", *PROFILE, "--taskvine-worker-groups", f"results/{self.tag}/site.yaml",
-                *extra, "--config",
-                f"dataset=results/{self.tag}/{self.name}.json", f"campaign={self.campaign}",
-                f"site=results/{self.tag}/site.yaml", *self.options]
+        site = f"results/{self.tag}/site.yaml"
+        return [sys.executable, "-m", "snakemake", *PROFILE, "--taskvine-worker-groups", site, *extra, "--config",
+                f"dataset=results/{self.tag}/{self.name}.json", f"campaign={self.campaign}", f"site={site}",
+                *self.options]
 
     def start(self, *extra: str) -> subprocess.Popen:
         """The run in the background; its output goes to a log under results/<tag>/ (read with ``output``)."""
@@ -308,13 +310,6 @@ def assert_exact(campaign: Campaign) -> dict:
 # --- the processes and HTCondor jobs of a run ----------------------------------------------------------------------
 
 
-def alive(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 def descendants(pid: int) -> list[psutil.Process]:
     try:
         return psutil.Process(pid).children(recursive=True)
@@ -367,14 +362,6 @@ def analysing(worker: psutil.Process) -> bool:
         return any("hepvine.driver" in " ".join(child.cmdline()) for child in worker.children(recursive=True))
     except psutil.NoSuchProcess:
         return False
-
-
-def kill_all(procs) -> None:
-    for proc in procs:
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
 
 
 def condor_jobs(condor_env: dict, scratch: str) -> list[str]:

@@ -97,10 +97,13 @@ def test_main_process_killed_then_rerun(xrootd, campaigns, condor_env):
             run.kill()
             run.wait(60)
     killed = time.monotonic()
-    # Nothing of the killed run is left: its factories, its workers (started by HTCondor, found by its manager's
-    # address), the jobs' processes, and its HTCondor jobs.
-    left = lambda: ([f"{p.pid} {p.name()}" for p in [*seen, *workers(address)] if alive(p)]
-                    + [j for s in scratches for j in condor_jobs(condor_env, s)])
+
+    def left() -> list[str]:
+        """What of the killed run is still there: its factories, its workers (started by HTCondor, found by its
+        manager's address), the jobs' processes, and its HTCondor jobs."""
+        return ([f"{p.pid} {p.name()}" for p in [*seen, *workers(address)] if alive(p)]
+                + [j for s in scratches for j in condor_jobs(condor_env, s)])
+
     try:
         gone_s = wait_until("the killed run's processes and HTCondor jobs gone", lambda: not left(), 120, poll=1)
     except AssertionError:
