@@ -233,8 +233,7 @@ def plan_table(readme_paragraph: str) -> Callable[[str, Path, str], None]:
 
 SPEC_AND_CAMPAIGN = "--config dataset={spec} campaign={campaign}"
 WORKFLOW_FILLED = "the README shows placeholders; filled with a small spec and dry-run (a real run is a campaign)"
-GENERIC_FILLED = ("generic plugin usage for any workflow: here hepvine's config is added (without it the workflow "
-                  "stops at its schema: `dataset` is required) and it is dry-run")
+GENERIC_FILLED = "generic plugin usage for any workflow: `...` filled with hepvine's config, and dry-run"
 
 
 def plan_after() -> str:
@@ -251,13 +250,13 @@ RUN = {
         dry_run=True, sandbox=True, why=WORKFLOW_FILLED),
     "hepvine plan --site site-configs/uchicago-af.yaml --dataset 219000:191TB [--codec lzma] [--cold]": Run(
         plan_table(plan_after())),
-    "snakemake --executor taskvine --jobs 100": Run(
-        dry_run_plans_the_campaign(), append=SPEC_AND_CAMPAIGN, dry_run=True, why=GENERIC_FILLED),
+    "snakemake --executor taskvine --jobs 100 ...": Run(
+        dry_run_plans_the_campaign(), fill={"...": SPEC_AND_CAMPAIGN}, dry_run=True, why=GENERIC_FILLED),
     "snakemake --executor taskvine --taskvine-workers condor ...": Run(
         dry_run_plans_the_campaign(), fill={"...": "--jobs 100 " + SPEC_AND_CAMPAIGN}, dry_run=True,
         why=GENERIC_FILLED),
-    "snakemake --profile profiles/sandbox": Run(
-        dry_run_plans_the_campaign("profiles/sandbox"), append=SPEC_AND_CAMPAIGN, dry_run=True, sandbox=True,
+    "snakemake --profile profiles/sandbox ...": Run(
+        dry_run_plans_the_campaign("profiles/sandbox"), fill={"...": SPEC_AND_CAMPAIGN}, dry_run=True, sandbox=True,
         why=GENERIC_FILLED),
 }
 
@@ -470,12 +469,7 @@ def helps() -> dict[str, str]:
 
 # Subcommands whose --help is known wrong, with the fix (the fix flips the xfail, and strict=True then fails
 # until the entry is removed).
-WRONG_HELP = {
-    "demo": "workflows/hepvine/demo.py: its ArgumentParser has no prog, so the usage line says `hepvine [-h] ...`; "
-            "fix: argparse.ArgumentParser(prog=\"hepvine demo\", ...)",
-    "recompress": "workflows/hepvine/recompress.py: its ArgumentParser has no prog, so the usage line says "
-                  "`hepvine [-h] ...`; fix: argparse.ArgumentParser(prog=\"hepvine recompress\", ...)",
-}
+WRONG_HELP: dict[str, str] = {}  # subcommands whose --help is known to be wrong: name → the fix
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=WRONG_HELP[n]))

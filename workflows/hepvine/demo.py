@@ -55,7 +55,7 @@ def ensure_dataset(services: dict, workers: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="hepvine demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--campaign", default="demo")
     parser.add_argument("--profile", default="profiles/sandbox")
     parser.add_argument("--site", default="site-configs/sandbox.yaml")

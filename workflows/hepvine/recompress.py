@@ -324,7 +324,7 @@ def recompress(source: str, destination: Path, codec: Codec) -> tuple[dict[str, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="hepvine recompress", description=__doc__.split("\n\n")[0])
     parser.add_argument("source", help="input file (local path or root:// URL)")
     parser.add_argument("destination", type=Path)
     parser.add_argument("--codec", default="zstd:5", help="<codec>:<level>, e.g. zstd:5 (default)")
