@@ -171,7 +171,10 @@ def run_batch(shard: dict, lumi_pb: float, codec: str | None = None, copies: Pat
               retry: fetch.Retry = fetch.Retry(), limits: Limits | None = None) -> dict:
     """Every file of SHARD's batch: {"records", "hist", "events"} (see the module's docstring). With LIMITS each
     file runs in a process of its own, ended at its time limit (``hepvine.limits``)."""
-    # The site's XRootD client settings, set before the first XRootD read (never through a shell).
+    # The site's XRootD client settings, set before the first XRootD read (never through a shell), over hepvine's
+    # defaults (fetch.XROOTD_DEFAULTS) where the job's environment has none.
+    for name, value in fetch.XROOTD_DEFAULTS.items():
+        os.environ.setdefault(name, value)
     os.environ.update({name: str(value) for name, value in (shard.get("xrootd_client") or {}).items()})
     if copies is not None:
         copies.mkdir(parents=True, exist_ok=True)

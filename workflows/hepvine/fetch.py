@@ -22,6 +22,11 @@ from typing import Callable, TypeVar
 from hepvine import site
 
 WORKER_GROUP_ENV = "SNAKEMAKE_TASKVINE_WORKER_GROUP"
+# XRootD client settings a job starts with unless the site config or the job's environment sets them. XRootD remembers
+# a connection's fatal error for XRD_STREAMERRORWINDOW seconds (default 1800) and fails every later read of that
+# server at once: the rounds of ``read`` would never reach a cache or origin that is back (measured in
+# tests/chaos/test_faults.py: all three servers down 30 s, every later round "[FATAL] Connection error").
+XROOTD_DEFAULTS = {"XRD_STREAMERRORWINDOW": "1"}
 T = TypeVar("T")
 
 
