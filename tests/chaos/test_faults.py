@@ -45,11 +45,6 @@ OUTAGE_S = 30
 OUTAGE_OPTIONS = ("files_per_job=1", "read_attempts=6", "read_backoff_s=4")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: XRootD's client remembers a stream's fatal error for XRD_STREAMERRORWINDOW (default 1800 s) in the job's "
-    "process, so every later round of hepvine.fetch.read fails at once with '[FATAL] Connection error' although the "
-    "servers are back; the driver should default XRD_STREAMERRORWINDOW to ~1 s unless the site config sets it (with "
-    "XRD_STREAMERRORWINDOW: 1 in this site config the test passes: 32 s down, 8/8 files, 15,300 events)"))
 def test_origin_and_both_caches_down_30_s_mid_run(xrootd, campaigns):
     campaign = campaigns("outage", {"ttbar": 6, "data": 2}, *OUTAGE_OPTIONS)
     t0 = time.monotonic()
@@ -129,6 +124,8 @@ def test_main_process_killed_then_rerun(xrootd, campaigns, condor_env):
         status, told, _ = campaign.run(*flags)
     assert status == 0, f"after {steps}, the run said:\n{told[-4000:]}"
     print(f"--- the campaign finished after {steps}")
+    # The profiles rerun incomplete jobs (rerun-incomplete: true): the user is told one thing, to unlock.
+    assert steps == ["--unlock"], steps
     assert_exact(campaign)
     # The first run's cache baseline is the one the report measured from.
     assert json.loads((campaign.out / "cache-stats" / "run.json").read_text())["start"] == json.loads(baseline)
