@@ -180,14 +180,19 @@ class Preferring:
 
 def drop_stale_preferences(manager: Manager, task_ids: dict, preferring: dict, wait_s: float, now: float) -> None:
     """Queue again, without their preferred features, the tasks that have now waited WAIT_S in all while workers
-    sat idle (the time since a task's last look counts as such when a worker is idle now), one per idle worker."""
+    sat idle (the time since a task's last look counts as such when a worker is idle now), one per idle worker. A
+    task stays in PREFERRING until it ends (Tasks._forget) or loses its preference: one sent back to the queue
+    after a lost worker waits again."""
     idle = manager.workers_idle() if preferring else 0
     for tag, waiting in list(preferring.items()):
         since, waiting.looked = waiting.looked, now
         if idle == 0:
             continue
         if not manager.is_waiting(task_ids[tag]):
-            del preferring[tag]  # it was dispatched where it preferred
+            # On a worker where it preferred. It stays here: should that worker be lost, TaskVine queues it again
+            # with its preferred features, and it waits anew (seen in the chaos test: a requeued task waited 6 min
+            # for a rack whose workers could not start while the other rack's workers idled).
+            waiting.idle_waited_s = 0.0
             continue
         waiting.idle_waited_s += now - since
         if waiting.idle_waited_s >= wait_s:

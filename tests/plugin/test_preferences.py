@@ -62,9 +62,14 @@ def test_the_time_before_a_task_was_queued_does_not_count():
     assert [s.tag for s in manager.submitted] == ["t0"]
 
 
-def test_a_task_dispatched_where_it_preferred_is_left_alone():
+def test_a_task_dispatched_where_it_preferred_is_left_alone_until_its_worker_is_lost():
     manager = StandIn(idle=2)
     task_ids, preferring = queue(manager, 2)
     manager.queued.discard(task_ids["t1"])  # TaskVine sent it to a rack-b worker
     drop_stale_preferences(manager, task_ids, preferring, wait_s=5, now=6)
-    assert [s.tag for s in manager.submitted] == ["t0"] and not preferring
+    assert [s.tag for s in manager.submitted] == ["t0"] and set(preferring) == {"t1"}
+    manager.queued.add(task_ids["t1"])  # its worker was lost: TaskVine queued it again, still preferring rack-b
+    drop_stale_preferences(manager, task_ids, preferring, wait_s=5, now=10)  # waited 4 s since: not yet
+    assert len(manager.submitted) == 1
+    drop_stale_preferences(manager, task_ids, preferring, wait_s=5, now=12)
+    assert [(s.tag, s.preferred) for s in manager.submitted] == [("t0", ()), ("t1", ())] and not preferring
