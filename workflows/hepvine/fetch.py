@@ -12,6 +12,7 @@ does not exist.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -22,6 +23,9 @@ from typing import Callable, TypeVar
 from hepvine import site
 
 WORKER_GROUP_ENV = "SNAKEMAKE_TASKVINE_WORKER_GROUP"
+# Errors of the worker's own disk while a reader writes (staging a source, a recompressed copy): raised at once, not
+# a failed source (found by tests/workflow/test_disk_full.py: a full disk was recorded as "unreachable").
+LOCAL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 # XRootD client settings a job starts with unless the site config or the job's environment sets them. XRootD remembers
 # a connection's fatal error for XRD_STREAMERRORWINDOW seconds (default 1800) and fails every later read of that
 # server at once: the rounds of ``read`` would never reach a cache or origin that is back (measured in
@@ -75,6 +79,8 @@ def read(route: dict, reader: Callable[[str], T], retry: Retry = Retry()) -> tup
             try:
                 result = reader(source["url"])
             except OSError as e:
+                if e.errno in LOCAL_ERRNOS:  # the worker's own disk, not the source: no other source helps
+                    raise
                 errors.append(e)
                 failed.append({**source, "error": f"{type(e).__name__}: {e}", "round": round_})
                 continue
