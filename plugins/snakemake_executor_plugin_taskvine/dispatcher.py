@@ -13,9 +13,8 @@ and queued again without them, ahead of the rest, so that no worker idles while 
 Once a second it also asks the manager for the tasks that lost more workers than their retries allow
 (``Manager.give_up_lost``) and sends those back as failed, cancels the tasks that ran past their time limit (sent
 back as failed too: TaskVine's own limit is broken, see taskvine.TIME_LIMIT), and starts a second copy of each
-straggler: a task that
-has run far longer than the finished tasks of its rule (``stragglers.py``; the first copy to succeed wins, the other
-is cancelled, so a job still ends once).
+straggler: a task that has run far longer than the finished tasks of its rule (``stragglers.py``; the first copy to
+succeed wins, the other is cancelled, so a job still ends once).
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ test_straggler_gets_a_copy_that_wins (TaskVine workers on the sandbox)."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import psutil
@@ -116,8 +117,8 @@ def test_cancelling_a_job_cancels_both_copies():
 
 def test_a_task_past_its_time_limit_is_cancelled_and_fails_unless_its_copy_runs_on():
     manager, pipe, tasks = _tasks_with_a_straggler()  # "slow" (task 1) has a copy (task 3) since t=35
-    tasks.specs["slow"] = tasks.specs["slow"].__class__(**{**tasks.specs["slow"].__dict__, "time_max_s": 50})
-    tasks.specs["fine"] = tasks.specs["fine"].__class__(**{**tasks.specs["fine"].__dict__, "time_max_s": 50})
+    for tag in ("slow", "fine"):
+        tasks.specs[tag] = dataclasses.replace(tasks.specs[tag], time_max_s=50)
     manager.dispatched_at[3] = 35.0
     tasks.check_running(now=60.0)  # task 1 ran 60 s > 50: cancelled; its copy (25 s) runs on; "fine" ran 35 s
     assert manager.cancelled == [1] and not [m for m in pipe.sent if m[0] == "result"]

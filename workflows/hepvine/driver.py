@@ -5,8 +5,8 @@ of the histograms of the files that succeeded.
 A file's failure never fails or hides its batch-mates: each file is tried on its own and recorded, in a process of
 its own that is ended at the file's time limit (``hepvine.limits``: a hung or crawling file is a transient
 ``timeout``, a crashed one a transient ``crashed``). Only failures of the file or its access are records
-(``records.classify``); anything else is a bug in hepvine and fails the job with its traceback. Output: a pickle ``{"records": [dict, ...], "hist": Hist | None, "events": {"<process>/<variation>":
-events}}``, written atomically; recompressed copies go to ``--copies DIR/<index>.root`` with ``manifest.json``.
+(``records.classify``); anything else is a bug in hepvine and fails the job with its traceback. Output: a pickle
+``{"records": [dict, ...], "hist": Hist | None, "events": {"<process>/<variation>": events}}``, written atomically; recompressed copies go to ``--copies DIR/<index>.root`` with ``manifest.json``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import uproot
 
 from hepvine import analysis, atomic, eras, fetch, index, records
 from hepvine.limits import Limits
-from hepvine.recompress import parse_codec, recompress
+from hepvine.recompress import parse_codec, recompress, remove_leftovers
 
 # In entries: a size in bytes ("200 MB") fails in uproot 5.7 for root:// files (TypeError in the basket lookup).
 STEP_SIZE = 200_000
@@ -128,7 +128,8 @@ def run_file_limited(entry: dict, batch: str, limit_s: float, args: tuple) -> tu
             message = receive.recv()
     except EOFError:
         pass  # the child ended without a word: it crashed
-    if child.is_alive() and message is None:
+    timed_out = message is None and child.is_alive()
+    if timed_out:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(child.pid, signal.SIGKILL)
     child.join()
@@ -141,7 +142,7 @@ def run_file_limited(entry: dict, batch: str, limit_s: float, args: tuple) -> tu
     record = new_record(index.task(entry), batch)
     record.wall_seconds = time.perf_counter() - started
     record.end = time.time()
-    if child.exitcode == -signal.SIGKILL and record.wall_seconds >= limit_s:
+    if timed_out:
         record.failure = records.Failure(
             "timeout", records.TRANSIENT, f"{entry['path']}: not done after {limit_s:.0f} s, its time limit "
             "(file_time_base_s + its size at rate_floor_mb_s); its process was ended",
@@ -155,16 +156,6 @@ def run_file_limited(entry: dict, batch: str, limit_s: float, args: tuple) -> tu
             "run the same command again; if it crashes again, check the file (uproot, ROOT) and the job's memory "
             "(mem_mb)")
     return record, None
-
-
-def _remove_leftovers(copies: Path | None, entry: dict) -> None:
-    """What a file's ended process left of its copy: the staged source and the temporary copy."""
-    if copies is None:
-        return
-    name = f"{entry['index']}.root"
-    for leftover in [copies / f"{name}.source", *copies.glob(f".{name}.*")]:
-        with contextlib.suppress(FileNotFoundError):
-            leftover.unlink()
 
 
 def run_batch(shard: dict, lumi_pb: float, codec: str | None = None, copies: Path | None = None,
@@ -185,8 +176,8 @@ def run_batch(shard: dict, lumi_pb: float, codec: str | None = None, copies: Pat
         else:
             limit_s = limits.file_limit_s(entry["nevts"], entry.get("bytes"))
             record, h = run_file_limited(entry, shard["batch"], limit_s, (lumi_pb, codec, copies, retry))
-            if record.failure is not None:
-                _remove_leftovers(copies, entry)
+            if record.failure is not None and copies is not None:
+                remove_leftovers(copies / f"{entry['index']}.root")
         results.append(record.to_dict())
         if h is not None:
             total = h if total is None else total + h

@@ -302,9 +302,20 @@ def _opened(source: str, staged: Path):
         yield src, what
 
 
+def _staged_path(destination: Path) -> Path:
+    return destination.with_name(destination.name + ".source")
+
+
+def remove_leftovers(destination: Path) -> None:
+    """What a recompression of DESTINATION that was killed leaves beside it: the staged source and the temporary
+    copy (atomic.replacing's ``.<name>.*``, with write_copy's ``.verbatim`` part)."""
+    for leftover in [_staged_path(destination), *destination.parent.glob(f".{destination.name}.*")]:
+        leftover.unlink(missing_ok=True)
+
+
 @contextlib.contextmanager
 def _staged(destination: Path):
-    local = destination.with_name(destination.name + ".source")
+    local = _staged_path(destination)
     try:
         yield local
     finally:

@@ -55,7 +55,7 @@ ANALYSE_OUTPUTS = {"result": f"{OUT}/files/{{batch}}.pkl"}
 ANALYSE_OPTIONS = (f"--read-attempts {config['read_attempts']} --read-backoff-s {config['read_backoff_s']}"
                    f" --rate-floor-mb-s {LIMITS.rate_floor_mb_s} --file-time-base-s {LIMITS.file_time_base_s}"
                    f" --bytes-per-event {LIMITS.bytes_per_event}")
-# Its time limit (TaskVine's, the last guard: each file has its own inside the job) and, with recompression, its
+# Its time limit (the executor's, the last guard: each file has its own inside the job) and, with recompression, its
 # disk, from its files' sizes (hepvine.limits).
 ANALYSE_RESOURCES = {"runtime": batch_runtime_min}
 if RECOMPRESS:

@@ -35,7 +35,7 @@ PARSED = [config["dataset"]] + ([config["site"]] if HAS_SITE else [])
 LIMITS = hv_limits.Limits(config["rate_floor_mb_s"], config["file_time_base_s"], config["bytes_per_event"])
 
 SPEC = SITE = None
-BATCHES, BATCH, RACK, BATCH_RETRY, LFNS = [], {}, {}, {}, []
+BATCHES, BATCH, BATCH_RETRY, LFNS = [], {}, {}, []
 if not workflow.remote_exec:
     try:
         SPEC = hv_dataset.load(config["dataset"])
@@ -59,7 +59,6 @@ if not workflow.remote_exec:
         if SITE:  # what the report needs of the site (a job cannot expand the site config's ${VARIABLES})
             hv_index.write_site(INDEX, SITE.name, SITE.rack_cores())
     BATCH = {b.id: b for b in BATCHES}
-    RACK = {b.id: b.rack for b in BATCHES if b.rack}
     counts = hv_retries.transient_counts(Path(RETRIES_FILE))
     BATCH_RETRY = {b.id: n for b in BATCHES if (n := sum(counts.get(t.fid, 0) for t in b.files))}
     if SITE:
@@ -69,11 +68,12 @@ if not workflow.remote_exec:
 
 def home_rack(wildcards):
     """The rack a batch's job prefers (TaskVine executor: the job resource taskvine_prefer); empty for none."""
-    return RACK.get(wildcards.batch, "")
+    batch = BATCH.get(wildcards.batch)
+    return (batch.rack or "") if batch else ""
 
 
 def _sizes(batch):
-    return [(t.nevts, t.bytes) for t in BATCH[batch].files] if batch in BATCH else []
+    return [(t.nevts, t.bytes) for t in BATCH[batch].files]
 
 
 def batch_runtime_min(wildcards):
