@@ -3,6 +3,7 @@ workflows and process checks the plugin tests share."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import textwrap
@@ -23,10 +24,30 @@ class Workflow:
         return [sys.executable, "-m", "snakemake", "--executor", "taskvine", "--jobs", "4", *args]
 
     def run(self, *args: str, timeout: float = 300, check: bool = False) -> subprocess.CompletedProcess:
-        done = subprocess.run(self.command(*args), cwd=self.root, capture_output=True, text=True, timeout=timeout)
+        """Run snakemake with ARGS. One still running after TIMEOUT seconds is interrupted the way a user would
+        (SIGINT: the plugin stops its workers) and the test fails with what it printed and TaskVine's last events."""
+        proc = subprocess.Popen(self.command(*args), cwd=self.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)
+            try:
+                stdout, stderr = proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                stdout, stderr = proc.communicate()
+            raise AssertionError(f"snakemake still running after {timeout} s:\n{stderr[-4000:]}\n"
+                                 f"TaskVine's last events:\n{self.taskvine_events()}") from None
+        done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
         if check and done.returncode != 0:
             raise AssertionError(f"snakemake failed ({done.returncode}):\n{done.stderr[-4000:]}")
         return done
+
+    def taskvine_events(self, lines: int = 40) -> str:
+        """The last LINES of the manager's transaction logs of this workflow's runs."""
+        logs = sorted(self.root.glob(".snakemake/taskvine/**/transactions"))
+        return "\n".join(line for log in logs for line in log.read_text(errors="replace").splitlines()[-lines:])
 
     def popen(self, *args: str) -> subprocess.Popen:
         return subprocess.Popen(self.command(*args), cwd=self.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
