@@ -99,6 +99,7 @@ def _condor_jobs(condor_env, root) -> list[str]:
     return done.stdout.splitlines()
 
 
+@pytest.mark.chaos
 def test_ctrl_c_removes_condor_workers(workflow, condor_env):
     wf = workflow(SLOW)
     args = ("--taskvine-workers", "condor", *ARGS)

@@ -49,6 +49,7 @@ def test_killed_worker_job_is_redispatched(workflow):
     assert "DISCONNECTION" in transactions.read_text()
 
 
+@pytest.mark.chaos
 def test_job_losing_its_worker_more_than_retries_times_fails(workflow):
     wf = workflow(slow_snakefile("echo first-half > {output}; sleep 60; echo second-half >> {output}", n=1))
     retries = 1

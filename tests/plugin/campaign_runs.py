@@ -1,0 +1,105 @@
+"""Campaigns run as a site user runs them, from a workflow directory of their own: a copy of the workflow (so that a
+test run as root leaves nothing in the checkout) over generated files in a fresh directory of the sandbox's XRootD
+origin, read through its XCaches; a free port for a manager whose workers the test starts itself; and the check
+that a campaign's report and histograms are exact (every file counted once)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import uproot
+
+from hepvine import generate
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class CampaignDir:
+    """ROOT: a workflow directory holding a copy of the workflow in git (Snakefile, rules, schemas; not the hepvine
+    package, which the manager imports from its own environment and the workers from theirs), the sandbox site
+    config as site.yaml, and spec.json: COUNTS[process] generated files of EVENTS events each, in a fresh directory
+    of the XRootD origin (removed by ``remove_data``)."""
+
+    def __init__(self, root: Path, services: dict, counts: dict[str, int], events: int, seed: int):
+        self.root = root
+        (root / "workflows").mkdir(parents=True)
+        shutil.copy(REPO / "Snakefile", root / "Snakefile")
+        for part in ("rules", "schemas"):
+            shutil.copytree(REPO / "workflows" / part, root / "workflows" / part)
+        shutil.copy(REPO / "site-configs" / "sandbox.yaml", root / "site.yaml")
+        # Snakemake ships the sources git tracks (the rules' schemas among them) to workers without a shared
+        # filesystem.
+        for git in (["init", "-q"], ["add", "Snakefile", "workflows"]):
+            subprocess.run(["git", *git], cwd=root, check=True, capture_output=True)
+        origin = services["xrootd"]["origin"]
+        directory = f"test-campaign-{uuid.uuid4().hex[:8]}"
+        self.store = Path(origin["data_dir"]) / "store" / directory
+        self.spec = generate.generate(self.store, counts, events, seed=seed)
+        for samples in self.spec.values():
+            for files in (v["files"] for k, v in samples.items() if k != "xsec"):
+                for entry in files:
+                    entry["path"] = f"{origin['url']}//store/{directory}/{Path(entry['path']).relative_to(self.store)}"
+        (root / "spec.json").write_text(json.dumps(self.spec))
+
+    def remove_data(self) -> None:
+        shutil.rmtree(self.store, ignore_errors=True)
+
+
+def run_campaign(work: Path, name: str, *options: str, recompress: str = "off",
+                 timeout: float = 600) -> subprocess.CompletedProcess:
+    """`snakemake --executor taskvine` in WORK without a shared filesystem, one file a job, campaign NAME; OPTIONS
+    say where the workers come from."""
+    cmd = [sys.executable, "-m", "snakemake", "--executor", "taskvine", "--jobs", "8", "--shared-fs-usage", "none",
+           "--taskvine-prefer-wait-s", "0", "--default-resources", "mem_mb=500", "disk_mb=500", *options,
+           "--config", "dataset=spec.json", f"campaign={name}", "site=site.yaml", f"recompress={recompress}",
+           "files_per_job=1"]
+    return subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=timeout)
+
+
+def expected_events(spec: dict) -> dict[str, int]:
+    """process/variation -> the events of its files, from the spec's per-file nevts."""
+    return {f"{p}/{v}": sum(f["nevts"] for f in block["files"])
+            for p, variations in spec.items() for v, block in variations.items() if v != "xsec"}
+
+
+def events_in_histograms(path: Path, spec: dict) -> dict[str, float]:
+    """process/variation -> the events that the events_<process>_<variation> TH1 of the histograms.root at PATH
+    holds."""
+    with uproot.open(path) as f:
+        return {f"{p}/{v}": float(f[f"events_{p}_{v}"].values(flow=True).sum())
+                for p, variations in spec.items() for v in variations if v != "xsec"}
+
+
+def assert_exact(report: dict, spec: dict, histograms: Path) -> dict:
+    """REPORT (a campaign's report.json) is complete and exact for SPEC: every file of the spec has exactly one
+    record, all ok, no file missing, duplicated or unexpected, and the events per process/variation in HISTOGRAMS
+    (its histograms.root) equal the sum of the ok records' and the spec's. Returns the report."""
+    want = expected_events(spec)
+    n = sum(len(block["files"]) for variations in spec.values() for v, block in variations.items() if v != "xsec")
+    assert report["accounting"] == {"expected": n, "records": n, "missing": [], "duplicated": [], "unexpected": []}, \
+        report["accounting"]
+    assert report["files"] == {"total": n, "ok": n, "failed": 0}, report["failed_files"]
+    assert report["complete"] is True
+    fids = sorted(r["fid"] for r in report["inputs"])
+    assert fids == sorted(f"{p}/{v}/{i}" for p, variations in spec.items()
+                          for v, block in variations.items() if v != "xsec" for i in range(len(block["files"])))
+    from_records: dict[str, int] = {}
+    for r in report["inputs"]:
+        key = "/".join(r["fid"].split("/")[:2])
+        from_records[key] = from_records.get(key, 0) + r["events"]
+    assert from_records == want, (from_records, want)
+    assert events_in_histograms(histograms, spec) == {k: float(v) for k, v in want.items()}
+    assert report["events"] == sum(want.values())
+    return report
