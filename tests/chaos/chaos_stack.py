@@ -8,7 +8,7 @@
   through the sandbox profile (TaskVine workers as HTCondor jobs) as a user does; its report and histograms.
 - The processes and HTCondor jobs a run started (to kill them, or to prove they are gone).
 - ``assert_exact``: every file of the spec has exactly one ok record, and the events in histograms.root equal the
-  sum of the ok records and the spec's ``nevts``, per process and variation.
+  sum of the ok records and the spec's ``nevts``, per process and variation (``campaign_runs.assert_exact``).
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
-import uproot
 
 from hepvine import generate
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "plugin"))  # the plugin tests' process helpers, shared
+from campaign_runs import assert_exact as exact  # noqa: E402
 from snakemake_runs import alive, kill_all  # noqa: E402  (re-exported to the chaos tests)
 RACKS = ("rack-a", "rack-b")
 # The sandbox profile, with the worker groups of the test's site config (1-core workers, so that two campaigns at
@@ -266,45 +266,13 @@ class Campaign:
     def report(self) -> dict:
         return json.loads((self.out / "report.json").read_text())
 
-    def events_in_histograms(self) -> dict[str, float]:
-        """process/variation -> the events that histograms.root's events_<process>_<variation> TH1 holds."""
-        with uproot.open(self.out / "histograms.root") as f:
-            return {f"{p}/{v}": float(f[f"events_{p}_{v}"].values(flow=True).sum())
-                    for p, variations in self.spec.items() for v in variations if v != "xsec"}
-
     def cleanup(self) -> None:
         shutil.rmtree(self.out, ignore_errors=True)
 
 
-def expected_events(spec: dict) -> dict[str, int]:
-    """process/variation -> the events of its files, from the spec's per-file nevts."""
-    return {f"{p}/{v}": sum(f["nevts"] for f in block["files"])
-            for p, variations in spec.items() for v, block in variations.items() if v != "xsec"}
-
-
 def assert_exact(campaign: Campaign) -> dict:
-    """The campaign's report is complete and exact: every file of the spec has exactly one record, all ok, no file
-    missing, duplicated or unexpected, and the events per process/variation in histograms.root equal the sum of the
-    ok records' and the spec's. Returns the report."""
-    report = campaign.report()
-    want = expected_events(campaign.spec)
-    n = sum(len(block["files"]) for variations in campaign.spec.values()
-            for v, block in variations.items() if v != "xsec")
-    assert report["accounting"] == {"expected": n, "records": n, "missing": [], "duplicated": [], "unexpected": []}, \
-        report["accounting"]
-    assert report["files"] == {"total": n, "ok": n, "failed": 0}, report["failed_files"]
-    assert report["complete"] is True
-    fids = sorted(r["fid"] for r in report["inputs"])
-    assert fids == sorted(f"{p}/{v}/{i}" for p, variations in campaign.spec.items()
-                          for v, block in variations.items() if v != "xsec" for i in range(len(block["files"])))
-    from_records: dict[str, int] = {}
-    for r in report["inputs"]:
-        key = "/".join(r["fid"].split("/")[:2])
-        from_records[key] = from_records.get(key, 0) + r["events"]
-    assert from_records == want, (from_records, want)
-    assert campaign.events_in_histograms() == {k: float(v) for k, v in want.items()}
-    assert report["events"] == sum(want.values())
-    return report
+    """The campaign's report is complete and exact (campaign_runs.assert_exact); returns the report."""
+    return exact(campaign.report(), campaign.spec, campaign.out / "histograms.root")
 
 
 # --- the processes and HTCondor jobs of a run ----------------------------------------------------------------------
@@ -381,16 +349,40 @@ def condor_job_of(worker: psutil.Process) -> str | None:
     return f"{attrs['ClusterId']}.{attrs['ProcId']}" if "ClusterId" in attrs and "ProcId" in attrs else None
 
 
-def task_runs(since: float) -> dict[str, int]:
-    """TaskVine tasks of the runs started in the repository after SINCE (a time.time()) and how often they were
-    started on a worker, from the managers' transactions logs: {"tasks": N, "runs": M} (M - N: tasks run again
-    after their worker was lost)."""
-    runs: dict[tuple[str, str], int] = {}
+def transactions(since: float):
+    """(log, words of a line) of the managers' transactions logs of the runs started in the repository after SINCE
+    (a time.time()), comments left out."""
     for log in (REPO / ".snakemake" / "taskvine").glob("*/manager/*/vine-logs/transactions"):
         if log.parent.parent.is_symlink() or log.stat().st_ctime < since:  # most-recent -> the timestamped one
             continue
         for line in log.read_text().splitlines():
-            words = line.split()
-            if not line.startswith("#") and words[2:3] == ["TASK"] and words[4:5] == ["RUNNING"]:
-                runs[(str(log), words[3])] = runs.get((str(log), words[3]), 0) + 1
+            if not line.startswith("#"):
+                yield str(log), line.split()
+
+
+def task_runs(since: float) -> dict[str, int]:
+    """TaskVine tasks of the runs started after SINCE and how often they were started on a worker: {"tasks": N,
+    "runs": M} (M - N: tasks run again after their worker was lost)."""
+    runs: dict[tuple[str, str], int] = {}
+    for log, words in transactions(since):
+        if words[2:3] == ["TASK"] and words[4:5] == ["RUNNING"]:
+            runs[(log, words[3])] = runs.get((log, words[3]), 0) + 1
     return {"tasks": len(runs), "runs": sum(runs.values())}
+
+
+def run_seconds(since: float, category: str) -> list[float]:
+    """Seconds from start to end of each task of CATEGORY (a rule) that succeeded in the runs started after SINCE."""
+    categories: dict[tuple[str, str], str] = {}
+    started: dict[tuple[str, str], int] = {}
+    took = []
+    for log, words in transactions(since):
+        if words[2:3] != ["TASK"] or len(words) < 6:
+            continue
+        task, state = (log, words[3]), words[4]
+        if state == "READY":
+            categories[task] = words[5]
+        elif state == "RUNNING":
+            started[task] = int(words[0])
+        elif state == "DONE" and words[5] == "SUCCESS" and categories.get(task) == category and task in started:
+            took.append((int(words[0]) - started[task]) / 1e6)
+    return took

@@ -5,7 +5,10 @@ chaos_stack), each ending in a complete, exact report (0 files lost, 0 counted t
 - the origin and both caches down for ~30 s mid-run: reads back off and retry within the same run;
 - the main snakemake process killed (SIGKILL) mid-run: what the next run tells the user, nothing of the first run
   left running, the rerun exact, the first run's cache baseline kept;
-- two campaigns at once in the same checkout.
+- two campaigns at once in the same checkout;
+- a straggler: one analysis job's processes stopped (SIGSTOP) for 10 times the median run time of the jobs before
+  it (at least HOLD_MIN_S), as on a sick node: the plugin starts a second copy elsewhere, which wins; the file is
+  counted once.
 """
 
 from __future__ import annotations
@@ -13,12 +16,13 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import time
 
 import pytest
 
-from chaos_stack import (alive, assert_exact, condor_jobs, descendants, factories, factory_scratch, manager_address,
-                         wait_until, workers)
+from chaos_stack import (alive, analysing, assert_exact, condor_jobs, descendants, factories, factory_scratch,
+                         manager_address, run_seconds, wait_until, workers)
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.chaos]
 
@@ -148,3 +152,49 @@ def test_two_campaigns_at_once(xrootd, campaigns):
     for campaign in (first, second):
         assert_exact(campaign)
     print(f"\ntwo campaigns at once: {time.monotonic() - t0:.0f} s")
+
+
+HOLD_MIN_S = 60
+
+
+def test_a_straggler_10x_slower_than_the_median(xrootd, campaigns):
+    campaign = campaigns("straggler", {"ttbar": 6, "data": 2}, "files_per_job=1")
+    started, t0 = time.time(), time.monotonic()
+    # Copies after 3 x the median (the default factor), here of jobs of ~10 s: not only after the default 60 s.
+    run = campaign.start("--taskvine-straggler-min-s", "5")
+    frozen: list = []
+    try:
+        wait_until("3 analysis jobs done", lambda: len(run_seconds(started, "analyse")) >= 3 or run.poll() is not None,
+                   300)
+        median = statistics.median(run_seconds(started, "analyse"))
+        address = manager_address(factories(run.pid)[0])
+        wait_until("an analysis job running", lambda: any(analysing(w) for w in workers(address))
+                   or run.poll() is not None, 120, poll=0.2)
+        assert run.poll() is None, campaign.output()[-3000:]
+        victim = next(w for w in workers(address) if analysing(w))
+        frozen = victim.children(recursive=True)
+        for proc in frozen:
+            proc.send_signal(signal.SIGSTOP)
+        stopped = time.monotonic()
+        hold_s = max(10 * median, HOLD_MIN_S)
+        wait_until("the held job ended or its hold passed", lambda: not any(alive(p) for p in frozen)
+                   or time.monotonic() - stopped > hold_s, hold_s + 10, poll=0.2)
+        held_s = time.monotonic() - stopped
+        for proc in frozen:
+            if alive(proc):
+                proc.send_signal(signal.SIGCONT)
+        run.wait(600)
+    finally:
+        for proc in frozen:
+            if alive(proc):
+                proc.send_signal(signal.SIGCONT)
+        if run.poll() is None:
+            run.kill()
+            run.wait(60)
+    output = campaign.output()
+    assert run.returncode == 0, output[-4000:]
+    assert "started a second copy" in output, output[-4000:]
+    assert held_s < hold_s, f"the stopped job was not cancelled within {hold_s:.0f} s"
+    assert_exact(campaign)
+    print(f"\nstraggler: median job {median:.1f} s, the stopped one cancelled after {held_s:.0f} s (a copy won); "
+          f"{len(run_seconds(started, 'analyse'))} analysis jobs, campaign {time.monotonic() - t0:.0f} s")

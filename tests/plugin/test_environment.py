@@ -17,21 +17,19 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import socket
 import subprocess
 import sys
 import tarfile
 import time
 import types
-import uuid
 from pathlib import Path
 
 import numpy as np
 import pytest
 import uproot
 
-from hepvine import generate, packenv
+from hepvine import packenv
+from campaign_runs import CampaignDir, free_port, run_campaign
 from snakemake_executor_plugin_taskvine import provision
 from snakemake_runs import slow_snakefile
 
@@ -132,12 +130,6 @@ def as_root():
         pytest.fail(ROOT_NEEDED)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class HiddenWorkers:
     """vine_workers that cannot see the project's environment: each in a mount namespace of its own where HIDDEN
     are empty directories, with nothing of this environment but PATH=/usr/bin:/bin (the OS's python3 and its
@@ -182,37 +174,10 @@ def hidden_workers(tmp_path, as_root):
 
 @pytest.fixture
 def campaign_dir(tmp_path, services):
-    """A workflow directory holding a copy of the workflow in git (Snakefile, rules, schemas; not the hepvine package,
-    which the manager imports from its own environment and the workers from the packed one), and a small dataset in
-    a fresh directory of the XRootD origin, read through the sandbox's XCaches."""
-    work = tmp_path / "wf"
-    (work / "workflows").mkdir(parents=True)
-    shutil.copy(REPO / "Snakefile", work / "Snakefile")
-    for part in ("rules", "schemas"):
-        shutil.copytree(REPO / "workflows" / part, work / "workflows" / part)
-    shutil.copy(REPO / "site-configs" / "sandbox.yaml", work / "site.yaml")
-    # Snakemake ships the sources git tracks (the rules' schemas among them) to workers without a shared filesystem.
-    for git in (["init", "-q"], ["add", "Snakefile", "workflows"]):
-        subprocess.run(["git", *git], cwd=work, check=True, capture_output=True)
-    origin = services["xrootd"]["origin"]
-    directory = f"test-env-{uuid.uuid4().hex[:8]}"
-    store = Path(origin["data_dir"]) / "store" / directory
-    spec = generate.generate(store, {"ttbar": 2, "data": 1}, EVENTS, seed=19)
-    for samples in spec.values():
-        for files in (v["files"] for k, v in samples.items() if k != "xsec"):
-            for entry in files:
-                entry["path"] = f"{origin['url']}//store/{directory}/{Path(entry['path']).relative_to(store)}"
-    (work / "spec.json").write_text(json.dumps(spec))
-    yield work
-    shutil.rmtree(store, ignore_errors=True)
-
-
-def run_campaign(work: Path, name: str, *options: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "snakemake", "--executor", "taskvine", "--jobs", "8", "--shared-fs-usage", "none",
-           "--taskvine-prefer-wait-s", "0", "--default-resources", "mem_mb=500", "disk_mb=500", *options,
-           "--config", "dataset=spec.json", f"campaign={name}", "site=site.yaml", "recompress=off",
-           "files_per_job=1"]
-    return subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=timeout)
+    """A copy of the workflow with a small dataset in the XRootD origin (campaign_runs.CampaignDir)."""
+    work = CampaignDir(tmp_path / "wf", services, {"ttbar": 2, "data": 1}, EVENTS, seed=19)
+    yield work.root
+    work.remove_data()
 
 
 def histograms(path: Path) -> dict[str, np.ndarray]:
