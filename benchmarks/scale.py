@@ -276,8 +276,10 @@ def main(argv: list[str] | None = None) -> int:
         before = OUT / "scale" / "before"
         if not before.exists():
             before.parent.mkdir(parents=True, exist_ok=True)
-            subprocess.run(f"git -C {REPO} archive {args.before} | tar -x -C {before.parent} --one-top-level=before",
-                           shell=True, check=True)
+            archive = subprocess.run(["git", "-C", str(REPO), "archive", args.before], capture_output=True,
+                                     check=True).stdout
+            subprocess.run(["tar", "-x", "-C", str(before.parent), "--one-top-level=before"], input=archive,
+                           check=True)
     results, dispatch, runs = [], [], None
     for n in (int(x) for x in args.files.split(",") if x):
         result = run(n, OUT / "scale" / f"n{n}", before, args.before_dry_max, args.files_per_job)

@@ -44,17 +44,20 @@ PEER_TRANSFER = False
 KEEPALIVE_TIMEOUT_S = 20
 PRIVATE_PREFIX = "hepvine-vine-"
 # vine_factory pastes paths unquoted into shell commands (`cp PASSWORD SCRATCH/pwfile`) and the workers' command
-# line (run through `eval` in the HTCondor job): every path handed to it must be made of these characters.
-SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+-]+$")
+# line (run through `eval` in the HTCondor job): every path handed to it must be made of these characters. Every
+# pattern here ends in \Z, not $ ($ also matches before a final line break, which would let "name\n" through).
+SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+-]+\Z")
+# Host names and addresses (host, host:port, IPv6) that reach the same command lines: the manager's, the catalog's.
+SAFE_HOST = re.compile(r"^[A-Za-z0-9_.:\[\]-]+\Z")
 # Names (worker groups, features) that reach vine_factory's and vine_worker's command lines and submit files.
-SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
 # An HTCondor requirements expression as vine_factory writes it into the submit description (`requirements = (...)`):
 # ClassAd operators, names, numbers and "strings", on one line; no $ (condor_submit expands $(...) and $ENV(...)),
 # no \ (line continuation), no line breaks, no ', ` or ;. It reaches no shell (an argument of vine_factory, then a
 # line of the submit description), so the quotes and && of an expression are harmless.
-SAFE_REQUIREMENTS = re.compile(r"^[A-Za-z0-9_ .,:()<>=!&|+*/%?\"-]*$")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-ENV_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\*?$")  # a variable name, or a prefix ending in *
+SAFE_REQUIREMENTS = re.compile(r"^[A-Za-z0-9_ .,:()<>=!&|+*/%?\"-]*\Z")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+ENV_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\*?\Z")  # a variable name, or a prefix ending in *
 # What the workers' environment is made of unless --taskvine-worker-env says otherwise: finding programs and
 # libraries (PATH, LD_LIBRARY_PATH, a venv or conda environment, Python's own variables), the user's home and locale,
 # X509 proxies and CA directories, bearer-token *files* (WLCG token discovery), XRootD's client and security
@@ -91,7 +94,7 @@ def catalog_address() -> str:
     if not host:
         return LOOPBACK_CATALOG
     port = os.environ.get("CATALOG_PORT")
-    return host if ":" in host or not port else f"{host}:{port}"
+    return _safe_host(host if ":" in host or not port else f"{host}:{port}", "$CATALOG_HOST[:$CATALOG_PORT]")
 
 
 def private_directory() -> Path:
@@ -162,6 +165,13 @@ def self_signed_certificate(directory: Path) -> tuple[str, str]:
     except subprocess.CalledProcessError as e:
         raise RuntimeError(f"--taskvine-ssl: openssl could not make the run's certificate: {e.stderr.strip()}") from e
     return str(key), str(cert)
+
+
+def _safe_host(host: str, what: str) -> str:
+    if not SAFE_HOST.match(host):
+        raise ValueError(f"{what} {host!r}: vine_factory and vine_worker paste it into shell commands; give a host "
+                         "name or address (letters, digits and _ . : - [ ] only)")
+    return host
 
 
 def _safe_path(path: Path | str, what: str) -> str:
@@ -548,7 +558,7 @@ class Factory(_Process):
         if worker_env:  # the factory's --env does not reach workers of the local batch type; a wrapper does
             assignments = [shlex.quote(f"{key}={value}") for key, value in worker_env.items()]
             argv.append("--wrapper=env " + " ".join(assignments))
-        argv += [manager_host, str(manager_port)]
+        argv += [_safe_host(manager_host, "manager host"), str(manager_port)]
         own = CONDOR_CLIENT_ENV if batch_type == "condor" else ()
         env = {**allowed_environment([*worker_env_allow, *own]), **_catalog_env()}
         super().__init__(argv, log or scratch_dir / "factory.log", env=env)
@@ -575,6 +585,6 @@ class Worker(_Process):
     ):
         argv = ["vine_worker", f"--workspace={workspace}", f"--cores={cores}", f"--timeout={timeout_s}",
                 "--single-shot", "--parent-death", *_worker_options(password_file, ssl, memory_mb, disk_mb, features),
-                manager_host, str(manager_port)]
+                _safe_host(manager_host, "manager host"), str(manager_port)]
         super().__init__(argv, workspace.parent / f"{workspace.name}.log",
                          env={**allowed_environment(env_allow), **_catalog_env(), **(env or {})})

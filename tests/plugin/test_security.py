@@ -320,3 +320,29 @@ def test_library_calls_only_for_jobs_that_fit_a_slot(workflow):
 def test_call_fits():
     assert call_fits(1, 900, 1000) and call_fits(1, 5000, 0)
     assert not call_fits(2, 100, 1000) and not call_fits(1, 1001, 1000)
+
+
+def test_a_final_line_break_is_refused(tmp_path, monkeypatch):
+    """`$` matches before a final line break, so "rack-a\\n" would pass a `^...$` pattern; every pattern ends in \\Z."""
+    for pattern in (taskvine.SAFE_NAME, taskvine.SAFE_PATH, taskvine.SAFE_REQUIREMENTS, taskvine.SAFE_HOST,
+                    taskvine.ENV_NAME, taskvine.ENV_PATTERN):
+        assert pattern.match("a") and not pattern.match("a\n"), pattern.pattern
+    groups = tmp_path / "groups.yaml"
+    groups.write_text('worker_groups:\n  - {name: "rack-a\\n"}\n  - {name: b, condor_requirements: "Cpus > 1\\n"}\n')
+    found = "\n".join(validation.problems(settings(worker_groups=groups)))
+    assert "worker_groups[0] name 'rack-a\\n'" in found and "group 'b': condor_requirements" in found, found
+
+
+def test_hostile_hosts_are_refused_before_anything_starts(tmp_path, monkeypatch, marker):
+    """The manager's host (from HTCondor's configuration) and the catalog's ($CATALOG_HOST) reach vine_factory's and
+    vine_worker's command lines."""
+    with pytest.raises(ValueError, match="manager host"):
+        taskvine.Factory(batch_type="local", manager_host=f"h;touch {MARKER}", manager_port=1,
+                         scratch_dir=tmp_path / "f")
+    with pytest.raises(ValueError, match="manager host"):
+        taskvine.Worker(manager_host=f"$(touch {MARKER})", manager_port=1, workspace=tmp_path / "w")
+    monkeypatch.setenv("CATALOG_HOST", f"`touch {MARKER}`")
+    with pytest.raises(ValueError, match="CATALOG_HOST"):
+        taskvine.catalog_address()
+    monkeypatch.setenv("CATALOG_HOST", "[::1]:9097")
+    assert taskvine.catalog_address() == "[::1]:9097"

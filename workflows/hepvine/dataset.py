@@ -22,7 +22,7 @@ import yaml
 from hepvine.eras import ERAS
 
 PROCESS_KEYS = ("xsec", "era")  # a process's keys that are not variations
-NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+NAME = re.compile(r"^[A-Za-z0-9_.-]+\Z")
 
 
 class DatasetError(ValueError):

@@ -60,7 +60,7 @@ ANALYSE_OPTIONS = (f"--read-attempts {config['read_attempts']} --read-backoff-s 
 ANALYSE_RESOURCES = {"runtime": batch_runtime_min}
 if RECOMPRESS:
     ANALYSE_OUTPUTS["copies"] = directory(f"{OUT}/recompressed/{{batch}}")
-    ANALYSE_OPTIONS += f" --recompress {config['recompress']} --copies {{output.copies:q}}"
+    ANALYSE_OPTIONS += f" --recompress {shlex.quote(config['recompress'])} --copies {{output.copies:q}}"
     ANALYSE_RESOURCES["disk_mb"] = batch_recompress_disk_mb
 
 
@@ -172,5 +172,7 @@ rule plots:
         timeline=f"{OUT}/plots/timeline.png",
     log:
         f"{OUT}/logs/plots.log",
+    params:
+        outdir=f"{OUT}/plots",
     shell:
-        "python -m hepvine.plots --merged {input.merged:q} --outdir {OUT}/plots 2> {log:q}"
+        "python -m hepvine.plots --merged {input.merged:q} --outdir {params.outdir:q} 2> {log:q}"
