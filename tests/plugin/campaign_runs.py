@@ -1,7 +1,7 @@
 """Campaigns run as a site user runs them, from a workflow directory of their own: a copy of the workflow (so that a
 test run as root leaves nothing in the checkout) over generated files in a fresh directory of the sandbox's XRootD
-origin, read through its XCaches; a free port for a manager whose workers the test starts itself; and the check
-that a campaign's report and histograms are exact (every file counted once)."""
+origin, read through its XCaches; a free port for a manager whose workers the test starts itself, and those
+workers; and the check that a campaign's report and histograms are exact (every file counted once)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,37 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+class Workers:
+    """vine_worker processes that a test starts itself for a manager (--taskvine-workers none), each with its log
+    under ROOT; stopped by their pids."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        self.procs: list[subprocess.Popen] = []
+
+    def command(self, name: str, port: int, password: Path, *options: str) -> list[str]:
+        """A 1-core vine_worker NAME (its workspace under ROOT) for the manager on PORT."""
+        return ["vine_worker", f"--workspace={self.root / name}", "--cores=1", "--timeout=120", *options,
+                f"--password={password}", "127.0.0.1", str(port)]
+
+    def spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+        with open(self.root / f"{name}.log", "wb") as log:
+            self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                               env=env))
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        self.procs.clear()
 
 
 class CampaignDir:

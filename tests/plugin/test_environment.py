@@ -29,7 +29,7 @@ import pytest
 import uproot
 
 from hepvine import packenv
-from campaign_runs import CampaignDir, free_port, run_campaign
+from campaign_runs import CampaignDir, Workers, free_port, run_campaign
 from snakemake_executor_plugin_taskvine import provision
 from snakemake_runs import slow_snakefile
 
@@ -130,39 +130,24 @@ def as_root():
         pytest.fail(ROOT_NEEDED)
 
 
-class HiddenWorkers:
+class HiddenWorkers(Workers):
     """vine_workers that cannot see the project's environment: each in a mount namespace of its own where HIDDEN
     are empty directories, with nothing of this environment but PATH=/usr/bin:/bin (the OS's python3 and its
     Debian packages are what a worker node has)."""
 
     def __init__(self, root: Path):
-        self.root = root
+        super().__init__(root)
         self.empty = root / "empty"
         self.empty.mkdir(parents=True, exist_ok=True)
-        self.procs: list[subprocess.Popen] = []
 
     def start(self, port: int, password: Path, n: int = 2) -> None:
         hide = 'e=$1; shift; while [ "$1" != -- ]; do mount --bind "$e" "$1" || exit 97; shift; done; shift; exec "$@"'
         for i in range(n):
-            workspace = self.root / f"worker-{port}-{i}"
-            argv = ["unshare", "--mount", "--propagation", "unchanged", "--", "/bin/sh", "-c", hide, "_",
-                    str(self.empty), *map(str, HIDDEN), "--",
-                    "/usr/bin/env", "-i", "PATH=/usr/bin:/bin", f"HOME={self.root}", "CATALOG_HOST=127.0.0.1",
-                    "vine_worker", f"--workspace={workspace}", "--cores=1", "--timeout=120",
-                    f"--password={password}", "127.0.0.1", str(port)]
-            log = open(self.root / f"worker-{port}-{i}.log", "wb")
-            self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
-
-    def stop(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-        self.procs.clear()
+            name = f"worker-{port}-{i}"
+            self.spawn(name, ["unshare", "--mount", "--propagation", "unchanged", "--", "/bin/sh", "-c", hide, "_",
+                              str(self.empty), *map(str, HIDDEN), "--",
+                              "/usr/bin/env", "-i", "PATH=/usr/bin:/bin", f"HOME={self.root}", "CATALOG_HOST=127.0.0.1",
+                              *self.command(name, port, password)])
 
 
 @pytest.fixture

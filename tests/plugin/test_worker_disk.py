@@ -1,10 +1,11 @@
 """A campaign whose workers' disk is full, on the real stack: TaskVine workers whose workspace is a small, nearly
 full tmpfs, the sandbox's XRootD origin and XCaches, recompression on (each file is staged on the worker, then
-copied). The jobs ask for 1 MB of disk (--set-resources; a full worker reports half of what is left), as jobs
-whose disk_mb is too small or that share the node's disk with others that fill it. Every file is listed as a transient
+copied). The jobs ask for 1 MB of disk (--set-resources; a full worker reports half of what is left), as jobs whose
+disk_mb is too small or that share the node's disk with others that fill it. Every file is listed as a transient
 `disk-full` failure naming the fix; the command again with the jobs' own disk_mb, on workers with room, analyses
-those files, and the campaign ends exact (every file counted once, histograms equal to the spec's events). Mounting takes a mount
-namespace, which only root can make in the sandbox: `make test` runs this in its root pass."""
+those files, and the campaign ends exact (every file counted once, histograms equal to the spec's events).
+Mounting takes a mount namespace, which only root can make in the sandbox: `make test` runs this in its root
+pass."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from campaign_runs import CampaignDir, assert_exact, free_port, run_campaign
+from campaign_runs import CampaignDir, Workers, assert_exact, free_port, run_campaign
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.root]
 
@@ -29,37 +30,19 @@ MOUNTED = ('mount -t tmpfs -o "size=$1m" tmpfs "$2" || exit 97; '
            'dd if=/dev/zero of="$2/filler" bs=1k count="$3" 2>/dev/null; shift 3; exec "$@"')
 
 
-class Workers:
-    """vine_workers for the manager on PORT, each with its workspace under ROOT — on a nearly full tmpfs in a mount
-    namespace of its own, or on this disk; stopped by their pids."""
-
-    def __init__(self, root: Path):
-        self.root = root
-        self.procs: list[subprocess.Popen] = []
+class FullDiskWorkers(Workers):
+    """Workers each on a tmpfs with only FREE_KB left, in a mount namespace of its own (or, without FREE_KB, on this
+    disk)."""
 
     def start(self, port: int, password: Path, *, free_kb: int = 0, n: int = 2) -> None:
-        """N workers; with FREE_KB, each on a tmpfs with only that much room left."""
         for i in range(n):
-            workspace = self.root / f"worker-{port}-{i}"
-            workspace.mkdir(parents=True)
-            worker = ["vine_worker", f"--workspace={workspace}", "--cores=1", "--memory=1500", "--timeout=120",
-                      f"--password={password}", "127.0.0.1", str(port)]
+            name = f"worker-{port}-{i}"
+            (self.root / name).mkdir()
+            worker = self.command(name, port, password, "--memory=1500")
             argv = (["unshare", "--mount", "--propagation", "unchanged", "--", "/bin/sh", "-c", MOUNTED, "_",
-                     str(TMPFS_MB), str(workspace), str(TMPFS_MB * 1024 - free_kb), *worker] if free_kb else worker)
-            log = open(self.root / f"worker-{port}-{i}.log", "wb")
-            self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                               env=dict(os.environ, CATALOG_HOST="127.0.0.1")))
-
-    def stop(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-        self.procs.clear()
+                     str(TMPFS_MB), str(self.root / name), str(TMPFS_MB * 1024 - free_kb), *worker]
+                    if free_kb else worker)
+            self.spawn(name, argv, env=dict(os.environ, CATALOG_HOST="127.0.0.1"))
 
 
 @pytest.fixture
@@ -67,7 +50,7 @@ def workers(tmp_path):
     if os.geteuid() != 0:
         pytest.fail("a tmpfs for the workers takes a mount namespace, which only root can make in the sandbox: "
                     "`make test` runs this test in its root pass")
-    started = Workers(tmp_path / "workers")
+    started = FullDiskWorkers(tmp_path / "workers")
     yield started
     started.stop()
 
