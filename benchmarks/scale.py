@@ -202,11 +202,15 @@ def end_to_end(n: int, workdir: Path, before: Path | None, files_per_job: int) -
     from hepvine import generate
 
     data = workdir / "data"
-    if not (data / "links").exists():
-        base = [generate.write_file(data / f"base{i}.root", "ttbar", 2000, index=i, seed=8)["path"] for i in range(8)]
-        (data / "links").mkdir(parents=True)
-        for i in range(n):
-            os.symlink(base[i % len(base)], data / "links" / f"f{i:06d}.root")
+    base = [data / f"base{i}.root" for i in range(8)]
+    for i, path in enumerate(base):
+        if not path.exists():
+            generate.write_file(path, "ttbar", 2000, index=i, seed=8)
+    (data / "links").mkdir(parents=True, exist_ok=True)
+    for i in range(n):  # a run of more files than the last one needs more links
+        link = data / "links" / f"f{i:06d}.root"
+        if not link.is_symlink():
+            os.symlink(base[i % len(base)], link)
     files = [{"path": str(data / "links" / f"f{i:06d}.root"), "nevts": 2000} for i in range(n)]
     (workdir / "run-spec.json").write_text(json.dumps({"ttbar": {"xsec": 1.0, "nominal": {
         "nevts_total": 2000 * n, "files": files}}}))
