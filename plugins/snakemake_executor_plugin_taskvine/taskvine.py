@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -76,7 +77,9 @@ CONDOR_CLIENT_ENV = ("PATH", "HOME", "USER", "LOGNAME", "CONDOR_CONFIG", "_CONDO
 def import_taskvine():
     """``ndcctools.taskvine``, or an error that says how to get it (it is not on PyPI)."""
     try:
-        import ndcctools.taskvine as vine
+        with warnings.catch_warnings():  # "DaskVine not available": this plugin does not use TaskVine's Dask part
+            warnings.filterwarnings("ignore", message="DaskVine not available")
+            import ndcctools.taskvine as vine
     except ImportError as e:
         raise ImportError(
             "TaskVine's Python bindings (ndcctools.taskvine) are missing: install cctools — on Debian trixie "

@@ -73,7 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     report = Path("results") / args.campaign / "report.json"
     if done.returncode == 0 and report.exists():
         r = json.loads(report.read_text())
-        print(f"demo: campaign {args.campaign} in {time.time() - start:.0f} s: {r['files']['ok']}/{r['files']['total']}"
+        # Nothing to run when the campaign is complete and up to date: say so, and that the figures are its last run's.
+        ran = (f"in {time.time() - start:.0f} s" if report.stat().st_mtime >= start else
+               f"is up to date, nothing ran (remove results/{args.campaign}/ to run it again); its last run")
+        print(f"demo: campaign {args.campaign} {ran}: {r['files']['ok']}/{r['files']['total']}"
               f" files, {r['events']} events, {r['bytes_read'] / 1e6:.0f} MB read, {r['event_rate_hz']:.0f} Hz, "
               f"{r['data_rate_gbps']:.3f} Gbps; complete: {r['complete']}. Products in results/{args.campaign}/")
     return done.returncode
