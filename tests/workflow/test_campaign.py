@@ -1,51 +1,28 @@
 """The campaign workflow end to end with Snakemake's local executor on generated files: every file counted once,
 a corrupt and a missing file reported as permanent failures (the rest completes), the merged histograms equal the
 per-file sum and their event counts equal the records', reruns retry exactly what failed (transient failures by
-themselves, permanent ones with --forcerun), and a bad spec fails before any task starts."""
+themselves, permanent ones with --forcerun), and a bad spec fails before any task starts. (The campaign and the
+snakemake runner are fixtures of conftest.py.)"""
 
 from __future__ import annotations
 
 import json
 import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import matplotlib.image
 import numpy as np
-import pytest
 import uproot
 
 from hepvine import analysis, generate
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def snakemake(workdir: Path, *config: str, extra: tuple[str, ...] = (), env: dict | None = None):
-    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
-           "--cores", "2", *extra, "--config", *config]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
-
-
-@pytest.fixture
-def campaign(tmp_path):
-    data = tmp_path / "data"
-    spec = generate.generate(data, {"ttbar": 2, "data": 1}, 3000, seed=3)
-    missing = str(data / "ttbar" / "ttbar_0002.root")
-    corrupt = data / "ttbar" / "corrupt.root"
-    corrupt.write_bytes(np.random.default_rng(0).bytes(5000))
-    spec["ttbar"]["nominal"]["files"] += [{"path": missing, "nevts": 3000}, {"path": str(corrupt), "nevts": 3000}]
-    spec["ttbar"]["nominal"]["nevts_total"] += 6000
-    (tmp_path / "spec.json").write_text(json.dumps(spec))
-    return tmp_path, spec, missing, corrupt
 
 
 def results_of(out: Path) -> dict[str, int]:
     return {str(p.relative_to(out)): p.stat().st_mtime_ns for p in (out / "files").rglob("*.pkl")}
 
 
-def test_campaign_counts_every_file_once_and_reports_failures(campaign):
+def test_campaign_counts_every_file_once_and_reports_failures(campaign, snakemake):
     workdir, spec, missing, corrupt = campaign
     config = (f"dataset={workdir / 'spec.json'}", "campaign=t", "merge_fan_in=2", "files_per_job=1")
     done = snakemake(workdir, *config)
@@ -112,7 +89,7 @@ def test_campaign_counts_every_file_once_and_reports_failures(campaign):
     assert changed == {str(Path(o).relative_to("results/t")) for o in forced}
 
 
-def test_transient_failure_is_retried_by_running_the_same_command(tmp_path):
+def test_transient_failure_is_retried_by_running_the_same_command(tmp_path, snakemake):
     """A file at an XRootD server that is down fails as transient; the same command again reruns exactly its job."""
     data = tmp_path / "data"
     spec = generate.generate(data, {"ttbar": 2}, 2000, seed=4)
@@ -143,7 +120,7 @@ def test_transient_failure_is_retried_by_running_the_same_command(tmp_path):
         "ttbar/nominal/2": {"transient": 2, "permanent": 0}}
 
 
-def test_recompressed_campaign_gives_the_same_histograms(campaign):
+def test_recompressed_campaign_gives_the_same_histograms(campaign, snakemake):
     workdir, spec, missing, corrupt = campaign
     spec_arg = f"dataset={workdir / 'spec.json'}"
     plain = snakemake(workdir, spec_arg, "campaign=plain")
@@ -170,7 +147,7 @@ def test_recompressed_campaign_gives_the_same_histograms(campaign):
             np.testing.assert_array_equal(a[name].values(), b[name].values())
 
 
-def test_bad_spec_fails_before_any_task(tmp_path):
+def test_bad_spec_fails_before_any_task(tmp_path, snakemake):
     (tmp_path / "spec.json").write_text(json.dumps({"ttbar": {"nominal": {"nevts_total": -1, "files": []}}}))
     done = snakemake(tmp_path, f"dataset={tmp_path / 'spec.json'}", "campaign=bad")
     assert done.returncode != 0
@@ -179,7 +156,7 @@ def test_bad_spec_fails_before_any_task(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
-def test_colliding_names_and_a_path_listed_twice(tmp_path):
+def test_colliding_names_and_a_path_listed_twice(tmp_path, snakemake):
     """Process a__b/variation c and process a/variation b__c are two files (they once shared a task name); a path
     listed under two processes is refused before any job, naming both places."""
     data = tmp_path / "data"

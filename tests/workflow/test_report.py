@@ -105,3 +105,33 @@ def test_retries_count_failures_by_class_once_per_report(tmp_path):
                                                      "ttbar/nominal/b": {"transient": 0, "permanent": 1}}
     assert retries.transient_counts(path) == {"ttbar/nominal/a": 1}
     assert retries.transient_counts(tmp_path / "none.json") == {}
+
+
+def test_failures_tsv_has_one_row_per_failed_file_and_only_its_header_when_none_failed():
+    assert report.failures_tsv(report.summarise([record("a", 0, 1)], expected("a"))) == (
+        "fid\tpath\trule\toutput\tclass\tkind\tcause\tfix\n")
+    odd = Failure("corrupt", PERMANENT, "Error:\tbasket 3\nbad", "replace it")
+    summary = report.summarise([record("a", 0, 1), record("d", 0, 1, failure=GONE), record("e", 0, 1, failure=odd)],
+                               expected("a", "d", "e"), "results/x")
+    header, *rows = report.failures_tsv(summary).splitlines()
+    assert [row.split("\t") for row in rows] == [
+        ["ttbar/nominal/d", "/store/d.root", "analyse", "results/x/files/ttbar/nominal/direct/000/000.pkl",
+         "transient", "unreachable", "FetchError: gone", "run the same command again"],
+        ["ttbar/nominal/e", "/store/e.root", "analyse", "results/x/files/ttbar/nominal/direct/000/000.pkl",
+         "permanent", "corrupt", "Error: basket 3 bad", "replace it"]]
+
+
+def test_summary_html_shows_the_figures_and_the_failed_files(monkeypatch):
+    odd = Failure("not-root", PERMANENT, "ValueError: <b>not a ROOT file</b>", "replace it")
+    summary = report.summarise([record("a", 0, 10), record("d", 5, 20, failure=GONE), record("e", 0, 1, failure=odd)],
+                               expected("a", "d", "e"), "results/x")
+    page = report.summary_html(summary, "results/x")
+    assert "hepvine campaign results/x" in page and "INCOMPLETE" in page and "1 of 3" in page
+    assert "2 (1 transient, 1 permanent)" in page and "<td>100</td>" in page and "Gbps" in page
+    assert "ttbar/nominal/d" in page and "FetchError: gone" in page and "run the same command again" in page
+    assert "&lt;b&gt;not a ROOT file&lt;/b&gt;" in page and "<b>" not in page  # causes are text, never markup
+    monkeypatch.setattr(report, "HTML_FAILURE_ROWS", 1)
+    page = report.summary_html(summary, "results/x")
+    assert "ttbar/nominal/d" in page and "ttbar/nominal/e" not in page
+    assert "2 failed file(s); the first 1 are shown, failures.tsv lists them all" in page
+    assert "No file failed." in report.summary_html(report.summarise([record("a", 0, 1)], expected("a")), "r")

@@ -1,4 +1,6 @@
-"""The campaign's products from the merged result: ``histograms.root`` and ``report.json``.
+"""The campaign's products from the merged result: ``histograms.root`` and ``report.json``, and for ``snakemake
+--report`` the same outcome as ``summary.html`` (throughput figures, caches, accounting, failed files) and
+``failures.tsv`` (one row per failed file: identity, path, rule, output, class, kind, cause, fix).
 
 ``histograms.root`` has one TH1 per region, process and variation (``<region>_<process>_<variation>``, for every
 process of the spec, empty where nothing was selected) and one single-bin TH1 per process and spec variation
@@ -15,6 +17,7 @@ not retried by themselves: the report says what to fix and which output to ``--f
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import sys
 import time
@@ -180,8 +183,9 @@ def summary_line(report: dict, where: Path | str) -> str:
         lines.append(f"  ... and {len(report['failed_files']) - 5} more failed files (report.json: failed_files)")
     transient = sum(f["class"] == "transient" for f in report["failed_files"])
     permanent = len(report["failed_files"]) - transient
-    lines.append(f"  products: {where}/histograms.root, {where}/plots/, {where}/report.json"
-                 + ("" if report["complete"] else " — INCOMPLETE"))
+    lines.append(f"  products: {where}/histograms.root, {where}/plots/, {where}/report.json, {where}/summary.html, "
+                 f"{where}/failures.tsv" + ("" if report["complete"] else " — INCOMPLETE"))
+    lines.append("  all in one page: the same command with --report report.html")
     if transient:
         lines.append(f"  {transient} transient failure(s): run the same command again to retry them")
     if permanent:
@@ -190,12 +194,79 @@ def summary_line(report: dict, where: Path | str) -> str:
     return "\n".join(lines)
 
 
+# The workflow's rule whose job records each file's outcome (its output, files/<batch>.pkl, is what --forcerun takes).
+FILE_RULE = "analyse"
+FAILURE_COLUMNS = ("fid", "path", "rule", "output", "class", "kind", "cause", "fix")
+HTML_FAILURE_ROWS = 1000  # summary.html shows this many failed files; failures.tsv has them all
+
+
+def failure_rows(report: dict) -> list[tuple[str, ...]]:
+    """One row per failed file, in FAILURE_COLUMNS' order."""
+    return [(f["fid"], f["path"], FILE_RULE, f["output"], f["class"], f["kind"], f["error"], f["fix"])
+            for f in report["failed_files"]]
+
+
+def failures_tsv(report: dict) -> str:
+    """The failed-file table as tab-separated text: a header, then one row per failed file (tabs and line breaks
+    inside a cause become spaces)."""
+    lines = ["\t".join(FAILURE_COLUMNS)]
+    lines += ["\t".join(" ".join(str(cell).split()) for cell in row) for row in failure_rows(report)]
+    return "\n".join(lines) + "\n"
+
+
+def _table(rows: list[tuple], header: tuple | None = None) -> str:
+    head = "<tr>" + "".join(f"<th>{html.escape(str(h))}</th>" for h in header) + "</tr>" if header else ""
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table>{head}{body}</table>"
+
+
+def summary_html(report: dict, where: Path | str) -> str:
+    """The campaign's outcome as a small HTML page (for ``snakemake --report``): the throughput figures, the caches,
+    the accounting and the failed files (the first HTML_FAILURE_ROWS; failures.tsv lists them all)."""
+    files = report["files"]
+    transient = sum(f["class"] == "transient" for f in report["failed_files"])
+    figures = [("outcome", "complete" if report["complete"] else "INCOMPLETE"),
+               ("files ok", f"{files['ok']:,} of {files['total']:,}"),
+               ("files failed", f"{files['failed']:,} ({transient:,} transient, {files['failed'] - transient:,} "
+                                "permanent)"),
+               ("events analysed", f"{report['events']:,}"),
+               ("bytes read", f"{report['bytes_read'] / 1e6:,.1f} MB"),
+               ("wall time", f"{report['wall_seconds']:,.1f} s"),
+               ("cores (most file tasks at once)", f"{report['cores']:,}"),
+               ("event rate", f"{report['event_rate_hz']:,.0f} Hz ({report['event_rate_per_core_hz']:,.0f} Hz per "
+                              "core)"),
+               ("data rate", f"{report['data_rate_gbps']:.3f} Gbps")]
+    if "cache" in report:
+        c = report["cache"]
+        figures += [("cache hit ratio", "n/a" if c["hit_ratio"] is None else f"{c['hit_ratio']:.3f}"),
+                    ("bytes from the origin", "n/a" if c["bytes_from_origin"] is None
+                     else f"{c['bytes_from_origin'] / 1e6:,.1f} MB"),
+                    ("read from a cache in another rack", f"{c['cross_rack_bytes'] / 1e6:,.1f} MB"),
+                    ("files that failed over", f"{len(c['failovers']):,}")]
+    figures += [(f"accounting: {what}", f"{len(report['accounting'][what]):,} file(s)"
+                 + (f", first {report['accounting'][what][0]}" if report["accounting"][what] else ""))
+                for what in ("missing", "duplicated", "unexpected")]
+    rows = failure_rows(report)
+    shown = (f"<p>{len(rows):,} failed file(s); the first {HTML_FAILURE_ROWS:,} are shown, failures.tsv lists them "
+             "all.</p>" if len(rows) > HTML_FAILURE_ROWS else "")
+    failures = (_table(rows[:HTML_FAILURE_ROWS], FAILURE_COLUMNS) + shown if rows else "<p>No file failed.</p>")
+    return ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>hepvine campaign "
+            f"{html.escape(str(where))}</title><style>table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;"
+            "padding:2px 6px;text-align:left;vertical-align:top}</style></head><body>\n"
+            f"<h2>hepvine campaign {html.escape(str(where))}</h2>\n{_table(figures)}\n"
+            f"<h3>Failed files</h3>\n{failures}\n"
+            "<p>Transient failures are retried by running the same command again; a permanent one by --forcerun on "
+            "its output, once its fix is done. report.json has every file's record.</p>\n</body></html>\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--merged", required=True, type=Path)
     parser.add_argument("--expected", required=True, type=Path, help="the index's expected.json: every file")
     parser.add_argument("--histograms", required=True, type=Path)
     parser.add_argument("--report", required=True, type=Path)
+    parser.add_argument("--summary", required=True, type=Path, help="summary.html: the figures and failed files")
+    parser.add_argument("--failures", required=True, type=Path, help="failures.tsv: one row per failed file")
     parser.add_argument("--site", type=Path, help="the index's site.json (site name, cores per rack); with "
                         "--cache-stats, the report gets a cache section")
     parser.add_argument("--cache-stats", type=Path, help="the caches' counters at the run's start and end (JSON "
@@ -218,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
                                         json.loads(args.site.read_text())["rack_cores"])
     report["provenance"] = provenance.section(provenance.load_run(args.run), merged["records"])
     atomic.write_json(args.report, report)
+    atomic.write_text(args.summary, summary_html(report, args.report.parent))
+    atomic.write_text(args.failures, failures_tsv(report))
     for failure in report["failed_files"]:
         print(f"FAILED ({failure['class']}) {failure['path']}: {failure['error']}", file=sys.stderr)
     print(summary_line(report, args.report.parent), file=sys.stderr)

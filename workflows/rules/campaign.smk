@@ -154,6 +154,9 @@ rule report:
     output:
         histograms=f"{OUT}/histograms.root",
         report=f"{OUT}/report.json",
+        # The same outcome for `snakemake --report report.html` (captions in workflows/report/).
+        summary=report(f"{OUT}/summary.html", category="Campaign", caption="../report/summary.rst"),
+        failures=report(f"{OUT}/failures.tsv", category="Campaign", caption="../report/failures.rst"),
     log:
         f"{OUT}/logs/report.log",
     params:
@@ -161,15 +164,18 @@ rule report:
                                         if HAS_SITE else ""),
     shell:
         "python -m hepvine.report --merged {input.merged:q} --expected {input.expected:q} --run {input.run:q}"
-        " --histograms {output.histograms:q} --report {output.report:q} {params.cache} 2> {log:q}"
+        " --histograms {output.histograms:q} --report {output.report:q} --summary {output.summary:q}"
+        " --failures {output.failures:q} {params.cache} 2> {log:q}"
 
 
 rule plots:
     input:
         merged=MERGED,
     output:
-        [f"{OUT}/plots/{region}.png" for region in REGIONS],
-        timeline=f"{OUT}/plots/timeline.png",
+        [report(f"{OUT}/plots/{region}.png", category="Plots", subcategory="Regions", labels={"region": region},
+                caption="../report/region.rst") for region in REGIONS],
+        timeline=report(f"{OUT}/plots/timeline.png", category="Plots", subcategory="Timeline",
+                        caption="../report/timeline.rst"),
     log:
         f"{OUT}/logs/plots.log",
     params:
