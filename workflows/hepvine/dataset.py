@@ -80,9 +80,10 @@ def _validators() -> tuple[jsonschema.protocols.Validator, jsonschema.protocols.
 
 
 def _plain_file(entry) -> bool:
-    """Whether ENTRY surely passes the schema's file rule: the common case, checked here in ~1 µs where jsonschema
-    takes ~50 µs (219,000 files: 0.2 s against 11 s). False means "ask the schema", which explains what is wrong
-    (tests/workflow/test_dataset.py checks that no entry passes here that the schema refuses)."""
+    """Whether ENTRY surely passes the schema's file rule: the common case, checked here without jsonschema (at
+    219,000 files ``load`` takes 0.6 s so, 14 s with every entry through jsonschema; Python 3.13, 2026-11-24). False
+    means "ask the schema", which explains what is wrong (tests/workflow/test_dataset.py checks that no entry passes
+    here that the schema refuses, and that the schema's file rule is still the one written here)."""
     return (type(entry) is dict and type(entry.get("path")) is str and entry["path"] != ""
             and type(entry.get("nevts")) is int and entry["nevts"] > 0
             and ("bytes" not in entry or (type(entry["bytes"]) is int and entry["bytes"] > 0)))
