@@ -15,7 +15,6 @@ processes too.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -37,10 +36,6 @@ REPO = Path(__file__).resolve().parents[2]
 EVENTS = 3000
 # What a worker node does not have: the project's venv, and the checkout's packages (the venv's .pth points there).
 HIDDEN = (Path(sys.prefix), REPO / "workflows", REPO / "plugins")
-ROOT_NEEDED = ("hiding the venv from a worker takes a mount namespace, which only root can make in the sandbox: run "
-               "`site-configs/sandbox/enter.sh --root -- python -m pytest tests/plugin/test_environment.py` (services "
-               "up: `enter.sh --root -- python3 site-configs/sandbox/services.py start`)")
-
 
 # --- pure logic ---------------------------------------------------------------------------------------------------
 
@@ -122,12 +117,6 @@ def packed(tmp_path_factory) -> Path:
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return path
-
-
-@pytest.fixture
-def as_root():
-    if os.geteuid() != 0:
-        pytest.fail(ROOT_NEEDED)
 
 
 class HiddenWorkers(Workers):

@@ -1,11 +1,12 @@
-"""A campaign whose workers' disk is full, on the real stack: TaskVine workers whose workspace is a small, nearly
-full tmpfs, the sandbox's XRootD origin and XCaches, recompression on (each file is staged on the worker, then
-copied). The jobs ask for 1 MB of disk (--set-resources; a full worker reports half of what is left), as jobs whose
-disk_mb is too small or that share the node's disk with others that fill it. Every file is listed as a transient
-`disk-full` failure naming the fix; the command again with the jobs' own disk_mb, on workers with room, analyses
-those files, and the campaign ends exact (every file counted once, histograms equal to the spec's events).
-Mounting takes a mount namespace, which only root can make in the sandbox: `make test` runs this in its root
-pass."""
+"""A campaign whose workers' disk is full, on the real stack: TaskVine workers whose workspace is a small, nearly full
+tmpfs, the sandbox's XRootD origin and XCaches, recompression on (each file is staged on the worker, then copied).
+The jobs ask for 1 MB of disk (--set-resources; a full worker reports half of what is left), as jobs whose disk_mb
+is too small or that share the node's disk with others that fill it. Every file is listed as a transient `disk-full`
+failure naming the fix (or, when TaskVine's own disk limit ends the job in the instant the staged file fills the
+disk, the job fails with TaskVine's "resource exhaustion" and no record is written: the test names which); the
+command again with the jobs' own disk_mb, on workers with room, analyses those files, and the campaign ends exact
+(every file counted once, histograms equal to the spec's events). Mounting takes a mount namespace, which only root
+can make in the sandbox: `make test` runs this in its root pass."""
 
 from __future__ import annotations
 
@@ -46,10 +47,7 @@ class FullDiskWorkers(Workers):
 
 
 @pytest.fixture
-def workers(tmp_path):
-    if os.geteuid() != 0:
-        pytest.fail("a tmpfs for the workers takes a mount namespace, which only root can make in the sandbox: "
-                    "`make test` runs this test in its root pass")
+def workers(tmp_path, as_root):
     started = FullDiskWorkers(tmp_path / "workers")
     yield started
     started.stop()
