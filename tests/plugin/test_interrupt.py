@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 
 import psutil
@@ -31,19 +32,25 @@ def descendants(pid: int) -> list[psutil.Process]:
 def test_ctrl_c_leaves_nothing_running_and_rerun_resumes(workflow):
     wf = workflow(SLOW)
     run = wf.popen(*ARGS)
+    # Its output is read as it comes (a full pipe would stall the run), and shown if the test fails.
+    printed: list[str] = []
+    reader = threading.Thread(target=lambda: printed.extend(run.stdout), daemon=True)
+    reader.start()
     try:
         # Names are taken when a process is first seen: short-lived ones may be gone by the time we look again.
         seen: dict[int, psutil.Process] = {}
-        names: set[str] = set()
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and "sleep" not in names:
+        first_seen: dict[str, float] = {}  # name → seconds after the start (printed if the test fails)
+        start = time.monotonic()
+        deadline = start + 120
+        while time.monotonic() < deadline and "sleep" not in first_seen:
             for proc in descendants(run.pid):
                 try:
-                    names.add(proc.name())
+                    first_seen.setdefault(proc.name(), round(time.monotonic() - start, 1))
                 except psutil.NoSuchProcess:
                     continue
                 seen[proc.pid] = proc
             time.sleep(0.5)
+        names = set(first_seen)
         assert {"vine_factory", "vine_worker", "sleep"} <= names, names
         # The run's password is handed over in a file (outside the workflow directory), never on a command line
         # that other users can read.
@@ -58,7 +65,8 @@ def test_ctrl_c_leaves_nothing_running_and_rerun_resumes(workflow):
             except psutil.NoSuchProcess:
                 continue
         run.send_signal(signal.SIGINT)
-        run.communicate(timeout=120)
+        run.wait(timeout=120)
+        reader.join(timeout=30)
     finally:
         if run.poll() is None:
             run.kill()
@@ -69,14 +77,14 @@ def test_ctrl_c_leaves_nothing_running_and_rerun_resumes(workflow):
     left = [f"{p.pid} {p.name()}" for p in seen.values() if alive(p)]
     assert left == [], f"still running after Ctrl-C: {left}"
     assert not os.path.exists(os.path.dirname(path)), "the run's private directory (password) outlived Ctrl-C"
-    assert_rerun_finishes(wf, ARGS, timeout=300)
+    assert_rerun_finishes(wf, ARGS, timeout=300, why=f"processes first seen at (s): {first_seen}\n{''.join(printed)[-4000:]}")
 
 
-def assert_rerun_finishes(wf, args, timeout: float) -> None:
+def assert_rerun_finishes(wf, args, timeout: float, why: str = "") -> None:
     """What the interrupted run finished is whole (usually nothing: Ctrl-C comes while the first jobs sleep, but a
     slow machine may see their processes late); the same command again finishes the workflow and keeps it."""
     finished = {p.name: p.stat().st_mtime_ns for p in (wf.root / "out").glob("*.txt")}
-    assert len(finished) < 4, "the run had ended before Ctrl-C: nothing was interrupted"
+    assert len(finished) < 4, f"the run had ended before Ctrl-C: nothing was interrupted\n{why}"
     assert all((wf.root / "out" / name).read_text() == f"{name[:-4]}\n" for name in finished), finished
     again = wf.run(*args, timeout=timeout)
     assert again.returncode == 0, again.stderr[-3000:]
@@ -121,7 +129,8 @@ def test_ctrl_c_removes_condor_workers(workflow, condor_env):
         assert any(j.endswith(" 2") for j in _condor_jobs(condor_env, scratch)), "no worker job started (status 2)"
         time.sleep(5)  # tasks reach the workers
         run.send_signal(signal.SIGINT)
-        run.communicate(timeout=120)
+        run.wait(timeout=120)
+        reader.join(timeout=30)
     finally:
         if run.poll() is None:
             run.kill()
