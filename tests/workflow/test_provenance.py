@@ -33,6 +33,8 @@ def test_command_line_redacts_secret_values_but_keeps_paths():
     (["snakemake", "-n"], True), (["snakemake", "--dry-run", "--cores", "2"], True), (["snakemake", "-pn"], True),
     (["snakemake", "--dryrun"], True), (["snakemake", "--cores", "2", "--config", "campaign=n"], False),
     (["snakemake", "--profile", "profiles/local"], False), (["snakemake", "-p"], False),
+    (["snakemake", "--report", "report.html"], True), (["snakemake", "--report=r.zip"], True),
+    (["snakemake", "--dag"], True), (["snakemake", "--unlock"], True), (["snakemake", "--cores", "1", "-l"], True),
 ])
 def test_dry_runs_are_recognised(argv, dry):
     assert provenance.is_dry_run(argv) is dry

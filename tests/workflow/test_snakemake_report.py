@@ -46,3 +46,6 @@ def test_snakemake_report_shows_the_plots_the_summary_and_the_failed_files(campa
     assert html.returncode == 0, html.stderr[-3000:]
     page = (workdir / "report.html").read_text()
     assert all(name in page for name in plots | {"summary.html", "failures.tsv"})
+    # Making the report runs no job and leaves the campaign up to date (the run's record is not rewritten).
+    again = snakemake(workdir, *config, extra=("-n",))
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, again.stdout[-3000:]

@@ -35,6 +35,11 @@ PACKAGES = ("snakemake", "uproot", "awkward", "hist")
 # Values of options whose name says they hold a secret are not recorded (a path to a secret file is kept).
 SECRET_OPTION = re.compile(r"^--?[\w-]*(secret|token|password|passwd|credential|access-key|api-key)[\w-]*$", re.I)
 DRY_RUN_FLAGS = {"-n", "--dry-run", "--dryrun"}
+# Options with which Snakemake runs no job (it reports, draws or lists the workflow): kept like a dry run, so that
+# `--report report.html` after a campaign does not make the campaign's report look out of date.
+NO_JOB_OPTIONS = ("--report", "--dag", "--rulegraph", "--filegraph", "--summary", "--detailed-summary", "--lint",
+                  "--list-rules", "--list", "-l", "--list-target-rules", "--lt", "--unlock", "--cleanup-metadata",
+                  "--list-changes", "--lc", "--delete-all-output", "--delete-temp-output", "--containerize")
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -128,9 +133,10 @@ def command_line(argv: list[str]) -> list[str]:
 
 
 def is_dry_run(argv: list[str]) -> bool:
-    """Whether ARGV asks Snakemake for a dry run: ``-n``, ``--dry-run``, ``--dryrun``, or ``n`` among clustered short
-    flags (``-np``)."""
-    return any(a in DRY_RUN_FLAGS or (re.fullmatch(r"-[A-Za-z]+", a) and "n" in a) for a in argv[1:])
+    """Whether ARGV runs no job: a dry run (``-n``, ``--dry-run``, ``--dryrun``, or ``n`` among clustered short flags
+    such as ``-np``) or one of NO_JOB_OPTIONS (``--report report.html``, ``--dag``, ...)."""
+    return any(a in DRY_RUN_FLAGS or a.split("=", 1)[0] in NO_JOB_OPTIONS
+               or (re.fullmatch(r"-[A-Za-z]+", a) and "n" in a) for a in argv[1:])
 
 
 def profiles(argv: list[str], environ: dict[str, str]) -> list[dict]:
