@@ -13,6 +13,9 @@ For each N it measures, each command in its own process (wall seconds and peak R
 With ``--dispatch``: ``first_dispatch``, the seconds from starting ``snakemake --executor taskvine`` on the full
 campaign (greedy scheduler, no workers) to its first job handed to TaskVine, and the main process's RSS then.
 
+With ``--steady N``: the main process's own CPU per job while a campaign of N files runs on local TaskVine workers
+(a window after the first dispatch, then Ctrl-C), for each ``--steady-variants`` files_per_job:scheduler_subsample.
+
 With ``--run N``: a real campaign of N files end to end on local TaskVine workers (2 × 1 core; the files are links
 to a few generated ones, so only the per-job costs scale): wall, jobs/s, events/s per core and the main process's
 own CPU seconds per job — side by side with the workflow before (``--before``), one file per job.
@@ -196,8 +199,8 @@ def first_dispatch(n: int, workdir: Path, files_per_job: int) -> dict:
     return {"files": n, "seconds": round(seconds, 2) if seconds else None, "rss_mb": round(rss, 1) if rss else None}
 
 
-def end_to_end(n: int, workdir: Path, before: Path | None, files_per_job: int) -> dict:
-    """A real campaign of N files on 2 local 1-core TaskVine workers, now and before."""
+def linked_spec(n: int, workdir: Path) -> Path:
+    """A spec of N local files, links to 8 generated ones of 2,000 events (so only the per-job costs scale)."""
     sys.path.insert(0, str(REPO / "workflows"))
     from hepvine import generate
 
@@ -212,10 +215,61 @@ def end_to_end(n: int, workdir: Path, before: Path | None, files_per_job: int) -
         if not link.is_symlink():
             os.symlink(base[i % len(base)], link)
     files = [{"path": str(data / "links" / f"f{i:06d}.root"), "nevts": 2000} for i in range(n)]
-    (workdir / "run-spec.json").write_text(json.dumps({"ttbar": {"xsec": 1.0, "nominal": {
-        "nevts_total": 2000 * n, "files": files}}}))
-    options = ["--executor", "taskvine", "--taskvine-workers", "local", "--taskvine-min-workers", "2",
-               "--taskvine-max-workers", "2", "--taskvine-worker-cores", "1", "--jobs", "50", "--scheduler", "greedy"]
+    path = workdir / f"run-spec-{n}.json"
+    path.write_text(json.dumps({"ttbar": {"xsec": 1.0, "nominal": {"nevts_total": 2000 * n, "files": files}}}))
+    return path
+
+
+LOCAL_WORKERS = ["--executor", "taskvine", "--taskvine-workers", "local", "--taskvine-min-workers", "2",
+                 "--taskvine-max-workers", "2", "--taskvine-worker-cores", "1", "--scheduler", "greedy"]
+
+
+def steady(n: int, workdir: Path, files_per_job: int, subsample: int, window_s: float, library: bool) -> dict:
+    """The main process's own CPU per job while a campaign of N files runs (2 local 1-core TaskVine workers): its
+    CPU seconds and the jobs finished in the WINDOW_S seconds after the first job is handed to TaskVine, then the
+    run is interrupted (Ctrl-C). Only the main process's CPU is counted (not the workers')."""
+    import psutil
+
+    spec_path = linked_spec(n, workdir)
+    campaign = f"steady-{n}-{files_per_job}"
+    shutil.rmtree(workdir / "results" / campaign, ignore_errors=True)
+    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
+           *LOCAL_WORKERS, "--jobs", "50", "--scheduler-subsample", str(subsample),
+           *(["--taskvine-library"] if library else []),
+           "--config", f"dataset={spec_path}", f"campaign={campaign}", f"files_per_job={files_per_job}"]
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    main = psutil.Process(proc.pid)
+    finished = 0
+    first = cpu0 = done0 = None
+    try:
+        for line in proc.stdout:
+            if line.lstrip().startswith("Finished jobid:"):
+                finished += 1
+            if first is None and line.startswith("rule analyse:"):
+                first = time.perf_counter()
+                cpu0, done0 = sum(main.cpu_times()[:2]), finished
+            if first is not None and time.perf_counter() - first >= window_s:
+                break
+        cpu1, done1, window = sum(main.cpu_times()[:2]), finished, time.perf_counter() - first
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(300)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    jobs = done1 - done0
+    return {"files": n, "files_per_job": files_per_job, "subsample": subsample, "library": library,
+            "to_first_dispatch_s": round(first - start, 1), "window_s": round(window, 1), "jobs": jobs,
+            "jobs_per_s": round(jobs / window, 2), "main_cpu_s": round(cpu1 - cpu0, 2),
+            "main_cpu_ms_per_job": round(1000 * (cpu1 - cpu0) / max(jobs, 1), 1)}
+
+
+def end_to_end(n: int, workdir: Path, before: Path | None, files_per_job: int) -> dict:
+    """A real campaign of N files on 2 local 1-core TaskVine workers, now and before."""
+    spec_path = linked_spec(n, workdir)
+    options = [*LOCAL_WORKERS, "--jobs", "50"]
     out = {"files": n}
     variants = [("now", REPO, [f"files_per_job={files_per_job}"], None)]
     if before is not None:
@@ -224,7 +278,7 @@ def end_to_end(n: int, workdir: Path, before: Path | None, files_per_job: int) -
         campaign = f"run-{name}"
         shutil.rmtree(workdir / "results" / campaign, ignore_errors=True)
         cmd = [sys.executable, "-c", MAIN_WITH_CPU, "--snakefile", str(tree / "Snakefile"), "--directory",
-               str(workdir), *options, "--config", f"dataset={workdir / 'run-spec.json'}", f"campaign={campaign}",
+               str(workdir), *options, "--config", f"dataset={spec_path}", f"campaign={campaign}",
                *extra]
         result = measured(cmd, tree, env)
         main_cpu = float(re.search(r"MAIN_CPU_S ([0-9.]+)", result["output"]).group(1))
@@ -272,6 +326,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before-dry-max", type=int, default=10000, help="largest N for the old dry run")
     parser.add_argument("--dispatch", action="store_true", help="also measure the time to the first dispatch")
     parser.add_argument("--run", type=int, default=0, help="also run a campaign of this many files end to end")
+    parser.add_argument("--steady", type=int, default=0, help="also measure the main process's CPU per job while a "
+                        "campaign of this many files runs (a window of --window s, then Ctrl-C)")
+    parser.add_argument("--steady-variants", default="8:1000,8:100",
+                        help="comma-separated FILES_PER_JOB:SCHEDULER_SUBSAMPLE for --steady, run one after another")
+    parser.add_argument("--window", type=float, default=300, help="seconds measured by --steady")
+    parser.add_argument("--library", action="store_true", help="--steady's jobs as TaskVine library calls")
     parser.add_argument("--products", type=int, default=0, help="also time the report and plots at this many files")
     parser.add_argument("--output", type=Path, default=OUT / "scale.json")
     args = parser.parse_args(argv)
@@ -295,12 +355,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.run:
         runs = end_to_end(args.run, OUT / "scale" / "run", before, args.files_per_job)
         print(json.dumps(runs), flush=True)
+    steadies = []
+    for variant in filter(None, args.steady_variants.split(",") if args.steady else []):
+        per_job, subsample = map(int, variant.split(":"))
+        steadies.append(steady(args.steady, OUT / "scale" / "steady", per_job, subsample, args.window, args.library))
+        print(json.dumps(steadies[-1]), flush=True)
     made = products(args.products, OUT / "scale" / "products") if args.products else None
     if made:
         print(json.dumps(made), flush=True)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps({"command": " ".join(sys.argv), "results": results,
-                                       "first_dispatch": dispatch, "end_to_end": runs, "products": made},
+                                       "first_dispatch": dispatch, "end_to_end": runs, "steady": steadies,
+                                       "products": made},
                                       indent=2) + "\n")
     if results:
         plot(results, args.output.with_suffix(".png"))
