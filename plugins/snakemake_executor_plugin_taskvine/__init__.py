@@ -98,6 +98,11 @@ class ExecutorSettings(ExecutorSettingsBase):
         "come back; with a shared filesystem both copies would write the same files, so there are no copies.")
     straggler_min_s: float = _setting(
         60.0, "No task is a straggler before it has run this many seconds (so short jobs are never copied).")
+    max_tasks: int = _setting(
+        0, "Most of the run's tasks TaskVine holds at once (running or waiting for a worker); further jobs wait in "
+        "this plugin's own queue, in the order Snakemake handed them over. 0: twice the cores of the connected "
+        "workers, at least 100. So a campaign can run with --jobs unlimited (Snakemake hands over every ready job "
+        "at once and its scheduler's cost per job stays flat) without flooding TaskVine's scheduler.")
     retries: int = _setting(3, "How often a task is dispatched again after an infrastructure failure, such as "
                                "a lost worker, before its job fails.")
     environment: Optional[Path] = _setting(
@@ -169,7 +174,8 @@ class Executor(RemoteExecutor):
             scheduler=settings.scheduler, library=settings.library, secrets_dir=self.private_dir,
             environment=self.environment),
             prefer_wait_s=settings.prefer_wait_s,
-            stragglers=Stragglers(settings.straggler_factor if not self.shared_fs else 0, settings.straggler_min_s))
+            stragglers=Stragglers(settings.straggler_factor if not self.shared_fs else 0, settings.straggler_min_s),
+            max_tasks=settings.max_tasks)
         port = self.dispatcher.start()
         self.logger.info(f"TaskVine manager listening on port {port}; run directory {self.run_dir}"
                          + (f"; tasks run in the environment {self.environment}" if self.environment else ""))
@@ -243,6 +249,7 @@ class Executor(RemoteExecutor):
         # Snakemake's status thread starts before __post_init__ has made the dispatcher; nothing is active then.
         if not active_jobs:
             return
+        self.dispatcher.collect()
         if self.dispatcher.error is not None:
             raise WorkflowError(f"the TaskVine manager failed: {self.dispatcher.error}")
         for note in self.dispatcher.take_notes():

@@ -10,6 +10,12 @@ Preferred features (``TaskSpec.preferred``) are soft: a task is first queued ask
 PREFER_WAIT_S in all while some worker sat idle (time when every worker was busy does not count), it is withdrawn
 and queued again without them, ahead of the rest, so that no worker idles while work waits for another group.
 
+TaskVine holds at most ``max_tasks`` of the run's tasks at once (0: twice the cores of the connected workers, at
+least MIN_TASKS); the rest wait here, in the order they came, and are handed over as TaskVine's tasks end. So
+Snakemake may hand over every ready job of a campaign (``--jobs unlimited``: its scheduler then has nothing left to
+choose between, which keeps its per-job cost flat) while TaskVine never holds more than it can schedule quickly
+(cctools #3957: ~12,000 ready tasks stalled a manager for 10 minutes).
+
 Once a second it also asks the manager for the tasks that lost more workers than their retries allow
 (``Manager.give_up_lost``) and sends those back as failed, cancels the tasks that ran past their time limit (sent
 back as failed too: TaskVine's own limit is broken, see taskvine.TIME_LIMIT), and starts a second copy of each
@@ -19,11 +25,14 @@ succeed wins, the other is cancelled, so a job still ends once).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import fcntl
 import multiprocessing
 import signal
 import threading
 import time
+from pathlib import Path
 
 from .stragglers import Stragglers
 from .taskvine import TIME_LIMIT, Manager, TaskResult, TaskSpec
@@ -32,13 +41,27 @@ WAIT_S = 1  # each manager.wait(); >= 1, since wait(0) makes no network progress
 LOST_CHECK_S = 1  # how often tasks are checked for lost workers (Manager.give_up_lost)
 IDLE_S = 0.05
 START_TIMEOUT_S = 60
+MIN_TASKS = 100  # with max_tasks 0, TaskVine holds at least this many tasks (before workers connect, too)
 
 
 class DispatcherError(RuntimeError):
     pass
 
 
-def _serve(manager_kwargs: dict, prefer_wait_s: float, stragglers: Stragglers, requests, results) -> None:
+def widen(connection) -> None:
+    """Raise the capacity of CONNECTION's pipe to the most an unprivileged process may set (Linux's
+    /proc/sys/fs/pipe-max-size, 1 MB by default; elsewhere nothing changes). The manager process reads requests only
+    between its waits of WAIT_S: with the default 64 KB a pipe held ~25 jobs (a job's command is ~2 KB), so Snakemake
+    could hand over no more than ~25 jobs a second (measured: 8,700 of a 219,000-file campaign's jobs in 5 min)."""
+    try:
+        size = int(Path("/proc/sys/fs/pipe-max-size").read_text())
+        fcntl.fcntl(connection.fileno(), fcntl.F_SETPIPE_SZ, size)
+    except (OSError, ValueError, AttributeError):  # not Linux, or not allowed: the default capacity
+        pass
+
+
+def _serve(manager_kwargs: dict, prefer_wait_s: float, stragglers: Stragglers, max_tasks: int, requests,
+           results) -> None:
     """The child: own the manager, take requests, send back every finished task."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -47,7 +70,7 @@ def _serve(manager_kwargs: dict, prefer_wait_s: float, stragglers: Stragglers, r
         results.send(("error", f"{type(e).__name__}: {e}"))
         return
     results.send(("ready", manager.port))
-    tasks = Tasks(manager, stragglers, results)
+    tasks = Tasks(manager, stragglers, results, max_tasks)
     lost_checked = time.monotonic()
     try:
         while True:
@@ -59,6 +82,7 @@ def _serve(manager_kwargs: dict, prefer_wait_s: float, stragglers: Stragglers, r
                     tasks.submit(arg)
                 else:
                     tasks.cancel(arg)
+            tasks.feed()
             drop_stale_preferences(manager, tasks.task_ids, tasks.preferring, prefer_wait_s, time.monotonic())
             if time.monotonic() - lost_checked >= LOST_CHECK_S:
                 lost_checked = time.monotonic()
@@ -84,20 +108,40 @@ def _serve(manager_kwargs: dict, prefer_wait_s: float, stragglers: Stragglers, r
 class Tasks:
     """The child's tasks by tag: each one's spec, its TaskVine task, and the second copy of a straggler. A tag's
     result goes up once: the first copy to succeed wins and the other is cancelled; a copy that fails while the
-    other still runs is forgotten, and only the last copy's failure goes up."""
+    other still runs is forgotten, and only the last copy's failure goes up. Specs beyond what TaskVine may hold
+    (MAX_TASKS; 0: twice the connected workers' cores, at least MIN_TASKS) wait in BACKLOG, in order."""
 
-    def __init__(self, manager: Manager, stragglers: Stragglers, results):
-        self.manager, self.stragglers, self.results = manager, stragglers, results
+    def __init__(self, manager: Manager, stragglers: Stragglers, results, max_tasks: int = 0):
+        self.manager, self.stragglers, self.results, self.max_tasks = manager, stragglers, results, max_tasks
         self.specs: dict[str, TaskSpec] = {}
         self.task_ids: dict[str, int] = {}
         self.copies: dict[str, int] = {}  # by tag, the second copy of a straggler
         self.preferring: dict[str, Preferring] = {}  # by tag, the tasks still queued with their preferred features
+        self.backlog: collections.deque[TaskSpec] = collections.deque()  # not yet handed to TaskVine
 
     def submit(self, spec: TaskSpec) -> None:
         self.specs[spec.tag] = spec
-        self.task_ids[spec.tag] = self.manager.submit(spec)
-        if spec.preferred:
-            self.preferring[spec.tag] = Preferring(spec, looked=time.monotonic())
+        self.backlog.append(spec)
+        self.feed()
+
+    def limit(self) -> int:
+        """How many tasks TaskVine may hold now."""
+        return self.max_tasks or max(MIN_TASKS, 2 * self.manager.cores_connected())
+
+    def feed(self) -> None:
+        """Hand TaskVine the backlog's specs, in order, while it holds fewer than limit(); a cancelled spec (or one
+        submitted again since) is dropped."""
+        if not self.backlog:
+            return
+        room = self.limit() - len(self.task_ids)
+        while room > 0 and self.backlog:
+            spec = self.backlog.popleft()
+            if self.specs.get(spec.tag) is not spec or spec.tag in self.task_ids:
+                continue
+            self.task_ids[spec.tag] = self.manager.submit(spec)
+            if spec.preferred:
+                self.preferring[spec.tag] = Preferring(spec, looked=time.monotonic())
+            room -= 1
 
     def cancel(self, tag: str) -> None:
         for task_id in self._forget(tag):
@@ -204,14 +248,17 @@ def drop_stale_preferences(manager: Manager, task_ids: dict, preferring: dict, w
 class Dispatcher:
     """Starts the manager process and keeps the results it sends back, by task tag. Thread-safe."""
 
-    def __init__(self, manager_kwargs: dict, prefer_wait_s: float = 30.0, stragglers: Stragglers | None = None):
+    def __init__(self, manager_kwargs: dict, prefer_wait_s: float = 30.0, stragglers: Stragglers | None = None,
+                 max_tasks: int = 0):
         context = multiprocessing.get_context("spawn")
         # Pipe(duplex=False) returns (receiving end, sending end).
         requests_in, self._requests = context.Pipe(duplex=False)
         self._results_recv, results_out = context.Pipe(duplex=False)
+        widen(self._requests)
+        widen(self._results_recv)
         self._process = context.Process(target=_serve, name="taskvine-manager", daemon=True,
                                         args=(manager_kwargs, prefer_wait_s, stragglers or Stragglers(factor=0, min_s=0),
-                                              requests_in, results_out))
+                                              max_tasks, requests_in, results_out))
         self._send_lock = threading.Lock()
         self._recv_lock = threading.Lock()
         self._results: dict[str, TaskResult] = {}
@@ -242,7 +289,9 @@ class Dispatcher:
     def cancel(self, tag: str) -> None:
         self._send(("cancel", tag))
 
-    def pop_result(self, tag: str) -> TaskResult | None:
+    def collect(self) -> None:
+        """Read what the manager process has sent since the last call: results (kept by tag until pop_result takes
+        them), notes and errors. Once per status check, not once per job: a campaign may have every job active."""
         with self._recv_lock:
             try:
                 while self._results_recv.poll(0):
@@ -255,10 +304,14 @@ class Dispatcher:
                         self.error = value
             except (EOFError, OSError):
                 self.error = self.error or "the TaskVine manager process ended unexpectedly"
+
+    def pop_result(self, tag: str) -> TaskResult | None:
+        """The result of the task TAG, if collect() has read it (once)."""
+        with self._recv_lock:
             return self._results.pop(tag, None)
 
     def take_notes(self) -> list[str]:
-        """What the manager process has told since the last call (read with the results, by pop_result)."""
+        """What the manager process has told since the last call (read with the results, by collect)."""
         with self._recv_lock:
             notes, self.notes = self.notes, []
         return notes

@@ -449,6 +449,10 @@ class Manager:
     def workers_connected(self) -> int:
         return self._m.stats.workers_connected
 
+    def cores_connected(self) -> int:
+        """The cores of the workers connected now."""
+        return self._m.stats.total_cores
+
     def workers_joined(self) -> int:
         return self._m.stats.workers_joined
 

@@ -66,7 +66,7 @@ def problems(settings) -> list[str]:
     if settings.max_workers >= 1 and settings.min_workers > settings.max_workers:
         found.append(f"{flag('min_workers')} {settings.min_workers} is more than {flag('max_workers')} "
                      f"{settings.max_workers}")
-    for name in ("prefer_wait_s", "straggler_min_s"):
+    for name in ("prefer_wait_s", "straggler_min_s", "max_tasks"):
         if getattr(settings, name) < 0:
             found.append(f"{flag(name)} {getattr(settings, name)}: must not be negative")
     if settings.straggler_factor != 0 and settings.straggler_factor <= 1:

@@ -19,10 +19,14 @@ from snakemake_runs import alive, kill_all
 class FakeManager:
     """What Tasks asks of the manager: submit, cancel, and how long a task has been on a worker."""
 
-    def __init__(self):
+    def __init__(self, cores: int = 0):
         self.submitted: list[tuple[int, TaskSpec]] = []
         self.cancelled: list[int] = []
         self.dispatched_at: dict[int, float] = {}
+        self.cores = cores
+
+    def cores_connected(self) -> int:
+        return self.cores
 
     def submit(self, spec: TaskSpec) -> int:
         self.submitted.append((len(self.submitted) + 1, spec))
