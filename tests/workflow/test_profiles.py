@@ -79,8 +79,11 @@ def test_profile_passes_the_executors_checks_and_its_jobs_fit_its_workers(name):
     for rule, asked in resources(name).items():
         assert asked["mem_mb"] <= memory_mb, f"profiles/{name}: rule {rule} asks {asked} MB, workers have {memory_mb}"
         assert asked["disk_mb"] <= min(g.disk_mb for g in groups), f"profiles/{name}: rule {rule} disk {asked}"
-    assert profile(name)["jobs"] >= sum(g.cores * g.max_workers for g in groups), \
-        f"profiles/{name}: jobs below the cores its workers offer: cores would sit idle"
+    # Snakemake hands over every ready job (a bounded --jobs makes its scheduler's cost per job grow with the
+    # campaign); TaskVine holds at most taskvine-max-tasks of them, at least as many as its workers' cores.
+    assert profile(name)["jobs"] == "unlimited", f"profiles/{name}: jobs must be unlimited (README: Campaigns at scale)"
+    assert settings.max_tasks >= sum(g.cores * g.max_workers for g in groups), \
+        f"profiles/{name}: taskvine-max-tasks below the cores its workers offer: cores would sit idle"
 
 
 def small_spec(name: str) -> dict:
