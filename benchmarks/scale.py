@@ -14,7 +14,8 @@ With ``--dispatch``: ``first_dispatch``, the seconds from starting ``snakemake -
 campaign (greedy scheduler, no workers) to its first job handed to TaskVine, and the main process's RSS then.
 
 With ``--steady N``: the main process's own CPU per job while a campaign of N files runs on local TaskVine workers
-(a window after the first dispatch, then Ctrl-C), for each ``--steady-variants`` files_per_job:scheduler_subsample.
+(a fill phase from the first dispatch, then a steady window, then Ctrl-C), for each ``--steady-variants``
+files_per_job:scheduler_subsample[:jobs[:max_jobs_per_timespan]].
 
 With ``--run N``: a real campaign of N files end to end on local TaskVine workers (2 × 1 core; the files are links
 to a few generated ones, so only the per-job costs scale): wall, jobs/s, events/s per core and the main process's
@@ -224,34 +225,63 @@ LOCAL_WORKERS = ["--executor", "taskvine", "--taskvine-workers", "local", "--tas
                  "--taskvine-max-workers", "2", "--taskvine-worker-cores", "1", "--scheduler", "greedy"]
 
 
-def steady(n: int, workdir: Path, files_per_job: int, subsample: int, window_s: float, library: bool) -> dict:
-    """The main process's own CPU per job while a campaign of N files runs (2 local 1-core TaskVine workers): its
-    CPU seconds and the jobs finished in the WINDOW_S seconds after the first job is handed to TaskVine, then the
-    run is interrupted (Ctrl-C). Only the main process's CPU is counted (not the workers')."""
+def steady(n: int, workdir: Path, variant: str, window_s: float, settle_s: float, library: bool) -> dict:
+    """The main process's own CPU per job while a campaign of N files runs (2 local 1-core TaskVine workers), in two
+    phases after the first job is handed to TaskVine: ``fill`` (the first SETTLE_S seconds, when Snakemake hands
+    over what it can: with --jobs unlimited, every ready job) and ``steady`` (the next WINDOW_S seconds); then the
+    run is interrupted (Ctrl-C). Each phase: the main process's CPU seconds (not the workers'), the jobs handed over
+    and the jobs finished. VARIANT is FILES_PER_JOB:SCHEDULER_SUBSAMPLE[:JOBS[:MAX_JOBS_PER_TIMESPAN]] (JOBS
+    default 50, the rate Snakemake's default 100/1s)."""
+    import threading
+
     import psutil
 
+    files_per_job, subsample, jobs_option, rate = (variant.split(":") + ["50", "100/1s"])[:4]
     spec_path = linked_spec(n, workdir)
-    campaign = f"steady-{n}-{files_per_job}"
+    campaign = f"steady-{n}-{variant.replace(':', '-').replace('/', '-')}"
     shutil.rmtree(workdir / "results" / campaign, ignore_errors=True)
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
-           *LOCAL_WORKERS, "--jobs", "50", "--scheduler-subsample", str(subsample),
-           *(["--taskvine-library"] if library else []),
+           *LOCAL_WORKERS, "--jobs", jobs_option, "--scheduler-subsample", subsample, "--max-jobs-per-timespan",
+           rate, *(["--taskvine-library"] if library else []),
            "--config", f"dataset={spec_path}", f"campaign={campaign}", f"files_per_job={files_per_job}"]
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     main = psutil.Process(proc.pid)
-    finished = 0
-    first = cpu0 = done0 = None
-    try:
+    counts = {"handed": 0, "finished": 0}
+    first = threading.Event()
+    tail: list[str] = []
+
+    def read():
         for line in proc.stdout:
-            if line.lstrip().startswith("Finished jobid:"):
-                finished += 1
-            if first is None and line.startswith("rule analyse:"):
-                first = time.perf_counter()
-                cpu0, done0 = sum(main.cpu_times()[:2]), finished
-            if first is not None and time.perf_counter() - first >= window_s:
-                break
-        cpu1, done1, window = sum(main.cpu_times()[:2]), finished, time.perf_counter() - first
+            tail[:] = (tail + [line])[-40:]
+            if line.startswith("rule "):  # a job's info, printed as it is handed to the executor
+                counts["handed"] += 1
+                first.set()
+            elif line.lstrip().startswith("Finished jobid:"):
+                counts["finished"] += 1
+        first.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+
+    def sample() -> tuple[float, float, dict]:
+        return time.perf_counter(), sum(main.cpu_times()[:2]), dict(counts)
+
+    phases = {}
+    try:
+        first.wait()
+        if proc.poll() is not None:
+            raise RuntimeError(f"{' '.join(cmd)} ended before its first job:\n{''.join(tail)}")
+        marks = [sample()]
+        for seconds in (settle_s, window_s):
+            time.sleep(seconds)
+            marks.append(sample())
+        for name, (t0, c0, n0), (t1, c1, n1) in zip(("fill", "steady"), marks, marks[1:]):
+            handed, done = n1["handed"] - n0["handed"], n1["finished"] - n0["finished"]
+            phases[name] = {"seconds": round(t1 - t0, 1), "main_cpu_s": round(c1 - c0, 2), "handed": handed,
+                            "finished": done, "jobs_per_s": round(done / (t1 - t0), 2),
+                            "main_cpu_ms_per_finished_job": round(1000 * (c1 - c0) / max(done, 1), 1),
+                            "main_cpu_ms_per_handed_job": round(1000 * (c1 - c0) / max(handed, 1), 1)}
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -259,11 +289,8 @@ def steady(n: int, workdir: Path, files_per_job: int, subsample: int, window_s: 
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    jobs = done1 - done0
-    return {"files": n, "files_per_job": files_per_job, "subsample": subsample, "library": library,
-            "to_first_dispatch_s": round(first - start, 1), "window_s": round(window, 1), "jobs": jobs,
-            "jobs_per_s": round(jobs / window, 2), "main_cpu_s": round(cpu1 - cpu0, 2),
-            "main_cpu_ms_per_job": round(1000 * (cpu1 - cpu0) / max(jobs, 1), 1)}
+    return {"files": n, "variant": variant, "library": library,
+            "to_first_dispatch_s": round(marks[0][0] - start, 1), **phases}
 
 
 def end_to_end(n: int, workdir: Path, before: Path | None, files_per_job: int) -> dict:
@@ -328,9 +355,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run", type=int, default=0, help="also run a campaign of this many files end to end")
     parser.add_argument("--steady", type=int, default=0, help="also measure the main process's CPU per job while a "
                         "campaign of this many files runs (a window of --window s, then Ctrl-C)")
-    parser.add_argument("--steady-variants", default="8:1000,8:100",
-                        help="comma-separated FILES_PER_JOB:SCHEDULER_SUBSAMPLE for --steady, run one after another")
-    parser.add_argument("--window", type=float, default=300, help="seconds measured by --steady")
+    parser.add_argument("--steady-variants", default="8:1000,8:1000:unlimited:1000/1s",
+                        help="comma-separated FILES_PER_JOB:SCHEDULER_SUBSAMPLE[:JOBS[:MAX_JOBS_PER_TIMESPAN]] for "
+                        "--steady, run one after another")
+    parser.add_argument("--window", type=float, default=240, help="seconds of --steady's steady phase")
+    parser.add_argument("--settle", type=float, default=120,
+                        help="seconds of --steady's fill phase, from the first job handed over")
     parser.add_argument("--library", action="store_true", help="--steady's jobs as TaskVine library calls")
     parser.add_argument("--products", type=int, default=0, help="also time the report and plots at this many files")
     parser.add_argument("--output", type=Path, default=OUT / "scale.json")
@@ -357,8 +387,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(runs), flush=True)
     steadies = []
     for variant in filter(None, args.steady_variants.split(",") if args.steady else []):
-        per_job, subsample = map(int, variant.split(":"))
-        steadies.append(steady(args.steady, OUT / "scale" / "steady", per_job, subsample, args.window, args.library))
+        steadies.append(steady(args.steady, OUT / "scale" / "steady", variant, args.window, args.settle,
+                               args.library))
         print(json.dumps(steadies[-1]), flush=True)
     made = products(args.products, OUT / "scale" / "products") if args.products else None
     if made:
