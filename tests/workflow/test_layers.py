@@ -1,12 +1,13 @@
 """Imports point one way: the layers of the workflow package (``workflows/hepvine``) and of the executor plugin
-(``plugins/snakemake_executor_plugin_taskvine``), declared here, in the one table each (docs/architecture.md,
-"Layers", mirrors them), and checked against the real imports, read with ``ast`` (nothing is imported).
+(``plugins/snakemake-executor-plugin-taskvine/snakemake_executor_plugin_taskvine``), declared here, in the one table
+each (docs/architecture.md, "Layers", mirrors them), and checked against the real imports, read with ``ast``
+(nothing is imported).
 
 A layer lists its modules in order. A module may import any module of a lower layer, and of its own layer only the
 modules listed before it: an import of a higher layer is a wrong-way import, one of a module listed after it (or of
 itself) in its own layer a lateral import the order forbids. Every module of a package is in exactly one layer.
 Also: every TaskVine call is in the plugin's adapter, so only ``taskvine.py`` imports ``ndcctools``; the plugin
-imports nothing of hepvine (it is generic Snakemake); and the lowest layers of the workflow, which the Snakefile
+imports nothing of hepvine (it is generic Snakemake), nor do its tests; and the lowest layers of the workflow, which the Snakefile
 imports while it parses (in the main process and again on every job), import no ROOT I/O or numerics library.
 """
 
@@ -52,7 +53,8 @@ class Package:
 
 
 WORKFLOW = Package("hepvine", REPO / "workflows" / "hepvine", WORKFLOW_LAYERS)
-PLUGIN = Package("snakemake_executor_plugin_taskvine", REPO / "plugins" / "snakemake_executor_plugin_taskvine",
+PLUGIN_DISTRIBUTION = REPO / "plugins" / "snakemake-executor-plugin-taskvine"  # its pyproject.toml, README, docs, tests
+PLUGIN = Package("snakemake_executor_plugin_taskvine", PLUGIN_DISTRIBUTION / "snakemake_executor_plugin_taskvine",
                  PLUGIN_LAYERS)
 
 
@@ -148,6 +150,16 @@ def test_plugin_imports_point_one_way_and_only_the_adapter_calls_taskvine():
     assert any(name.startswith("ndcctools.") for name, _ in imports(texts[ADAPTER], PLUGIN.name)), \
         f"{ADAPTER}.py no longer imports ndcctools: update ADAPTER"
     found = problems(PLUGIN, texts)
+    assert not found, "\n".join(found)
+
+
+def test_the_plugins_own_tests_import_nothing_of_hepvine():
+    """The plugin's tests run where hepvine is not installed: they import neither hepvine nor the workflow's test
+    helpers (tests/plugin/campaign_runs.py)."""
+    found = [f"{path.relative_to(REPO)} (line {line}) imports {name}: the plugin's tests are generic Snakemake"
+             for path in sorted((PLUGIN_DISTRIBUTION / "tests").glob("*.py"))
+             for name, line in imports(path.read_text(), "tests")
+             if name.split(".")[0] in (WORKFLOW.name, "campaign_runs")]
     assert not found, "\n".join(found)
 
 
