@@ -7,8 +7,9 @@ A layer lists its modules in order. A module may import any module of a lower la
 modules listed before it: an import of a higher layer is a wrong-way import, one of a module listed after it (or of
 itself) in its own layer a lateral import the order forbids. Every module of a package is in exactly one layer.
 Also: every TaskVine call is in the plugin's adapter, so only ``taskvine.py`` imports ``ndcctools``; the plugin
-imports nothing of hepvine (it is generic Snakemake), nor do its tests; and the lowest layers of the workflow, which the Snakefile
-imports while it parses (in the main process and again on every job), import no ROOT I/O or numerics library.
+imports nothing of hepvine (it is generic Snakemake), nor do its tests; and the lowest layers of the workflow, which
+the Snakefile imports while it parses (in the main process and again on every job), import no ROOT I/O or numerics
+library.
 """
 
 from __future__ import annotations
