@@ -14,7 +14,8 @@ unexport CMD
 
 help:
 	@echo "make demo            run the demo campaign end to end on the sandbox"
-	@echo "make test            run the test suite on the sandbox's real services (PYTEST_ARGS='-k ...')"
+	@echo "make test            the tests (tests/ and the executor plugin's own) on the sandbox's real services"
+	@echo "                     (PYTEST_ARGS='-k ...'), then those marked root as root"
 	@echo "make chaos           the slow fault tests (tests/chaos: workers killed, caches down) on the sandbox"
 	@echo "make bench           benchmarks on the sandbox; results in results/bench/"
 	@echo "make shell           interactive shell in the sandbox as the analysis user, services up"
@@ -47,8 +48,9 @@ run: services-start
 test: sandbox
 	@$(SANDBOX)/with-services.sh --pytest-root-pass python -m pytest $(PYTEST_ARGS)
 
-# The slow fault tests (marked `chaos`: tests/chaos and a few plugin tests): not part of `make test`
-# (tests/conftest.py deselects them without --chaos).
+# The slow fault tests (marked `chaos`: tests/chaos and a few plugin tests): not part of `make test` (the tests'
+# pytest plugin, plugins/snakemake-executor-plugin-taskvine/tests/taskvine_fixtures.py, deselects them without
+# --chaos). Both run the testpaths of pyproject.toml: tests/ and plugins/snakemake-executor-plugin-taskvine/tests/.
 chaos: sandbox
 	@$(SANDBOX)/with-services.sh python -m pytest --chaos -m chaos $(PYTEST_ARGS)
 

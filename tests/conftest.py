@@ -1,35 +1,21 @@
-"""Shared fixtures: the sandbox's services (read from the file that ``services.py start`` writes)."""
+"""Shared fixtures of the workflow's tests: the sandbox's services (read from the file that ``services.py start``
+writes) and root. The markers, the --chaos option and the fixtures ``workflow`` and ``condor_env`` are the executor
+plugin's (its tests' pytest plugin, taskvine_fixtures), as are the helpers of its tests (snakemake_runs): their
+directory goes on the path here, in this one place."""
 
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
 import hepvine.services
 
-
-def pytest_addoption(parser):
-    parser.addoption("--chaos", action="store_true",
-                     help="run the slow fault tests marked `chaos` (`make chaos`); without it they are deselected")
-
-
-def pytest_configure(config):
-    # Declared here, not in pyproject.toml (whose every change rebuilds the sandbox).
-    config.addinivalue_line("markers", "root: must run as root inside the sandbox (mount namespaces); `make test` "
-                            "runs these in a second pass as root")
-    config.addinivalue_line("markers", "chaos: a slow fault test on the real stack; run by `make chaos`, not by "
-                            "`make test`")
-
-
-def pytest_collection_modifyitems(config, items):
-    """Without --chaos, the tests marked `chaos` are deselected (not skipped: `make chaos` runs them)."""
-    if config.getoption("--chaos"):
-        return
-    chaos = [item for item in items if item.get_closest_marker("chaos")]
-    if chaos:
-        config.hook.pytest_deselected(items=chaos)
-        items[:] = [item for item in items if not item.get_closest_marker("chaos")]
+PLUGIN_TESTS = Path(__file__).resolve().parents[1] / "plugins" / "snakemake-executor-plugin-taskvine" / "tests"
+sys.path.insert(0, str(PLUGIN_TESTS))
+pytest_plugins = ["taskvine_fixtures"]
 
 
 @pytest.fixture(scope="session")
@@ -43,6 +29,9 @@ def services() -> dict:
 
 
 @pytest.fixture
-def condor_env(services) -> dict[str, str]:
-    """The environment for HTCondor's command-line tools."""
-    return dict(os.environ, CONDOR_CONFIG=services["condor"]["config"])
+def as_root(request):
+    """Fails (never skips) a test that needs root: mount namespaces, which only root can make in the sandbox.
+    `make test` runs the tests marked `root` in its root pass."""
+    if os.geteuid() != 0:
+        pytest.fail(f"{request.node.nodeid} needs a mount namespace, which only root can make in the sandbox: `make "
+                    "test` runs it in its root pass (alone: `make test PYTEST_ARGS='-m root <this test>'`)")

@@ -4,6 +4,8 @@
 
 SANDBOX_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_DIR=$(cd "$SANDBOX_DIR/../.." && pwd)
+# The executor plugin, its own distribution (not on PyPI): installed from this directory.
+PLUGIN_DIR=$REPO_DIR/plugins/snakemake-executor-plugin-taskvine
 SHARED_DIR=$(cd "$REPO_DIR/.." && pwd)/shared
 # The cache of built userlands and the services' state live outside the checkout, so that a fresh clone reuses them.
 SANDBOX_HOME=${HEPVINE_SANDBOX_HOME:-/var/tmp/hepvine-sandbox}
@@ -19,8 +21,8 @@ die() { echo "sandbox: $*" >&2; exit 1; }
 
 # The recipe's hash: everything that decides what the userland contains.
 sandbox_key() {
-    cat "$SANDBOX_DIR/build.sh" "$SANDBOX_DIR/packages.txt" "$REPO_DIR/pyproject.toml" "$REPO_DIR/requirements.lock" \
-        | sha256sum | cut -c1-16
+    cat "$SANDBOX_DIR/build.sh" "$SANDBOX_DIR/packages.txt" "$REPO_DIR/pyproject.toml" "$PLUGIN_DIR/pyproject.toml" \
+        "$REPO_DIR/requirements.lock" | sha256sum | cut -c1-16
 }
 
 sandbox_root() { echo "$SANDBOX_HOME/rootfs-$(sandbox_key)"; }
@@ -44,17 +46,19 @@ mount_userland() {
     cp -f /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
 }
 
-# link_checkout ROOT [PIP OPTION...]: install this checkout editable into the venv of ROOT (mounted), and put its
-# package directories on the venv's path in a plain .pth file, which pkgutil (so Snakemake's plugin discovery)
-# sees; setuptools' own editable finders are invisible to it.
+# link_checkout ROOT [PIP OPTION...]: install this checkout's two distributions, the executor plugin and the
+# workflow, editable into the venv of ROOT (mounted), in one pip command (so the plugin comes from its directory,
+# never from a registry), and put their package directories on the venv's path in a plain .pth file, which pkgutil
+# (so Snakemake's plugin discovery) sees; setuptools' own editable finders are invisible to it.
 link_checkout() {
     local root=$1 site
     shift
     chroot "$root" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/root PIP_CERT=/usr/local/share/hepvine/host-ca.crt \
         PIP_DISABLE_PIP_VERSION_CHECK=1 "$SANDBOX_VENV/bin/pip" install -q "$@" \
-        --config-settings editable_mode=compat -c "$REPO_DIR/requirements.lock" -e "$REPO_DIR[test,bench,recompress]" >&2
+        --config-settings editable_mode=compat -c "$REPO_DIR/requirements.lock" -e "$PLUGIN_DIR" \
+        -e "$REPO_DIR[test,bench,recompress]" >&2
     site=$(echo "$root$SANDBOX_VENV"/lib/python3*/site-packages)
-    printf '%s\n' "$REPO_DIR/workflows" "$REPO_DIR/plugins" >"$site/hepvine-checkout.pth"
+    printf '%s\n' "$REPO_DIR/workflows" "$PLUGIN_DIR" >"$site/hepvine-checkout.pth"
     echo "$REPO_DIR" >"$root$SANDBOX_VENV/.hepvine-checkout"
 }
 

@@ -29,8 +29,9 @@ import psutil
 from hepvine import generate
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "plugin"))  # the plugin tests' process helpers, shared
+sys.path.insert(0, str(REPO / "tests" / "plugin"))  # the campaign helpers of the workflow's plugin tests, shared
 from campaign_runs import assert_exact as exact  # noqa: E402
+# The executor's tests' process helpers (their directory is on the path through tests/conftest.py).
 from snakemake_runs import alive, kill_all  # noqa: E402  (re-exported to the chaos tests)
 RACKS = ("rack-a", "rack-b")
 # The sandbox profile, with the worker groups of the test's site config (1-core workers, so that two campaigns at

@@ -13,7 +13,7 @@ import psutil
 import pytest
 import uproot
 
-from hepvine import analysis, driver, fetch, generate, records
+from hepvine import analysis, driver, failures, fetch, generate, records
 from hepvine.limits import Limits
 
 
@@ -88,15 +88,15 @@ def test_reads_retry_in_rounds_and_then_classify():
     calls.clear()
     with pytest.raises(fetch.FetchError, match="in 1 round") as e:
         fetch.read(route, flaky, fetch.Retry(attempts=1, backoff_s=0))
-    assert records.classify(e.value).failure_class == records.TRANSIENT
+    assert failures.classify(e.value).failure_class == records.TRANSIENT
 
 
 def test_failure_classes():
-    assert records.classify(OSError(errno.ENOSPC, "No space left on device")).kind == "disk-full"
-    assert records.classify(fetch.FetchError("x", missing=True)).failure_class == records.PERMANENT
-    assert records.classify(TimeoutError("timed out")).failure_class == records.TRANSIENT
-    assert records.classify(uproot.KeyInFileError("Jet_btagCSVV2")).kind == "missing-branch"
-    assert records.classify(KeyError("x")) is None and records.classify(TypeError("x")) is None
+    assert failures.classify(OSError(errno.ENOSPC, "No space left on device")).kind == "disk-full"
+    assert failures.classify(fetch.FetchError("x", missing=True)).failure_class == records.PERMANENT
+    assert failures.classify(TimeoutError("timed out")).failure_class == records.TRANSIENT
+    assert failures.classify(uproot.KeyInFileError("Jet_btagCSVV2")).kind == "missing-branch"
+    assert failures.classify(KeyError("x")) is None and failures.classify(TypeError("x")) is None
 
 
 @pytest.fixture

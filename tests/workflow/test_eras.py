@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import uproot
 
-from hepvine import analysis, dataset, eras, fetch, generate, index, records
+from hepvine import analysis, dataset, eras, failures, fetch, generate, index, records
 from hepvine.records import FileProblem
 
 from test_analysis import loop_observables
@@ -23,7 +23,7 @@ ALL = set(eras.Selection(eras.ERAS["run2"], "", eras.JET_ID_BIT).branches) | {"J
 def failure(fn, *args) -> records.Failure:
     with pytest.raises(FileProblem) as e:
         fn(*args)
-    found = records.classify(e.value)
+    found = failures.classify(e.value)
     assert found.failure_class == records.PERMANENT and "run the same command again" not in found.fix
     return found
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import uproot
 
-from hepvine import generate, recompress, records
+from hepvine import failures, generate, recompress, records
 
 NANOAOD = Path(__file__).resolve().parents[2].parent / "shared" / "nanoaod"
 REAL_FILES = sorted(NANOAOD.glob("*.root"))
@@ -147,7 +147,7 @@ def test_a_truncated_file_is_a_permanent_failure_and_leaves_nothing(tmp_path):
     bad.write_bytes((NANOAOD / "ttH_M125_2017.root").read_bytes()[:200_000])
     with pytest.raises(Exception) as caught:
         recompress.recompress(str(bad), tmp_path / "out.root", recompress.parse_codec("zstd:5"))
-    failure = records.classify(caught.value)
+    failure = failures.classify(caught.value)
     assert failure is not None and failure.failure_class == records.PERMANENT, caught.value
     assert sorted(p.name for p in tmp_path.iterdir()) == ["truncated.root"]
 
@@ -162,7 +162,7 @@ def test_hadd_on_a_full_disk_is_a_transient_failure(monkeypatch, tmp_path):
     with pytest.raises(OSError) as caught:
         recompress.recompress(str(NANOAOD / "nano_dimuon.root"), tmp_path / "out.root",
                               recompress.parse_codec("zstd:5"))
-    failure = records.classify(caught.value)
+    failure = failures.classify(caught.value)
     assert (failure.kind, failure.failure_class) == ("disk-full", records.TRANSIENT)
     assert not (tmp_path / "out.root").exists()
 
@@ -172,7 +172,7 @@ def test_missing_root_names_the_extra(monkeypatch):
     monkeypatch.setattr(recompress.shutil, "which", lambda name: None)
     with pytest.raises(recompress.RootMissing, match=r"hepvine\[recompress\]"):
         recompress.root_program("hadd")
-    assert records.classify(recompress.RootMissing("x")) is None  # the job fails: no file is to blame
+    assert failures.classify(recompress.RootMissing("x")) is None  # the job fails: no file is to blame
 
 
 def test_codec_spelling():

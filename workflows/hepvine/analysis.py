@@ -49,7 +49,8 @@ def new_histogram() -> hist.Hist:
 
 
 def _jagged(array: ak.Array) -> tuple[np.ndarray, np.ndarray]:
-    """A jagged branch as numpy arrays: (flat values, offsets), event i's objects being values[offsets[i]:offsets[i+1]]."""
+    """A jagged branch as numpy arrays: (flat values, offsets), event i's objects being
+    values[offsets[i]:offsets[i+1]]."""
     layout = ak.to_packed(array).layout
     return np.asarray(layout.content.data), np.asarray(layout.offsets)
 
@@ -104,7 +105,8 @@ def observables(events: dict, selection: eras.Selection = RUN2) -> dict[str, dic
     e_id = _jagged(events[electron_id])[0]
     m = {x: _jagged(events[f"Muon_{x}"]) for x in ("pt", "eta", "sip3d", "pfRelIso04_all")}
     m_id = _jagged(events[era.muon_id])[0]
-    j = {name.removeprefix("Jet_"): _jagged(events[name]) for name in [*eras.JET_KINEMATICS, *selection.jet_id_branches]}
+    jet_branches = [*eras.JET_KINEMATICS, *selection.jet_id_branches]
+    j = {name.removeprefix("Jet_"): _jagged(events[name]) for name in jet_branches}
     btag = _jagged(events[era.btag])[0]
     electrons = ((e["pt"][0] > 30) & (np.abs(e["eta"][0]) < 2.1) & (e_id == electron_tight) & (e["sip3d"][0] < 4))
     muons = ((m["pt"][0] > 30) & (np.abs(m["eta"][0]) < 2.1) & m_id.astype(bool) & (m["sip3d"][0] < 4)

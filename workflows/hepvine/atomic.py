@@ -7,9 +7,21 @@ import contextlib
 import json
 import os
 import pickle
-import tempfile
+import secrets
 from pathlib import Path
 from typing import Iterator
+
+
+def _new_beside(path: Path) -> Path:
+    """A new empty file ``.<name>.<random>.tmp`` beside PATH, with the mode a plain ``open(PATH, "w")`` would give
+    it (0666 less the umask: a dataset served by XRootD or a packed environment stays readable to others)."""
+    while True:
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            return tmp
+        except FileExistsError:  # 48 random bits taken by another writer: draw again
+            continue
 
 
 @contextlib.contextmanager
@@ -17,10 +29,9 @@ def replacing(path: str | Path) -> Iterator[Path]:
     """A temporary path beside PATH to write to; renamed to PATH when the block ends, removed if it raises."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    tmp = _new_beside(path)
     try:
-        yield Path(tmp)
+        yield tmp
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

@@ -7,15 +7,29 @@ codec). Each subcommand's own ``--help`` tells its options."""
 from __future__ import annotations
 
 import sys
+from typing import Callable
 
-COMMANDS = {
-    "generate": "hepvine.generate",
-    "demo": "hepvine.demo",
-    "plan": "hepvine.plan",
-    "compare": "hepvine.compare",
-    "pack-env": "hepvine.packenv",
-    "recompress": "hepvine.recompress",
-}
+COMMANDS = ("generate", "demo", "plan", "compare", "pack-env", "recompress")
+
+
+def command_main(name: str) -> Callable[[list[str]], int]:
+    """The ``main`` of subcommand NAME (one of COMMANDS). Imported only when that subcommand runs: each brings its own
+    libraries (uproot, matplotlib, ...), which ``hepvine --help`` and the other subcommands need not load."""
+    if name == "generate":
+        from hepvine.generate import main
+    elif name == "demo":
+        from hepvine.demo import main
+    elif name == "plan":
+        from hepvine.plan import main
+    elif name == "compare":
+        from hepvine.compare import main
+    elif name == "pack-env":
+        from hepvine.packenv import main
+    elif name == "recompress":
+        from hepvine.recompress import main
+    else:
+        raise ValueError(f"unknown command {name!r}: choose one of {', '.join(COMMANDS)}")
+    return main
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,8 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         said = f"unknown command {argv[0]!r}; " if argv and argv[0] not in ("-h", "--help") else ""
         print(f"usage: hepvine {{{','.join(COMMANDS)}}} [options]\n{said}{__doc__.splitlines()[0]}", file=sys.stderr)
         return 0 if argv[:1] in (["-h"], ["--help"]) else 2
-    module = __import__(COMMANDS[argv[0]], fromlist=["main"])
-    return module.main(argv[1:])
+    return command_main(argv[0])(argv[1:])
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import jsonschema
 import yaml
 
 from hepvine.eras import ERAS
@@ -63,20 +62,21 @@ def _read(path: Path):
         raise DatasetError(f"dataset spec {path}: not valid {'YAML' if path.suffix != '.json' else 'JSON'}: {e}")
 
 
-# The schema's integers are Python ints, never booleans or floats such as 5.0 (JSON Schema would take 5.0).
-_Validator = jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=(
-    jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
-        "integer", lambda checker, value: isinstance(value, int) and not isinstance(value, bool))))
-
-
 @functools.cache
-def _validators() -> tuple[jsonschema.protocols.Validator, jsonschema.protocols.Validator]:
-    """The schema's validators: of the spec above its file lists, and of one file entry (read once, when first
-    needed: a job on a worker never loads a spec)."""
+def _validators() -> tuple:
+    """The schema's validators: of the spec above its file lists, and of one file entry (made once, when first
+    needed; jsonschema is imported only then: every job on a worker imports this module while parsing the workflow,
+    and never loads a spec). The schema's integers are Python ints, never booleans or floats such as 5.0 (JSON
+    Schema would take 5.0)."""
+    import jsonschema
+
+    strict = jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=(
+        jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+            "integer", lambda checker, value: isinstance(value, int) and not isinstance(value, bool))))
     schema = yaml.safe_load(SCHEMA.read_text())
     above_files = copy.deepcopy(schema)
     del above_files["$defs"]["sample"]["properties"]["files"]["items"]
-    return _Validator(above_files), _Validator(schema["$defs"]["file"])
+    return strict(above_files), strict(schema["$defs"]["file"])
 
 
 def _plain_file(entry) -> bool:
@@ -97,8 +97,8 @@ def _where(path) -> str:
     return out
 
 
-def _explain(error: jsonschema.ValidationError, prefix: tuple = ()) -> str:
-    """ERROR as 'entry: what is wrong', in the words of the schema's ``errorMessage``."""
+def _explain(error, prefix: tuple = ()) -> str:
+    """ERROR (a jsonschema.ValidationError) as 'entry: what is wrong', in the words of the schema's ``errorMessage``."""
     path = [*prefix, *error.absolute_path]
     schema, got = error.schema, repr(error.instance)
     if error.validator == "required":  # named by the missing key, in that key's words

@@ -5,8 +5,9 @@ of the histograms of the files that succeeded.
 A file's failure never fails or hides its batch-mates: each file is tried on its own and recorded, in a process of
 its own that is ended at the file's time limit (``hepvine.limits``: a hung or crawling file is a transient
 ``timeout``, a crashed one a transient ``crashed``). Only failures of the file or its access are records
-(``records.classify``); anything else is a bug in hepvine and fails the job with its traceback. Output: a pickle
-``{"records": [dict, ...], "hist": Hist | None, "events": {"<process>/<variation>": events}}``, written atomically; recompressed copies go to ``--copies DIR/<index>.root`` with ``manifest.json``.
+(``failures.classify``); anything else is a bug in hepvine and fails the job with its traceback. Output: a pickle
+``{"records": [dict, ...], "hist": Hist | None, "events": {"<process>/<variation>": events}}``, written atomically;
+recompressed copies go to ``--copies DIR/<index>.root`` with ``manifest.json``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import uproot
 
-from hepvine import analysis, atomic, eras, fetch, index, records
+from hepvine import analysis, atomic, eras, failures, fetch, index, records
 from hepvine.limits import Limits
 from hepvine.recompress import parse_codec, recompress, remove_leftovers
 
@@ -85,7 +86,7 @@ def run_file(entry: dict, batch: str, lumi_pb: float, codec: str | None = None, 
             raise records.FileProblem("event-count", f"{record.read_from} has {record.events} events in 'Events', "
                                       f"the spec says {task.nevts}", "correct nevts (and nevts_total) in the spec")
     except Exception as e:  # the one boundary where a file's failure becomes its record; bugs propagate
-        record.failure = records.classify(e)
+        record.failure = failures.classify(e)
         if record.failure is None:
             raise
         record.traceback = traceback.format_exc(limit=4)
@@ -94,7 +95,8 @@ def run_file(entry: dict, batch: str, lumi_pb: float, codec: str | None = None, 
             with contextlib.suppress(FileNotFoundError):
                 copy.unlink()
     fetched = record.fetch or {}
-    record.cache, record.rack, record.worker_rack = fetched.get("cache"), fetched.get("rack"), fetched.get("worker_rack")
+    record.cache, record.rack = fetched.get("cache"), fetched.get("rack")
+    record.worker_rack = fetched.get("worker_rack")
     record.end = time.time()
     record.wall_seconds, record.cpu_seconds = time.perf_counter() - wall0, time.process_time() - cpu0
     return record, h

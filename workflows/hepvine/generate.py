@@ -24,6 +24,8 @@ import awkward as ak
 import numpy as np
 import uproot
 
+from hepvine import atomic
+
 EVENTS_PER_BASKET = 100_000  # one basket per branch per extend(): large chunks, as NanoAOD has
 FILLER_JET = 24  # per-jet branches the analysis does not read
 FILLER_LEPTON = 8  # per electron and per muon
@@ -118,9 +120,7 @@ def write_file(path: Path, process: str, n_events: int, index: int = 0, seed: in
     if process not in PROCESSES:
         raise ValueError(f"unknown process {process!r}: choose one of {', '.join(PROCESSES)}")
     rng = np.random.default_rng(seed_for(process, index, seed))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial")
-    with uproot.recreate(tmp, compression=compression or uproot.LZMA(9)) as f:
+    with atomic.replacing(path) as tmp, uproot.recreate(tmp, compression=compression or uproot.LZMA(9)) as f:
         tree = None
         for start in range(0, n_events, EVENTS_PER_BASKET):
             chunk = events(process, min(EVENTS_PER_BASKET, n_events - start), rng, index * 10_000_000 + start)
@@ -133,7 +133,6 @@ def write_file(path: Path, process: str, n_events: int, index: int = 0, seed: in
         f.mktree("Runs", {"run": np.uint32, "genEventCount": np.int64, "genEventSumw": np.float64})
         f["Runs"].extend({"run": np.array([1], dtype=np.uint32), "genEventCount": np.array([n_events]),
                           "genEventSumw": np.array([float(n_events)])})
-    tmp.replace(path)
     return {"path": str(path), "nevts": n_events}
 
 

@@ -27,7 +27,6 @@ import importlib.metadata
 import importlib.util
 import io
 import json
-import os
 import re
 import shutil
 import sys
@@ -38,6 +37,8 @@ import time
 from pathlib import Path
 
 from packaging.requirements import Requirement
+
+from hepvine import atomic
 
 MANIFEST = "hepvine-env.json"
 RUN_IN_ENV = "bin/run_in_env"
@@ -306,15 +307,8 @@ def pack(output: Path, extras: tuple[str, ...] = ()) -> dict:
     kind = environment_kind()
     if kind == "conda" and extras:
         raise PackError("--extra applies to a venv only: a conda environment is packed whole")
-    output = output.absolute()
-    output.parent.mkdir(parents=True, exist_ok=True)
-    partial = output.with_name(f".{output.name}.partial-{os.getpid()}")
-    try:
-        manifest = write_conda(partial) if kind == "conda" else write_venv(partial, extras)
-        os.replace(partial, output)
-    finally:
-        partial.unlink(missing_ok=True)
-    return manifest
+    with atomic.replacing(output.absolute()) as tmp:
+        return write_conda(tmp) if kind == "conda" else write_venv(tmp, extras)
 
 
 def main(argv: list[str] | None = None) -> int:

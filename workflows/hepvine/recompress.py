@@ -37,7 +37,7 @@ import fsspec
 import numpy as np
 import uproot
 
-from hepvine import atomic, records
+from hepvine import atomic, failures, records
 from hepvine.records import FileProblem
 
 # ROOT's compression algorithm numbers (ROOT::RCompressionSetting::EAlgorithm): setting = 100 * algorithm + level.
@@ -291,7 +291,7 @@ def _opened(source: str, staged: Path):
     except (OSError, ValueError, uproot.deserialization.DeserializationError) as e:
         if isinstance(e, OSError) and e.errno is not None:  # the local disk (full, gone): not the file's fault
             raise
-        failure = records.classify(e)
+        failure = failures.classify(e)
         kind, fix = (failure.kind, failure.fix) if failure and failure.failure_class == records.PERMANENT else (
             "corrupt", "the file is damaged or truncated at its source: replace it there, then run again with "
             "--forcerun on its output (report.json: failed_files[].output)")

@@ -1,8 +1,8 @@
 """The per-file record: what happened to one input file of a campaign — its identity, the events and bytes read,
 where and how it was read, how long it took, and, if it failed, the failure's class, cause and fix.
 
-Every file of the spec ends as exactly one record, ok or failed; the report reconciles them with the spec. Failures
-are classified here, once:
+Every file of the spec ends as exactly one record, ok or failed; the report reconciles them with the spec. A failure
+has one of two classes (``hepvine.failures.classify`` decides which, once, from the exception):
 
 - ``transient``: the file may well be read next time (a network error, a timeout, a cache or the origin down, a full
   disk on the worker). Retried inside the run (``hepvine.fetch``) and again by running the same command.
@@ -10,17 +10,13 @@ are classified here, once:
   that cannot be decided or whose branches it lacks — ``hepvine.eras`` —, a corrupt basket, a spec entry that
   disagrees with the file). Never retried automatically; the fix says what to do.
 
-Exceptions that are neither (a bug in hepvine) are not records: they fail the job loudly, once.
+Exceptions that are neither (a bug in hepvine) are not records: they fail the job loudly, once. This module is the
+data model only: it imports no ROOT I/O, so the workflow's parse (which imports it through the spec) stays light.
 """
 
 from __future__ import annotations
 
-import errno
-import lzma
-import zlib
 from dataclasses import asdict, dataclass, field
-
-import uproot
 
 TRANSIENT, PERMANENT = "transient", "permanent"
 
@@ -39,42 +35,6 @@ class Failure:
     failure_class: str  # TRANSIENT or PERMANENT
     cause: str  # the exception, with the file it concerns
     fix: str  # what the user should do
-
-
-def _first_line(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
-
-
-def classify(exc: BaseException) -> Failure | None:
-    """The failure EXC means for the file being read, or None if it is not a problem of the file or its access
-    (then it is a bug, and the caller lets it propagate)."""
-    cause = _first_line(exc)
-    rerun = "run the same command again: transient failures are retried"
-    if isinstance(exc, FileProblem):
-        return Failure(exc.kind, PERMANENT, cause, exc.fix)
-    if isinstance(exc, uproot.KeyInFileError):
-        return Failure("missing-branch", PERMANENT, cause,
-                       "the file lacks a tree or branch the analysis needs: if it is of another era, set `era` for "
-                       "its process in the spec (docs/eras.md), else replace it or drop it from the spec; then run "
-                       "again with --forcerun on its output (report.json: failed_files[].output)")
-    if isinstance(exc, uproot.deserialization.DeserializationError) or isinstance(exc, (zlib.error, lzma.LZMAError)):
-        return Failure("corrupt", PERMANENT, cause,
-                       "the file is corrupt (a basket or key cannot be read): replace it at the source, then run "
-                       "again with --forcerun on its output (report.json: failed_files[].output)")
-    if isinstance(exc, OSError):
-        if exc.errno == errno.ENOSPC:
-            return Failure("disk-full", TRANSIENT, cause, "a worker's disk is full: free space or raise disk_mb; "
-                           + rerun)
-        if isinstance(exc, FileNotFoundError) or getattr(exc, "missing", False):  # fetch.FetchError.missing
-            return Failure("missing-file", PERMANENT, cause,
-                           "no source has the file: correct its path in the spec or restore it, then run again with "
-                           "--forcerun on its output (report.json: failed_files[].output)")
-        return Failure("unreachable", TRANSIENT, cause, "no source could be read in time (cache or origin down, "
-                       "network): " + rerun)
-    if isinstance(exc, ValueError) and ("not a ROOT file" in str(exc) or "file header" in str(exc)):
-        return Failure("not-root", PERMANENT, cause, "the file is not a ROOT file: replace it or drop it from the "
-                       "spec, then run again with --forcerun on its output (report.json: failed_files[].output)")
-    return None
 
 
 @dataclass

@@ -144,7 +144,8 @@ def _consistency(raw: dict) -> list[str]:
     found = []
     for kind, items in (("caches", raw.get("caches", [])), ("worker_groups", raw.get("worker_groups", []))):
         names = [item["name"] for item in items]
-        found += [f"{kind}: {name!r} appears more than once" for name in sorted({n for n in names if names.count(n) > 1})]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        found += [f"{kind}: {name!r} appears more than once" for name in twice]
     for i, cache in enumerate(raw.get("caches", [])):
         if cache["rack"] not in racks:
             found.append(f"caches[{i}] ({cache['name']}): rack {cache['rack']!r} is not one of racks "

@@ -31,7 +31,7 @@ from snakemake_runs import slow_snakefile
 
 pytestmark = pytest.mark.sandbox
 
-MARKER = "/tmp/hepvine-hostile-marker"
+MARKER = "/tmp/taskvine-hostile-marker"
 # Each would create MARKER if it reached a shell (or the submit file's macro expansion) unquoted.
 HOSTILE = [
     f"a; touch {MARKER}",
@@ -130,16 +130,16 @@ def test_hostile_values_stop_snakemake_before_any_job(workflow, marker):
     assert not (wf.root / "out").exists()
 
 
-def test_worker_env_values_are_quoted_for_the_wrapper(services, tmp_path, marker):
+def test_worker_env_values_are_quoted_for_the_wrapper(tmp_path, marker):
     """A value that reaches the factory's wrapper (a shell command) arrives as it was written, and runs nothing."""
     value = f"$(touch {MARKER}); `touch {MARKER}` '\" ${{HOME}}"
     password = taskvine.write_password_file(tmp_path / "secret")
     manager = taskvine.Manager(port=0, password_file=password, run_info_dir=tmp_path / "run-info")
     factory = taskvine.Factory(batch_type="local", manager_host="127.0.0.1", manager_port=manager.port,
                                scratch_dir=tmp_path / "factory", password_file=password, worker_timeout_s=30,
-                               worker_env={"HEPVINE_TEST_VALUE": value})
+                               worker_env={"TASKVINE_TEST_VALUE": value})
     try:
-        manager.submit(taskvine.TaskSpec(command='printf %s "$HEPVINE_TEST_VALUE"', cores=1))
+        manager.submit(taskvine.TaskSpec(command='printf %s "$TASKVINE_TEST_VALUE"', cores=1))
         result = None
         deadline = time.monotonic() + 60
         while result is None and time.monotonic() < deadline:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from snakemake_interface_common.exceptions import WorkflowError
 
-from .provision import NAME_RULE, REQUIREMENTS_RULE, WORKER_MODES, worker_groups
-from .taskvine import SAFE_NAME, SAFE_PATH, SAFE_REQUIREMENTS, SCHEDULERS, bad_env_patterns, env_patterns
+from .provision import NAME_RULE, WORKER_MODES, requirements_problems, worker_groups
+from .taskvine import SAFE_NAME, SAFE_PATH, SCHEDULERS, bad_env_patterns, env_patterns
 from .tasks import comma_separated
 
 
@@ -76,23 +76,6 @@ def problems(settings) -> list[str]:
     if settings.password_file is not None:
         found += password_file_problems(Path(settings.password_file))
     return found
-
-
-def requirements_problems(text: str, where: str) -> list[str]:
-    """What is wrong with an HTCondor requirements expression: characters outside SAFE_REQUIREMENTS, or (when
-    HTCondor's Python bindings are here) not a ClassAd expression. condor_submit would refuse the latter, and the
-    factory would try again forever, leaving the run without workers."""
-    if not SAFE_REQUIREMENTS.match(text):
-        return [f"{where} {text!r}: {REQUIREMENTS_RULE}"]
-    try:
-        import classad2
-    except ImportError:
-        return []  # condor_submit judges it
-    try:
-        classad2.ExprTree(text)
-    except classad2.ClassAdException as e:
-        return [f"{where} {text!r}: not a ClassAd expression ({e}); check its parentheses, operators and quotes"]
-    return []
 
 
 def password_file_problems(path: Path) -> list[str]:

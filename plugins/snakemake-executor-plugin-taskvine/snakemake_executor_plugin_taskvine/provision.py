@@ -63,6 +63,23 @@ REQUIREMENTS_RULE = ("write one line of a ClassAd expression (letters, digits, s
 SIZES = {"min_workers": 0, "max_workers": 1, "cores": 1, "memory_mb": 0, "disk_mb": 0}
 
 
+def requirements_problems(text: str, where: str) -> list[str]:
+    """What is wrong with an HTCondor requirements expression: characters outside SAFE_REQUIREMENTS, or (when
+    HTCondor's Python bindings are here) not a ClassAd expression. condor_submit would refuse the latter, and the
+    factory would try again forever, leaving the run without workers."""
+    if not SAFE_REQUIREMENTS.match(text):
+        return [f"{where} {text!r}: {REQUIREMENTS_RULE}"]
+    try:
+        import classad2
+    except ImportError:
+        return []  # condor_submit judges it
+    try:
+        classad2.ExprTree(text)
+    except classad2.ClassAdException as e:
+        return [f"{where} {text!r}: not a ClassAd expression ({e}); check its parentheses, operators and quotes"]
+    return []
+
+
 def worker_groups(settings) -> tuple[list[WorkerGroup], list[str]]:
     """(groups, problems). Without a groups file, one group made of the plugin's own settings."""
     common = comma_separated(settings.worker_features)
@@ -106,8 +123,6 @@ def worker_groups(settings) -> tuple[list[WorkerGroup], list[str]]:
         if not isinstance(requirements, str) or not SAFE_REQUIREMENTS.match(requirements):
             found.append(f"{where}: group {name!r}: condor_requirements {requirements!r}: " + REQUIREMENTS_RULE)
         elif requirements:
-            from .validation import requirements_problems  # validation imports this module
-
             found += requirements_problems(requirements, f"{where}: group {name!r}: condor_requirements")
         if not found:
             groups.append(WorkerGroup(**{**defaults, **{k: v for k, v in item.items() if k in GROUP_KEYS},

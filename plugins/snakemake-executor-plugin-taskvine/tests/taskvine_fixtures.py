@@ -1,0 +1,52 @@
+"""The pytest plugin of the executor's tests, loaded by their conftest.py and by the workflow's tests/conftest.py
+(`pytest_plugins`): the markers `sandbox`, `root` and `chaos`, the --chaos option, and the fixtures `workflow` and
+`condor_env`. Nothing HEP in it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from snakemake_runs import Workflow
+
+
+def pytest_addoption(parser):
+    parser.addoption("--chaos", action="store_true",
+                     help="run the slow fault tests marked `chaos` (`make chaos`); without it they are deselected")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "sandbox: needs the real services of the sandbox (HTCondor, TaskVine, XRootD); "
+                            "run through `make test`")
+    config.addinivalue_line("markers", "root: must run as root inside the sandbox (mount namespaces); `make test` "
+                            "runs these in a second pass as root")
+    config.addinivalue_line("markers", "chaos: a slow fault test on the real stack; run by `make chaos`, not by "
+                            "`make test`")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Without --chaos, the tests marked `chaos` are deselected (not skipped: `make chaos` runs them)."""
+    if config.getoption("--chaos"):
+        return
+    chaos = [item for item in items if item.get_closest_marker("chaos")]
+    if chaos:
+        config.hook.pytest_deselected(items=chaos)
+        items[:] = [item for item in items if not item.get_closest_marker("chaos")]
+
+
+@pytest.fixture
+def workflow(tmp_path):
+    return lambda snakefile: Workflow(tmp_path / "wf", snakefile)
+
+
+@pytest.fixture
+def condor_env() -> dict[str, str]:
+    """The environment for HTCondor's command-line tools: this one, whose $CONDOR_CONFIG names the running pool's
+    configuration. A test that needs the pool fails (never skips) without it: the real pool is the point."""
+    config = os.environ.get("CONDOR_CONFIG")
+    if not config or not Path(config).is_file():
+        pytest.fail(f"no HTCondor configuration at $CONDOR_CONFIG={config!r}: run the tests where a pool runs "
+                    "(in hepvine's checkout, `make test`)")
+    return dict(os.environ)

@@ -1,0 +1,229 @@
+"""Imports point one way: the layers of the workflow package (``workflows/hepvine``) and of the executor plugin
+(``plugins/snakemake-executor-plugin-taskvine/snakemake_executor_plugin_taskvine``), declared here, in the one table
+each (docs/architecture.md, "Layers", mirrors them), and checked against the real imports, read with ``ast``
+(nothing is imported).
+
+A layer lists its modules in order. A module may import any module of a lower layer, and of its own layer only the
+modules listed before it: an import of a higher layer is a wrong-way import, one of a module listed after it (or of
+itself) in its own layer a lateral import the order forbids. Every module of a package is in exactly one layer.
+Also: every TaskVine call is in the plugin's adapter, so only ``taskvine.py`` imports ``ndcctools``; the plugin
+imports nothing of hepvine (it is generic Snakemake), nor do its tests; and the lowest layers of the workflow, which
+the Snakefile imports while it parses (in the main process and again on every job), import no ROOT I/O or numerics
+library.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+# (layer, modules in order), lowest first. "__init__" is the package itself (``import hepvine``).
+WORKFLOW_LAYERS = (
+    ("data model", ("__init__", "atomic", "records", "limits", "eras", "dataset")),
+    ("placement and routing", ("placement", "site", "index")),
+    ("reading", ("fetch", "failures")),
+    ("work", ("analysis", "recompress")),
+    ("per-file driver", ("driver",)),
+    ("merge", ("merge",)),
+    ("report and plots", ("provenance", "cachestats", "retries", "report", "plots")),
+    ("commands", ("rates", "services", "generate", "compare", "packenv", "plan", "demo", "cli")),
+)
+PLUGIN_LAYERS = (
+    ("worker side", ("library",)),
+    ("TaskVine adapter", ("taskvine",)),
+    ("jobs as tasks", ("stragglers", "tasks", "failures")),
+    ("workers", ("provision", "validation")),
+    ("dispatch", ("dispatcher",)),
+    ("executor", ("__init__",)),
+)
+# Parsed with the workflow on every job: these layers stay light.
+LIGHT_LAYERS = ("data model", "placement and routing")
+HEAVY = ("uproot", "awkward", "numpy", "hist", "coffea", "matplotlib", "mplhep", "ROOT")
+ADAPTER = "taskvine"  # the plugin's one module that imports ndcctools
+
+
+@dataclass(frozen=True)
+class Package:
+    name: str  # as imported, e.g. hepvine
+    directory: Path
+    layers: tuple[tuple[str, tuple[str, ...]], ...]
+
+
+WORKFLOW = Package("hepvine", REPO / "workflows" / "hepvine", WORKFLOW_LAYERS)
+PLUGIN_DISTRIBUTION = REPO / "plugins" / "snakemake-executor-plugin-taskvine"  # its pyproject.toml, README, docs, tests
+PLUGIN = Package("snakemake_executor_plugin_taskvine", PLUGIN_DISTRIBUTION / "snakemake_executor_plugin_taskvine",
+                 PLUGIN_LAYERS)
+
+
+def imports(source: str, package: str) -> list[tuple[str, int]]:
+    """(absolute dotted name, line) of everything SOURCE, a module of PACKAGE, imports, at any depth (in functions
+    too); ``from X import a`` gives ``X.a`` (a module or a name in X: ``own_module`` tells). Relative imports are
+    resolved in PACKAGE (its modules are one level deep)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(filter(None, [package if node.level else "", node.module or ""]))
+            found += [(f"{base}.{alias.name}", node.lineno) for alias in node.names]
+    return found
+
+
+def hidden_imports(source: str) -> list[int]:
+    """Lines of SOURCE that import a module by a computed name (``__import__``, ``importlib.import_module``): an
+    import this test cannot see."""
+    return [node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call) and (
+        (isinstance(node.func, ast.Name) and node.func.id == "__import__")
+        or (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module"))]
+
+
+def own_module(name: str, package: Package, modules: set[str]) -> str | None:
+    """The module of PACKAGE that importing NAME loads (``__init__`` for the package or a name in it), or None."""
+    parts = name.split(".")
+    if parts[0] != package.name:
+        return None
+    if len(parts) > 1 and parts[1] in modules:
+        return parts[1]
+    return "__init__"
+
+
+def sources(package: Package) -> dict[str, str]:
+    return {path.stem: path.read_text() for path in sorted(package.directory.glob("*.py"))}
+
+
+def problems(package: Package, texts: dict[str, str]) -> list[str]:
+    """Every import of TEXTS (module → source) that the package's layers forbid, and every module not in exactly
+    one layer, each named with both modules, their layers and the line."""
+    place = {}  # module → (layer index, position in layer, layer name)
+    found = []
+    for i, (layer, modules) in enumerate(package.layers):
+        for j, module in enumerate(modules):
+            if module in place:
+                found.append(f"{package.name}.{module} is in two layers ({place[module][2]!r}, {layer!r})")
+            place[module] = (i, j, layer)
+    found += [f"{package.name}.{m} ({package.directory / (m + '.py')}) is in no layer: add it to the layer "
+              f"table in {Path(__file__).name}" for m in sorted(set(texts) - set(place))]
+    found += [f"{package.name}.{m} is in the layer table but has no file in {package.directory}: remove it"
+              for m in sorted(set(place) - set(texts))]
+    for module, text in texts.items():
+        if module not in place:
+            continue
+        i, j, layer = place[module]
+        found += [f"{package.name}.{module} (line {line}) imports a module by a computed name, which the layer check "
+                  "cannot see: import it by name (``from package import module``)" for line in hidden_imports(text)]
+        for name, line in imports(text, package.name):
+            where = f"{package.name}.{module} (layer {i + 1} {layer!r}, line {line})"
+            top = name.split(".")[0]
+            if top == "ndcctools" and not (package is PLUGIN and module == ADAPTER):
+                found.append(f"{where} imports {name}: every TaskVine call belongs in the plugin's {ADAPTER}.py")
+            if package is PLUGIN and top == WORKFLOW.name:
+                found.append(f"{where} imports {name}: the plugin is generic Snakemake and imports nothing of "
+                             "hepvine")
+            if package is WORKFLOW and layer in LIGHT_LAYERS and top in HEAVY:
+                found.append(f"{where} imports {name}: the Snakefile imports this layer while it parses, on every "
+                             "job; move the code that needs it to a higher layer")
+            target = own_module(name, package, set(texts))
+            if target is None or target not in place:
+                continue
+            ti, tj, tlayer = place[target]
+            imported = f"{package.name}.{target} (layer {ti + 1} {tlayer!r})"
+            if ti > i:
+                found.append(f"wrong-way import: {where} imports {imported}, a higher layer")
+            elif ti == i and tj == j:
+                found.append(f"{where} imports itself")
+            elif ti == i and tj > j:
+                found.append(f"lateral import: {where} imports {imported}, listed after it in the same layer; list "
+                             f"{target} before {module} if it is lower, else move the code")
+    return found
+
+
+def test_workflow_imports_point_one_way():
+    found = problems(WORKFLOW, sources(WORKFLOW))
+    assert not found, "\n".join(found)
+
+
+def test_plugin_imports_point_one_way_and_only_the_adapter_calls_taskvine():
+    texts = sources(PLUGIN)
+    assert any(name.startswith("ndcctools.") for name, _ in imports(texts[ADAPTER], PLUGIN.name)), \
+        f"{ADAPTER}.py no longer imports ndcctools: update ADAPTER"
+    found = problems(PLUGIN, texts)
+    assert not found, "\n".join(found)
+
+
+def test_the_plugins_own_tests_import_nothing_of_hepvine():
+    """The plugin's tests run where hepvine is not installed: they import neither hepvine nor the workflow's test
+    helpers (tests/plugin/campaign_runs.py)."""
+    found = [f"{path.relative_to(REPO)} (line {line}) imports {name}: the plugin's tests are generic Snakemake"
+             for path in sorted((PLUGIN_DISTRIBUTION / "tests").glob("*.py"))
+             for name, line in imports(path.read_text(), "tests")
+             if name.split(".")[0] in (WORKFLOW.name, "campaign_runs")]
+    assert not found, "\n".join(found)
+
+
+def documented_layers(text: str, heading: str) -> list[tuple[str, tuple[str, ...]]]:
+    """The numbered list after the line starting HEADING in docs/architecture.md's Layers section: (layer, modules),
+    the modules being the back-quoted names outside parentheses."""
+    section = text.split("## Layers", 1)[1].split("\n## ", 1)[0]
+    after = section.split("\n" + heading, 1)[1].split("\n", 1)[1].lstrip("\n")
+    items = re.findall(r"^\d+\. ([^:\n]+): (.*(?:\n {3}.*)*)", after.split("\n\n", 1)[0], re.M)
+    return [(layer, tuple(re.findall(r"`(\w+)`", re.sub(r"\([^)]*\)", "", body)))) for layer, body in items]
+
+
+def test_docs_mirror_the_layer_tables():
+    text = (REPO / "docs" / "architecture.md").read_text()
+    for heading, layers in (("Workflow (", WORKFLOW_LAYERS), ("Plugin (", PLUGIN_LAYERS)):
+        assert documented_layers(text, heading) == list(layers), f"docs/architecture.md, Layers, {heading}...: " \
+            f"update it to {Path(__file__).name}'s table: {layers}"
+
+
+def test_each_kind_of_forbidden_import_is_caught():
+    """Synthetic sources: the real packages' tables with one bad import each."""
+    texts = {module: "" for _, modules in WORKFLOW_LAYERS for module in modules}
+    bad = {
+        "records": "from hepvine import driver\n",  # up
+        "placement": "import hepvine.site\n",  # sideways, to a module listed after it
+        "site": "from hepvine.site import load\n",  # itself
+        "eras": "import uproot\n",  # heavy, in a light layer
+        "analysis": "from ndcctools.taskvine import Manager\n",  # TaskVine outside the plugin's adapter
+        "cli": "import importlib\nimportlib.import_module('hepvine.' + name)\n__import__(name)\n",  # unseen
+    }
+    found = problems(WORKFLOW, {**texts, **bad, "newcomer": ""})
+    assert sorted(found) == sorted([
+        f"hepvine.newcomer ({WORKFLOW.directory / 'newcomer.py'}) is in no layer: add it to the layer table in "
+        f"{Path(__file__).name}",
+        "wrong-way import: hepvine.records (layer 1 'data model', line 1) imports hepvine.driver (layer 5 "
+        "'per-file driver'), a higher layer",
+        "lateral import: hepvine.placement (layer 2 'placement and routing', line 1) imports hepvine.site (layer 2 "
+        "'placement and routing'), listed after it in the same layer; list site before placement if it is lower, "
+        "else move the code",
+        "hepvine.site (layer 2 'placement and routing', line 1) imports itself",
+        "hepvine.eras (layer 1 'data model', line 1) imports uproot: the Snakefile imports this layer while it "
+        "parses, on every job; move the code that needs it to a higher layer",
+        "hepvine.analysis (layer 4 'work', line 1) imports ndcctools.taskvine.Manager: every TaskVine call belongs "
+        "in the plugin's taskvine.py",
+        *[f"hepvine.cli (line {n}) imports a module by a computed name, which the layer check cannot see: import it "
+          "by name (``from package import module``)" for n in (2, 3)],
+    ]), "\n".join(found)
+    assert problems(WORKFLOW, {**texts, "records": "from hepvine import atomic\nimport hepvine\n"}) == []
+
+
+def test_plugin_violations_are_caught():
+    texts = {module: "" for _, modules in PLUGIN_LAYERS for module in modules}
+    found = problems(PLUGIN, {**texts, "taskvine": "from ndcctools.taskvine import cvine\nfrom .tasks import x\n",
+                              "tasks": "import ndcctools.taskvine as vine\n",
+                              "provision": "from . import validation\nfrom hepvine import records\n"})
+    assert sorted(found) == sorted([
+        "wrong-way import: snakemake_executor_plugin_taskvine.taskvine (layer 2 'TaskVine adapter', line 2) imports "
+        "snakemake_executor_plugin_taskvine.tasks (layer 3 'jobs as tasks'), a higher layer",
+        "snakemake_executor_plugin_taskvine.tasks (layer 3 'jobs as tasks', line 1) imports ndcctools.taskvine: every "
+        "TaskVine call belongs in the plugin's taskvine.py",
+        "lateral import: snakemake_executor_plugin_taskvine.provision (layer 4 'workers', line 1) imports "
+        "snakemake_executor_plugin_taskvine.validation (layer 4 'workers'), listed after it in the same layer; list "
+        "validation before provision if it is lower, else move the code",
+        "snakemake_executor_plugin_taskvine.provision (layer 4 'workers', line 2) imports hepvine.records: the "
+        "plugin is generic Snakemake and imports nothing of hepvine",
+    ]), "\n".join(found)
