@@ -29,13 +29,29 @@ def descendants(pid: int) -> list[psutil.Process]:
         return []
 
 
+class Run:
+    """A snakemake run whose output is read as it comes (a full pipe would stall it) and kept (PRINTED) to be shown
+    if the test fails; interrupt() is Ctrl-C and waits for the run to end."""
+
+    def __init__(self, wf, *args: str):
+        self.proc = wf.popen(*args)
+        self.printed: list[str] = []
+        self.reader = threading.Thread(target=lambda: self.printed.extend(self.proc.stdout), daemon=True)
+        self.reader.start()
+
+    def interrupt(self) -> None:
+        self.proc.send_signal(signal.SIGINT)
+        self.proc.wait(timeout=120)
+        self.reader.join(timeout=30)
+
+    def output(self) -> str:
+        return "".join(self.printed)[-4000:]
+
+
 def test_ctrl_c_leaves_nothing_running_and_rerun_resumes(workflow):
     wf = workflow(SLOW)
-    run = wf.popen(*ARGS)
-    # Its output is read as it comes (a full pipe would stall the run), and shown if the test fails.
-    printed: list[str] = []
-    reader = threading.Thread(target=lambda: printed.extend(run.stdout), daemon=True)
-    reader.start()
+    started = Run(wf, *ARGS)
+    run = started.proc
     try:
         # Names are taken when a process is first seen: short-lived ones may be gone by the time we look again.
         seen: dict[int, psutil.Process] = {}
@@ -64,9 +80,7 @@ def test_ctrl_c_leaves_nothing_running_and_rerun_resumes(workflow):
                 assert password not in " ".join(proc.cmdline()), proc.cmdline()
             except psutil.NoSuchProcess:
                 continue
-        run.send_signal(signal.SIGINT)
-        run.wait(timeout=120)
-        reader.join(timeout=30)
+        started.interrupt()
     finally:
         if run.poll() is None:
             run.kill()
@@ -77,7 +91,7 @@ def test_ctrl_c_leaves_nothing_running_and_rerun_resumes(workflow):
     left = [f"{p.pid} {p.name()}" for p in seen.values() if alive(p)]
     assert left == [], f"still running after Ctrl-C: {left}"
     assert not os.path.exists(os.path.dirname(path)), "the run's private directory (password) outlived Ctrl-C"
-    assert_rerun_finishes(wf, ARGS, timeout=300, why=f"processes first seen at (s): {first_seen}\n{''.join(printed)[-4000:]}")
+    assert_rerun_finishes(wf, ARGS, timeout=300, why=f"processes first seen at (s): {first_seen}\n{started.output()}")
 
 
 def assert_rerun_finishes(wf, args, timeout: float, why: str = "") -> None:
@@ -115,7 +129,8 @@ def _condor_jobs(condor_env, root) -> list[str]:
 def test_ctrl_c_removes_condor_workers(workflow, condor_env):
     wf = workflow(SLOW)
     args = ("--taskvine-workers", "condor", *ARGS)
-    run = wf.popen(*args)
+    started = Run(wf, *args)
+    run = started.proc
     try:
         deadline = time.monotonic() + 60
         scratch = None
@@ -128,9 +143,7 @@ def test_ctrl_c_removes_condor_workers(workflow, condor_env):
             time.sleep(2)
         assert any(j.endswith(" 2") for j in _condor_jobs(condor_env, scratch)), "no worker job started (status 2)"
         time.sleep(5)  # tasks reach the workers
-        run.send_signal(signal.SIGINT)
-        run.wait(timeout=120)
-        reader.join(timeout=30)
+        started.interrupt()
     finally:
         if run.poll() is None:
             run.kill()
