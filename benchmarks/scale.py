@@ -240,6 +240,7 @@ def steady(n: int, workdir: Path, variant: str, window_s: float, settle_s: float
     spec_path = linked_spec(n, workdir)
     campaign = f"steady-{n}-{variant.replace(':', '-').replace('/', '-')}"
     shutil.rmtree(workdir / "results" / campaign, ignore_errors=True)
+    shutil.rmtree(workdir / ".snakemake" / "locks", ignore_errors=True)  # of a run an earlier bench had to kill
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
            *LOCAL_WORKERS, "--jobs", jobs_option, "--scheduler-subsample", subsample, "--max-jobs-per-timespan",
            rate, *(["--taskvine-library"] if library else []),
