@@ -250,10 +250,10 @@ RUN = {
         dry_run=True, sandbox=True, why=WORKFLOW_FILLED),
     "hepvine plan --site site-configs/uchicago-af.yaml --dataset 219000:191TB [--codec lzma] [--cold]": Run(
         plan_table(plan_after())),
-    "snakemake --executor taskvine --jobs 100 ...": Run(
+    "snakemake --executor taskvine --jobs unlimited ...": Run(
         dry_run_plans_the_campaign(), fill={"...": SPEC_AND_CAMPAIGN}, dry_run=True, why=GENERIC_FILLED),
     "snakemake --executor taskvine --taskvine-workers condor ...": Run(
-        dry_run_plans_the_campaign(), fill={"...": "--jobs 100 " + SPEC_AND_CAMPAIGN}, dry_run=True,
+        dry_run_plans_the_campaign(), fill={"...": "--jobs unlimited " + SPEC_AND_CAMPAIGN}, dry_run=True,
         why=GENERIC_FILLED),
     "snakemake --profile profiles/sandbox ...": Run(
         dry_run_plans_the_campaign("profiles/sandbox"), fill={"...": SPEC_AND_CAMPAIGN}, dry_run=True, sandbox=True,
