@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,11 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    # A test run started in the background by a non-interactive shell (`make test &`, as CI scripts do) has SIGINT
+    # ignored, and every snakemake it starts inherits that: the Ctrl-C tests would send a signal nobody hears (seen
+    # twice: the run went on to its end). Ctrl-C is acted on again here, so the runs get Python's default.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     config.addinivalue_line("markers", "sandbox: needs the real services of the sandbox (HTCondor, TaskVine, XRootD); "
                             "run through `make test`")
     config.addinivalue_line("markers", "root: must run as root inside the sandbox (mount namespaces); `make test` "
