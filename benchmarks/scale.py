@@ -171,6 +171,16 @@ snakemake.cli.main(sys.argv[1:])
 """
 
 
+def interrupt(proc: subprocess.Popen, timeout_s: float) -> None:
+    """Ctrl-C for PROC, as a user would; killed if it has not ended TIMEOUT_S seconds later."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def first_dispatch(n: int, workdir: Path, files_per_job: int) -> dict:
     """Seconds from start to the first job submitted to TaskVine (no workers, so nothing runs), and RSS then."""
     import psutil
@@ -191,12 +201,7 @@ def first_dispatch(n: int, workdir: Path, files_per_job: int) -> dict:
                 rss = psutil.Process(proc.pid).memory_info().rss / 2**20
                 break
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        interrupt(proc, 120)
     return {"files": n, "seconds": round(seconds, 2) if seconds else None, "rss_mb": round(rss, 1) if rss else None}
 
 
@@ -284,12 +289,7 @@ def steady(n: int, workdir: Path, variant: str, window_s: float, settle_s: float
                             "main_cpu_ms_per_finished_job": round(1000 * (c1 - c0) / max(done, 1), 1),
                             "main_cpu_ms_per_handed_job": round(1000 * (c1 - c0) / max(handed, 1), 1)}
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(300)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        interrupt(proc, 300)
     return {"files": n, "variant": variant, "library": library,
             "to_first_dispatch_s": round(marks[0][0] - start, 1), **phases}
 
