@@ -46,7 +46,7 @@ run: services-start
 	@$(ENTER) -- bash -c "$$HEPVINE_RUN_CMD"
 
 test: sandbox
-	@$(SANDBOX)/with-services.sh --pytest-root-pass python -m pytest $(PYTEST_ARGS)
+	@$(SANDBOX)/with-services.sh --pytest-root-pass python -m pytest --durations=30 $(PYTEST_ARGS)
 
 # The slow fault tests (marked `chaos`: tests/chaos and a few plugin tests): not part of `make test` (the tests'
 # pytest plugin, plugins/snakemake-executor-plugin-taskvine/tests/taskvine_fixtures.py, deselects them without

@@ -7,6 +7,8 @@ For each N it measures, each command in its own process (wall seconds and peak R
 - ``job``: what one job does before its real work — the job's own ``snakemake`` (as the executor runs it on a
   worker: ``--mode remote --target-jobs analyse:batch=...``) parsing the workflow and building its one-job DAG,
   as a dry run;
+- ``library_call``: the same job as a ``--taskvine-library`` call (forked from a process that has imported
+  Snakemake, run by the plugin's ``library.run_job``): its CPU seconds are a library call's overhead per job;
 - ``job_before``: the same job in the workflow as it was before the per-batch index (``--before GIT_REV``; one file
   per job), for the side-by-side ratio; ``dry_run_before`` likewise for N up to ``--before-dry-max``.
 
@@ -30,6 +32,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -78,6 +81,32 @@ def measured(cmd: list[str], cwd: Path, env: dict | None = None) -> dict:
             "cpu_s": round(usage.ru_utime + usage.ru_stime, 2), "output": output}
 
 
+def library_call(cmd: list[str], cwd: Path, scratch: Path) -> dict:
+    """CMD (a job's ``python -m snakemake ...``) as a ``--taskvine-library`` call: run by the plugin's own
+    ``library.run_job`` in a child forked from this process, which has imported Snakemake once as the library does.
+    The child's wall seconds, CPU seconds and peak RSS (MB)."""
+    import snakemake.cli  # noqa: F401  (what the library imports once)
+    from snakemake_executor_plugin_taskvine import library
+
+    scratch.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:  # the call: its own sandbox directory, as on a worker
+        code = 70
+        try:
+            os.chdir(scratch)
+            code = library.run_job(shlex.join(cmd), directory=str(cwd))["exit_code"]
+        finally:
+            os._exit(code)
+    _, status, usage = os.wait4(pid, 0)
+    wall = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        output = (scratch / "job-output.log").read_text(errors="replace")
+        raise RuntimeError(f"library call of {shlex.join(cmd)} failed:\n{output[-3000:]}")
+    return {"wall_s": round(wall, 2), "rss_mb": round(usage.ru_maxrss / 1024, 1),
+            "cpu_s": round(usage.ru_utime + usage.ru_stime, 2)}
+
+
 def snakemake(snakefile: Path, workdir: Path, config: list[str], *extra: str) -> list[str]:
     return [sys.executable, "-m", "snakemake", "--snakefile", str(snakefile), "--directory", str(workdir),
             "--cores", "1", "--quiet", "rules", *extra, "--config", *config]
@@ -113,9 +142,10 @@ def run(n: int, workdir: Path, before: Path | None, before_dry_max: int, files_p
     result["dry_run_cold"] = {k: v for k, v in cold.items() if k != "output"}
     result["dry_run"] = {k: v for k, v in warm.items() if k != "output"}
     batch = first_batch(workdir, "scale")
-    result["job"] = best_of(3, lambda: measured(snakemake(
-        snakefile, workdir, config, "-n", "--mode", "remote", "--target-jobs", f"analyse:batch={batch}",
-        "--allowed-rules", "analyse", "--force"), REPO))
+    job = snakemake(snakefile, workdir, config, "-n", "--mode", "remote", "--target-jobs", f"analyse:batch={batch}",
+                    "--allowed-rules", "analyse", "--force")
+    result["job"] = best_of(3, lambda: measured(job, REPO))
+    result["library_call"] = best_of(3, lambda: library_call(job, REPO, workdir / "call"))
     if before is not None:
         env = dict(os.environ, PYTHONPATH=str(before / "workflows"))
         old = [f"dataset={workdir / 'spec.json'}", f"site={SITE}", "recompress=zstd:5", "campaign=before"]
@@ -171,14 +201,18 @@ snakemake.cli.main(sys.argv[1:])
 """
 
 
-def interrupt(proc: subprocess.Popen, timeout_s: float) -> None:
-    """Ctrl-C for PROC, as a user would; killed if it has not ended TIMEOUT_S seconds later."""
+def interrupt(proc: subprocess.Popen, timeout_s: float) -> float | None:
+    """Ctrl-C for PROC, as a user would: the seconds it took to end, or None if it had not ended TIMEOUT_S seconds
+    later and was killed."""
+    start = time.perf_counter()
     proc.send_signal(signal.SIGINT)
     try:
         proc.wait(timeout_s)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+        return None
+    return round(time.perf_counter() - start, 1)
 
 
 def first_dispatch(n: int, workdir: Path, files_per_job: int) -> dict:
@@ -273,7 +307,7 @@ def steady(n: int, workdir: Path, variant: str, window_s: float, settle_s: float
     def sample() -> tuple[float, float, dict]:
         return time.perf_counter(), sum(main.cpu_times()[:2]), dict(counts)
 
-    phases = {}
+    phases, stopped = {}, None
     try:
         first.wait()
         if proc.poll() is not None:
@@ -289,9 +323,10 @@ def steady(n: int, workdir: Path, variant: str, window_s: float, settle_s: float
                             "main_cpu_ms_per_finished_job": round(1000 * (c1 - c0) / max(done, 1), 1),
                             "main_cpu_ms_per_handed_job": round(1000 * (c1 - c0) / max(handed, 1), 1)}
     finally:
-        interrupt(proc, 300)
+        stopped = interrupt(proc, 300)
     return {"files": n, "variant": variant, "library": library,
-            "to_first_dispatch_s": round(marks[0][0] - start, 1), **phases}
+            "to_first_dispatch_s": round(marks[0][0] - start, 1), **phases,
+            "ctrl_c_s": stopped, "handed_at_ctrl_c": counts["handed"], "finished_at_ctrl_c": counts["finished"]}
 
 
 def end_to_end(n: int, workdir: Path, before: Path | None, files_per_job: int) -> dict:
