@@ -17,7 +17,9 @@ campaign (greedy scheduler, no workers) to its first job handed to TaskVine, and
 
 With ``--steady N``: the main process's own CPU per job while a campaign of N files runs on local TaskVine workers
 (a fill phase from the first dispatch, then a steady window, then Ctrl-C), for each ``--steady-variants``
-files_per_job:scheduler_subsample[:jobs[:max_jobs_per_timespan]].
+files_per_job:scheduler_subsample[:jobs[:max_jobs_per_timespan[:workers]]] (workers 0: nothing runs, so the steady
+window shows what holding the handed-over jobs costs per second). The plugin's TaskVine manager process (spawned by
+the main one) is measured apart.
 
 With ``--run N``: a real campaign of N files end to end on local TaskVine workers (2 × 1 core; the files are links
 to a few generated ones, so only the per-job costs scale): wall, jobs/s, events/s per core and the main process's
@@ -260,29 +262,34 @@ def linked_spec(n: int, workdir: Path) -> Path:
     return path
 
 
-LOCAL_WORKERS = ["--executor", "taskvine", "--taskvine-workers", "local", "--taskvine-min-workers", "2",
-                 "--taskvine-max-workers", "2", "--taskvine-worker-cores", "1", "--scheduler", "greedy"]
+def local_workers(n: int = 2) -> list[str]:
+    """Executor options: N local 1-core TaskVine workers (0: none, so nothing runs)."""
+    workers = ["--taskvine-workers", "local", "--taskvine-min-workers", str(n), "--taskvine-max-workers", str(n),
+               "--taskvine-worker-cores", "1"] if n else ["--taskvine-workers", "none"]
+    return ["--executor", "taskvine", *workers, "--scheduler", "greedy"]
 
 
 def steady(n: int, workdir: Path, variant: str, window_s: float, settle_s: float, library: bool) -> dict:
-    """The main process's own CPU per job while a campaign of N files runs (2 local 1-core TaskVine workers), in two
+    """The main process's own CPU per job while a campaign of N files runs (local 1-core TaskVine workers), in two
     phases after the first job is handed to TaskVine: ``fill`` (the first SETTLE_S seconds, when Snakemake hands
     over what it can: with --jobs unlimited, every ready job) and ``steady`` (the next WINDOW_S seconds); then the
     run is interrupted (Ctrl-C). Each phase: the main process's CPU seconds (not the workers'), the jobs handed over
-    and the jobs finished. VARIANT is FILES_PER_JOB:SCHEDULER_SUBSAMPLE[:JOBS[:MAX_JOBS_PER_TIMESPAN]] (JOBS
-    default 50, the rate Snakemake's default 100/1s)."""
+    and the jobs finished. VARIANT is FILES_PER_JOB:SCHEDULER_SUBSAMPLE[:JOBS[:MAX_JOBS_PER_TIMESPAN[:WORKERS]]]
+    (JOBS default 50, the rate Snakemake's default 100/1s, WORKERS 2). With WORKERS 0 no job runs: the steady
+    phase then measures what the main process spends per second on the jobs it holds, whatever finishes."""
     import threading
 
     import psutil
 
-    files_per_job, subsample, jobs_option, rate = (variant.split(":") + ["50", "100/1s"])[:4]
+    fields = variant.split(":")
+    files_per_job, subsample, jobs_option, rate, workers = fields + ["50", "100/1s", "2"][len(fields) - 2:]
     spec_path = linked_spec(n, workdir)
     campaign = f"steady-{n}-{variant.replace(':', '-').replace('/', '-')}"
     shutil.rmtree(workdir / "results" / campaign, ignore_errors=True)
     shutil.rmtree(workdir / ".snakemake" / "locks", ignore_errors=True)  # of a run an earlier bench had to kill
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
-           *LOCAL_WORKERS, "--jobs", jobs_option, "--scheduler-subsample", subsample, "--max-jobs-per-timespan",
-           rate, *(["--taskvine-library"] if library else []),
+           *local_workers(int(workers)), "--jobs", jobs_option, "--scheduler-subsample", subsample,
+           "--max-jobs-per-timespan", rate, *(["--taskvine-library"] if library else []),
            "--config", f"dataset={spec_path}", f"campaign={campaign}", f"files_per_job={files_per_job}"]
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -304,8 +311,13 @@ def steady(n: int, workdir: Path, variant: str, window_s: float, settle_s: float
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
 
-    def sample() -> tuple[float, float, dict]:
-        return time.perf_counter(), sum(main.cpu_times()[:2]), dict(counts)
+    def manager_cpu() -> float:
+        """CPU seconds of the plugin's TaskVine manager, a process spawned by the main one."""
+        spawned = [p for p in main.children() if "spawn_main" in " ".join(p.cmdline())]
+        return sum(sum(p.cpu_times()[:2]) for p in spawned)
+
+    def sample() -> tuple[float, float, float, dict]:
+        return time.perf_counter(), sum(main.cpu_times()[:2]), manager_cpu(), dict(counts)
 
     phases, stopped = {}, None
     try:
@@ -316,9 +328,10 @@ def steady(n: int, workdir: Path, variant: str, window_s: float, settle_s: float
         for seconds in (settle_s, window_s):
             time.sleep(seconds)
             marks.append(sample())
-        for name, (t0, c0, n0), (t1, c1, n1) in zip(("fill", "steady"), marks, marks[1:]):
+        for name, (t0, c0, m0, n0), (t1, c1, m1, n1) in zip(("fill", "steady"), marks, marks[1:]):
             handed, done = n1["handed"] - n0["handed"], n1["finished"] - n0["finished"]
-            phases[name] = {"seconds": round(t1 - t0, 1), "main_cpu_s": round(c1 - c0, 2), "handed": handed,
+            phases[name] = {"seconds": round(t1 - t0, 1), "main_cpu_s": round(c1 - c0, 2),
+                            "manager_cpu_s": round(m1 - m0, 2), "handed": handed,
                             "finished": done, "jobs_per_s": round(done / (t1 - t0), 2),
                             "main_cpu_ms_per_finished_job": round(1000 * (c1 - c0) / max(done, 1), 1),
                             "main_cpu_ms_per_handed_job": round(1000 * (c1 - c0) / max(handed, 1), 1)}
@@ -332,7 +345,7 @@ def steady(n: int, workdir: Path, variant: str, window_s: float, settle_s: float
 def end_to_end(n: int, workdir: Path, before: Path | None, files_per_job: int) -> dict:
     """A real campaign of N files on 2 local 1-core TaskVine workers, now and before."""
     spec_path = linked_spec(n, workdir)
-    options = [*LOCAL_WORKERS, "--jobs", "50"]
+    options = [*local_workers(), "--jobs", "50"]
     out = {"files": n}
     variants = [("now", REPO, [f"files_per_job={files_per_job}"], None)]
     if before is not None:
@@ -392,7 +405,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steady", type=int, default=0, help="also measure the main process's CPU per job while a "
                         "campaign of this many files runs (a window of --window s, then Ctrl-C)")
     parser.add_argument("--steady-variants", default="8:1000,8:1000:unlimited:1000/1s",
-                        help="comma-separated FILES_PER_JOB:SCHEDULER_SUBSAMPLE[:JOBS[:MAX_JOBS_PER_TIMESPAN]] for "
+                        help="comma-separated FILES_PER_JOB:SCHEDULER_SUBSAMPLE[:JOBS[:MAX_JOBS_PER_TIMESPAN[:WORKERS]]] "
+                        "for "
                         "--steady, run one after another")
     parser.add_argument("--window", type=float, default=240, help="seconds of --steady's steady phase")
     parser.add_argument("--settle", type=float, default=120,
