@@ -290,7 +290,7 @@ class Dispatcher:
         self._send(("cancel", tag))
 
     def collect(self) -> None:
-        """Read what the manager process has sent since the last call: results (kept by tag until pop_result takes
+        """Read what the manager process has sent since the last call: results (kept by tag until take_results takes
         them), notes and errors. Once per status check, not once per job: a campaign may have every job active."""
         with self._recv_lock:
             try:
@@ -305,10 +305,16 @@ class Dispatcher:
             except (EOFError, OSError):
                 self.error = self.error or "the TaskVine manager process ended unexpectedly"
 
-    def pop_result(self, tag: str) -> TaskResult | None:
-        """The result of the task TAG, if collect() has read it (once)."""
+    def take_results(self) -> dict[str, TaskResult]:
+        """The results collect() has read and nobody has taken yet, by task tag (each result is taken once)."""
         with self._recv_lock:
-            return self._results.pop(tag, None)
+            results, self._results = self._results, {}
+        return results
+
+    def keep_results(self, results: dict[str, TaskResult]) -> None:
+        """Give back RESULTS taken but not used (of jobs the caller did not know yet): the next take has them."""
+        with self._recv_lock:
+            self._results.update(results)
 
     def take_notes(self) -> list[str]:
         """What the manager process has told since the last call (read with the results, by collect)."""
