@@ -2,12 +2,14 @@
 Snakemake once, and each job is a call of ``run_job`` in a child forked from it — no interpreter start and no
 ``import snakemake.cli`` per job, which are most of a short job's ~2 s.
 
-``run_job`` takes the job's command as Snakemake formats it (``<python> -m snakemake <args>``) and runs those
-arguments through ``snakemake.cli.main`` in the forked child, in DIRECTORY (the workflow directory with a shared
-filesystem) or in the call's own sandbox, with ENV (the job's variables, such as the workflow's ``envvars``) added to
-its environment; any other command runs in a shell. Everything the job writes to its
-standard output and error is kept, and its tail is returned with the exit code. This module imports nothing of
-TaskVine: the adapter (``taskvine.py``) makes the library from it.
+The library runs ``warm`` once before its first call, so that no call imports and builds again, in its fork, what
+every job needs (Snakemake's parser and plugin registries, its API and DAG modules). ``run_job`` takes the job's
+command as Snakemake formats it (``<python> -m snakemake <args>``) and runs those arguments through
+``snakemake.cli.main`` in the forked child, in DIRECTORY (the workflow directory with a shared filesystem) or in the
+call's own sandbox, with ENV (the job's variables, such as the workflow's ``envvars``) added to its environment; any
+other command runs in a shell. Everything the job writes to its standard output and error is kept, and its tail is
+returned with the exit code. This module imports nothing of TaskVine: the adapter (``taskvine.py``) makes the library
+from it.
 
 A call takes one of the worker's function slots (one per core), and nothing limits what it uses: the executor sends
 only jobs of one core whose memory fits a slot's share as calls (``tasks.job_task``), the others as processes.
@@ -24,6 +26,31 @@ import traceback
 
 OUTPUT_KEEP = 200_000  # characters of output returned to the manager
 SNAKEMAKE_COMMAND = re.compile(r"^\S+ -m snakemake (?P<args>.*)$", re.S)
+# What a job's `snakemake` imports after its command line is read (the API, the DAG, the config's validation, source
+# and report handling): imported once by the library (warm), not once per call.
+WARM_MODULES = ("snakemake.api", "snakemake.workflow", "snakemake.dag", "snakemake.jobs", "snakemake.persistence",
+                "snakemake.report", "snakemake.utils", "jsonschema", "smart_open", "yte")
+WARM_VARIABLE = "TASKVINE_LIBRARY_WARM_S"
+
+
+def warm() -> None:
+    """Run once in the library process, before its first call: what every call would otherwise redo in its fork —
+    Snakemake's command-line parser with its plugin registries (~0.5 s: every installed plugin is found and
+    imported), and WARM_MODULES. A module this Snakemake does not have is skipped. The seconds it took go to the
+    calls' environment as WARM_VARIABLE (a job can tell it ran in a warmed library)."""
+    import importlib
+    import time
+
+    from snakemake.cli import get_argument_parser
+
+    start = time.process_time()
+    get_argument_parser()
+    for name in WARM_MODULES:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError:
+            continue
+    os.environ[WARM_VARIABLE] = f"{time.process_time() - start:.3f}"
 
 
 def run_job(command: str, directory: str = "", env: dict | None = None) -> dict:

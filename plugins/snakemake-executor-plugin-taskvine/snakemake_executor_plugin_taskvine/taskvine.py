@@ -312,7 +312,8 @@ class Manager:
         from . import library
 
         lib = self._m.create_library_from_functions(LIBRARY_NAME, library.run_job, add_env=False,
-                                                    hoisting_modules=[snakemake.cli], exec_mode="fork")
+                                                    hoisting_modules=[snakemake.cli], exec_mode="fork",
+                                                    library_context_info=[library.warm, [], {}])
         if self._environment is not None:  # the library's `python` is the environment's
             lib.add_environment(self._environment)
         self._m.tune("watch-library-logfiles", 1)  # its log comes back to the run directory (library-logs/)

@@ -10,8 +10,10 @@ pytestmark = pytest.mark.sandbox
 
 from snakemake_runs import slow_snakefile
 
-# Each job also says which process ran it: in library mode, a child of the library process, not of a shell.
-JOBS = slow_snakefile("echo {wildcards.i} > {output}; cat /proc/$PPID/cmdline | tr '\\\\0' ' ' >> {output}", n=6)
+# Each job also says which process ran it (in library mode, a child of the library process, not of a shell) and how
+# long the library's warm-up took (library.warm, run once before the first call).
+JOBS = slow_snakefile("echo {wildcards.i} > {output}; cat /proc/$PPID/cmdline | tr '\\\\0' ' ' >> {output}; "
+                      "echo \"warm ${TASKVINE_LIBRARY_WARM_S:-none}\" >> {output}", n=6)
 NO_SHARED_FS = ("--shared-fs-usage", "none", "--taskvine-worker-memory-mb", "1000", "--taskvine-worker-disk-mb",
                 "1000", "--default-resources", "mem_mb=100", "disk_mb=10")
 
@@ -26,6 +28,8 @@ def test_jobs_run_as_library_calls(workflow, fs):
         assert lines[0] == name.split(".")[0]
         # The shell's parent is the forked library process (TaskVine's library_code.py), not `python -m snakemake`.
         assert "library_code.py" in lines[1] and "-m snakemake" not in lines[1], lines[1]
+        # The library ran its warm-up (Snakemake's parser and plugin registries, its API and DAG modules) once.
+        assert lines[2].startswith("warm ") and float(lines[2].split()[1]) > 0, lines[2]
 
 
 def test_failing_library_call_names_rule_and_output(workflow):
