@@ -132,3 +132,11 @@ def test_loading_a_site_imports_no_taskvine():
     code = "import sys, hepvine.site; print(sorted(m for m in sys.modules if m.split('.')[0] == 'ndcctools'))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+def test_site_configs_holds_site_files_only():
+    """site-configs/ is the sites: their YAMLs and the README that says what one is (the sandbox's build and
+    services are in sandbox/)."""
+    others = sorted(p.name for p in (REPO / "site-configs").iterdir() if p.suffix != ".yaml" and p.name != "README.md")
+    assert others == [], f"site-configs/ holds {others}: only site YAMLs belong there (sandbox code: sandbox/)"
+    assert "workflows/schemas/site.schema.yaml" in (REPO / "site-configs" / "README.md").read_text()
