@@ -1,6 +1,6 @@
 # hepvine: every target builds or reuses the sandbox (a Debian trixie userland with HTCondor, TaskVine and XRootD)
 # and runs inside it. Needs root on a Debian/Ubuntu host; see README.md.
-SANDBOX := site-configs/sandbox
+SANDBOX := sandbox
 ENTER := $(SANDBOX)/enter.sh
 SERVICES := python3 $(SANDBOX)/services.py
 PYTEST_ARGS ?=

@@ -40,7 +40,7 @@ rule small:
 """
 
 MACHINE_CORES = os.cpu_count() or 1
-POOL_CORES = 4  # the sandbox pool: two partitionable slots of 2 cores (site-configs/sandbox/services.py)
+POOL_CORES = 4  # the sandbox pool: two partitionable slots of 2 cores (sandbox/services.py)
 TASKVINE_WORKER = ["--taskvine-worker-memory-mb", "1000", "--taskvine-worker-disk-mb", "2000",
                    "--default-resources", "mem_mb=100", "disk_mb=10"]
 

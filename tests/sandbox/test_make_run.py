@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 MAKE = shutil.which("make")
 
 pytestmark = pytest.mark.skipif(
-    MAKE is None, reason="GNU make is not installed here (in the sandbox: add `make` to site-configs/sandbox/packages.txt)")
+    MAKE is None, reason="GNU make is not installed here (in the sandbox: add `make` to sandbox/packages.txt)")
 
 COMMANDS = [
     "echo $HOME",

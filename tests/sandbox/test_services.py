@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-SERVICES_PY = Path(__file__).resolve().parents[2] / "site-configs" / "sandbox" / "services.py"
+SERVICES_PY = Path(__file__).resolve().parents[2] / "sandbox" / "services.py"
 
 # A daemon that, on SIGTERM, exits at once and leaves its child to exit on its own (as HTCondor's master can leave
 # its daemons and their jobs); the child exits 1.5 s after its SIGTERM, or ignores it.

@@ -1,11 +1,14 @@
 """Site configs: every shipped config validates; routes take the form of the site's access mode; a bad config
-names the key and what to do."""
+names the key and what to do; the worker groups are the executor plugin's, read by its own parser."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from snakemake_executor_plugin_taskvine import ExecutorSettings, provision
 
 from hepvine import site
 
@@ -25,7 +28,7 @@ def sandbox_env(monkeypatch):
 def test_shipped_configs_validate(name, sandbox_env):
     config = site.load(REPO / "site-configs" / f"{name}.yaml")
     assert config.name == name
-    assert {g["name"] for g in config.worker_groups} <= {r["name"] for r in config.racks}
+    assert {g.name for g in config.worker_groups} <= {r["name"] for r in config.racks}
 
 
 def test_routes_follow_the_access_mode(sandbox_env):
@@ -86,3 +89,54 @@ def test_hostile_xrootd_client_settings_are_refused_naming_the_key(tmp_path, san
     bad.write_text(text.replace("  XRD_REQUESTTIMEOUT: 60\n", f"  {line}\n"))
     with pytest.raises(site.SiteError, match=r"xrootd_client"):
         site.load(bad)
+
+
+@pytest.mark.parametrize("name", ["sandbox", "uchicago-af", "nebraska-coffea-casa", "freiburg-nemo", "cern-eos"])
+def test_the_workflow_and_the_executor_read_the_same_worker_groups(name, sandbox_env):
+    """The profiles hand each site config to the executor as --taskvine-worker-groups: both read it with the one
+    parser, so the cores the report and the planner count per rack are the cores the executor starts."""
+    path = REPO / "site-configs" / f"{name}.yaml"
+    executors, found = provision.worker_groups(ExecutorSettings(worker_groups=path))
+    assert found == [] and executors, found
+    sizes = [(g.name, g.features, g.condor_requirements, g.cores, g.max_workers) for g in site.load(path).worker_groups]
+    assert sizes == [(g.name, g.features, g.condor_requirements, g.cores, g.max_workers) for g in executors]
+
+
+@pytest.mark.parametrize("old, new, expected", [
+    ("    cores: 2\n    memory_mb: 3500\n    disk_mb: 8000\n  - name: rack-b",
+     "    cores: 0\n    memory_mb: 3500\n    disk_mb: 8000\n  - name: rack-b",
+     "worker_groups: group rack-a: cores 0 must be a whole number >= 1"),
+    ("    max_workers: 1\n    cores: 2\n    memory_mb: 3500\n    disk_mb: 8000\n  - name: rack-b",
+     "    max_workers: true\n    cores: 2\n    memory_mb: 3500\n    disk_mb: 8000\n  - name: rack-b",
+     "worker_groups: group rack-a: max_workers True must be a whole number >= 1"),
+    ("  - name: rack-b\n", "  - name: rack-b\n    rack: rack-b\n", "worker_groups: group rack-b: unknown key(s) rack"),
+    ("  - name: rack-b\n", "  - name: \"rack-b;id\"\n",
+     "worker_groups: worker_groups[1] name 'rack-b;id': use letters"),
+    ("  - name: rack-b\n", "  - name: rack-a\n", "worker_groups: group rack-a appears more than once"),
+    ('condor_requirements: HepvineRack == "rack-b"', "condor_requirements: HepvineRack == $(x)",
+     "worker_groups: group 'rack-b': condor_requirements 'HepvineRack == $(x)': write one line of a ClassAd"),
+])
+def test_bad_worker_group_is_named_by_the_executors_parser(tmp_path, sandbox_env, old, new, expected):
+    text = (REPO / "site-configs" / "sandbox.yaml").read_text()
+    assert old in text  # what the case changes
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace(old, new, 1))
+    with pytest.raises(site.SiteError) as e:
+        site.load(bad)
+    assert f"site config {bad}:" in str(e.value) and expected in str(e.value), str(e.value)
+
+
+def test_loading_a_site_imports_no_taskvine():
+    """The Snakefile imports hepvine.site while it parses, on every job: the plugin's parser comes without TaskVine
+    (only the plugin's adapter imports ndcctools, when a manager starts)."""
+    code = "import sys, hepvine.site; print(sorted(m for m in sys.modules if m.split('.')[0] == 'ndcctools'))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+def test_site_configs_holds_site_files_only():
+    """site-configs/ is the sites: their YAMLs and the README that says what one is (the sandbox's build and
+    services are in sandbox/)."""
+    others = sorted(p.name for p in (REPO / "site-configs").iterdir() if p.suffix != ".yaml" and p.name != "README.md")
+    assert others == [], f"site-configs/ holds {others}: only site YAMLs belong there (sandbox code: sandbox/)"
+    assert "workflows/schemas/site.schema.yaml" in (REPO / "site-configs" / "README.md").read_text()

@@ -36,10 +36,14 @@ PLUGIN_LAYERS = (
     ("worker side", ("library",)),
     ("TaskVine adapter", ("taskvine",)),
     ("jobs as tasks", ("stragglers", "tasks", "failures")),
-    ("workers", ("provision", "validation")),
+    ("workers", ("workergroups", "provision", "validation")),
     ("dispatch", ("dispatcher",)),
     ("executor", ("__init__",)),
 )
+# The plugin is a package below every layer of the workflow (the workflow depends on it like on any package). What
+# the workflow takes from it, and its lowest layer that does: the Snakefile imports that layer while it parses, on
+# every job, so only plugin modules that import no TaskVine and nothing heavy, and no layer below it.
+PLUGIN_FOR_WORKFLOW = ("placement and routing", ("workergroups",))
 # Parsed with the workflow on every job: these layers stay light.
 LIGHT_LAYERS = ("data model", "placement and routing")
 HEAVY = ("uproot", "awkward", "numpy", "hist", "coffea", "matplotlib", "mplhep", "ROOT")
@@ -91,6 +95,22 @@ def own_module(name: str, package: Package, modules: set[str]) -> str | None:
     return "__init__"
 
 
+def plugin_import_problems(name: str, where: str, layer_index: int) -> list[str]:
+    """What is wrong with the workflow's import of NAME, a part of the plugin, from WHERE in the workflow's layer
+    LAYER_INDEX (0 = the lowest): PLUGIN_FOR_WORKFLOW says which modules and from which layer up."""
+    lowest, allowed = PLUGIN_FOR_WORKFLOW
+    lowest_index = [layer for layer, _ in WORKFLOW_LAYERS].index(lowest)
+    module = name.split(".")[1] if "." in name else "__init__"
+    if module not in allowed:
+        return [f"{where} imports {name}: the workflow takes only {', '.join(allowed)} of the plugin (light modules, "
+                f"imported while the Snakefile parses); add the module to PLUGIN_FOR_WORKFLOW if it imports no "
+                "TaskVine and nothing heavy"]
+    if layer_index < lowest_index:
+        return [f"{where} imports {name}, which PLUGIN_FOR_WORKFLOW allows from layer {lowest_index + 1} "
+                f"{lowest!r} up; move the import, or lower PLUGIN_FOR_WORKFLOW's layer"]
+    return []
+
+
 def sources(package: Package) -> dict[str, str]:
     return {path.stem: path.read_text() for path in sorted(package.directory.glob("*.py"))}
 
@@ -123,6 +143,8 @@ def problems(package: Package, texts: dict[str, str]) -> list[str]:
             if package is PLUGIN and top == WORKFLOW.name:
                 found.append(f"{where} imports {name}: the plugin is generic Snakemake and imports nothing of "
                              "hepvine")
+            if package is WORKFLOW and top == PLUGIN.name:
+                found += plugin_import_problems(name, where, i)
             if package is WORKFLOW and layer in LIGHT_LAYERS and top in HEAVY:
                 found.append(f"{where} imports {name}: the Snakefile imports this layer while it parses, on every "
                              "job; move the code that needs it to a higher layer")
@@ -190,6 +212,8 @@ def test_each_kind_of_forbidden_import_is_caught():
         "eras": "import uproot\n",  # heavy, in a light layer
         "analysis": "from ndcctools.taskvine import Manager\n",  # TaskVine outside the plugin's adapter
         "cli": "import importlib\nimportlib.import_module('hepvine.' + name)\n__import__(name)\n",  # unseen
+        "limits": "from snakemake_executor_plugin_taskvine import workergroups\n",  # the plugin, too low
+        "fetch": "from snakemake_executor_plugin_taskvine.dispatcher import Dispatcher\n",  # not for the workflow
     }
     found = problems(WORKFLOW, {**texts, **bad, "newcomer": ""})
     assert sorted(found) == sorted([
@@ -207,6 +231,12 @@ def test_each_kind_of_forbidden_import_is_caught():
         "in the plugin's taskvine.py",
         *[f"hepvine.cli (line {n}) imports a module by a computed name, which the layer check cannot see: import it "
           "by name (``from package import module``)" for n in (2, 3)],
+        "hepvine.limits (layer 1 'data model', line 1) imports snakemake_executor_plugin_taskvine.workergroups, which "
+        "PLUGIN_FOR_WORKFLOW allows from layer 2 'placement and routing' up; move the import, or lower "
+        "PLUGIN_FOR_WORKFLOW's layer",
+        "hepvine.fetch (layer 3 'reading', line 1) imports snakemake_executor_plugin_taskvine.dispatcher.Dispatcher: "
+        "the workflow takes only workergroups of the plugin (light modules, imported while the Snakefile parses); "
+        "add the module to PLUGIN_FOR_WORKFLOW if it imports no TaskVine and nothing heavy",
     ]), "\n".join(found)
     assert problems(WORKFLOW, {**texts, "records": "from hepvine import atomic\nimport hepvine\n"}) == []
 

@@ -1,6 +1,10 @@
 """Site configs (``site-configs/<name>.yaml``, schema ``workflows/schemas/site.schema.yaml``): loading, validation,
 and each file's route — its home cache (rendezvous hashing of its logical file name), that cache's rack, the URL the
 task reads, and the routes to fall back to, in order, when that one cannot be reached.
+
+The site's ``worker_groups`` are what the TaskVine executor plugin reads from the same file
+(``--taskvine-worker-groups``): they are parsed and checked by the plugin's own parser
+(``snakemake_executor_plugin_taskvine.workergroups``), never here, so that the two cannot disagree.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from pathlib import Path
 
 import jsonschema
 import yaml
+from snakemake_executor_plugin_taskvine import workergroups
 
 from hepvine import placement
 
@@ -58,7 +63,7 @@ class Site:
     origins: list[dict]
     caches: list[dict]
     racks: list[dict]
-    worker_groups: list[dict] = field(default_factory=list)
+    worker_groups: list[workergroups.WorkerGroup] = field(default_factory=list)
     xrootd_client: dict = field(default_factory=dict)
     interconnect_gbps: float | None = None
     per_core_mbps: float | None = None
@@ -69,8 +74,8 @@ class Site:
         racks = {r["name"] for r in self.racks}
         cores: dict[str, int] = {}
         for group in self.worker_groups:
-            if group["name"] in racks:
-                cores[group["name"]] = cores.get(group["name"], 0) + group.get("cores", 1) * group.get("max_workers", 1)
+            if group.name in racks:
+                cores[group.name] = cores.get(group.name, 0) + group.cores * group.max_workers
         return cores
 
     def route(self, path: str) -> Route:
@@ -127,6 +132,9 @@ def load(path: str | Path) -> Site:
     schema = yaml.safe_load(SCHEMA.read_text())
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(raw), key=lambda e: list(e.absolute_path))
     problems = [f"{'.'.join(map(str, e.absolute_path)) or '(top level)'}: {e.message}" for e in errors]
+    items = raw.get(workergroups.KEY, []) if isinstance(raw, dict) else []
+    groups, group_problems = workergroups.parse(items, workergroups.KEY) if isinstance(items, list) else ([], [])
+    problems += group_problems  # (not a list: the schema says so)
     if not problems:
         problems = _consistency(raw)
     if problems:
@@ -134,7 +142,7 @@ def load(path: str | Path) -> Site:
                         + f"\n(the keys are described in {SCHEMA.relative_to(SCHEMA.parents[2])})")
     return Site(
         name=raw["name"], access=raw["access"], origins=raw["origins"], caches=raw.get("caches", []),
-        racks=raw["racks"], worker_groups=raw.get("worker_groups", []), xrootd_client=raw.get("xrootd_client", {}),
+        racks=raw["racks"], worker_groups=groups, xrootd_client=raw.get("xrootd_client", {}),
         interconnect_gbps=raw.get("interconnect_gbps"), per_core_mbps=raw.get("per_core_mbps"), path=str(path),
     )
 
@@ -142,10 +150,8 @@ def load(path: str | Path) -> Site:
 def _consistency(raw: dict) -> list[str]:
     racks = {r["name"] for r in raw["racks"]}
     found = []
-    for kind, items in (("caches", raw.get("caches", [])), ("worker_groups", raw.get("worker_groups", []))):
-        names = [item["name"] for item in items]
-        twice = sorted({n for n in names if names.count(n) > 1})
-        found += [f"{kind}: {name!r} appears more than once" for name in twice]
+    names = [cache["name"] for cache in raw.get("caches", [])]
+    found += [f"caches: {name!r} appears more than once" for name in sorted({n for n in names if names.count(n) > 1})]
     for i, cache in enumerate(raw.get("caches", [])):
         if cache["rack"] not in racks:
             found.append(f"caches[{i}] ({cache['name']}): rack {cache['rack']!r} is not one of racks "

@@ -3,16 +3,16 @@
 starts it stops, and each factory removes the workers it made.
 
 Worker groups (``--taskvine-worker-groups FILE``, a YAML file whose ``worker_groups`` list names each group with its
-features, HTCondor requirements and sizes) — e.g. one per rack. Every worker of a group carries the group's features,
-and its tasks see the group's name in ``SNAKEMAKE_TASKVINE_WORKER_GROUP``. With ``condor`` each group has its own
+features, HTCondor requirements and sizes; parsed and checked by ``workergroups.py``) — e.g. one per rack. Every
+worker of a group carries the group's features, and its tasks see the group's name in
+``SNAKEMAKE_TASKVINE_WORKER_GROUP``. With ``condor`` each group has its own
 factory, all started at once. A factory counts every worker connected to the manager, its own or not, so a group's
 worker that is lost is replaced only while the manager has fewer workers than that group's maximum; and a factory
 started after other groups' workers have connected would start none. Local groups therefore do not use factories:
 the plugin starts each group's ``max_workers`` workers itself.
 
-Group names, features and HTCondor requirements end up in vine_factory's shell commands, the HTCondor submit
-description and the workers' command lines: each is checked against a strict pattern (``SAFE_NAME``,
-``SAFE_REQUIREMENTS``) before anything starts. Workers get only the allowed environment (``--taskvine-worker-env``).
+Group names, features and HTCondor requirements, which reach shell commands, are checked before anything starts
+(``workergroups.py``). Workers get only the allowed environment (``--taskvine-worker-env``).
 
 The software the tasks run in (``--taskvine-environment FILE``, or the groups file's ``taskvine_environment`` key): a
 packed environment (``hepvine pack-env``) that goes with every task, so that workers need nothing installed — also
@@ -21,7 +21,6 @@ workers this plugin did not start. ``environment_file`` finds it and checks it b
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import socket
 import subprocess
@@ -31,8 +30,10 @@ from pathlib import Path
 import yaml
 from snakemake_interface_common.exceptions import WorkflowError
 
+from . import workergroups
+from .workergroups import WorkerGroup
 from .tasks import comma_separated
-from .taskvine import SAFE_NAME, SAFE_REQUIREMENTS, Factory, Worker, env_patterns
+from .taskvine import Factory, Worker, env_patterns
 
 WORKER_MODES = ("local", "condor", "none")
 CONDOR_CHECK_TIMEOUT_S = 20
@@ -42,46 +43,9 @@ ENVIRONMENT_KEY = "taskvine_environment"
 RUN_IN_ENV = "bin/run_in_env"
 
 
-@dataclasses.dataclass(frozen=True)
-class WorkerGroup:
-    """Workers started by one factory; sizes not given in the groups file come from the plugin's settings."""
-
-    name: str
-    features: tuple[str, ...] = ()
-    condor_requirements: str = ""
-    min_workers: int = 1
-    max_workers: int = 1
-    cores: int = 1
-    memory_mb: int = 0
-    disk_mb: int = 0
-
-
-GROUP_KEYS = {f.name for f in dataclasses.fields(WorkerGroup)}
-NAME_RULE = "use letters, digits and _ . - only, not starting with . or -"
-REQUIREMENTS_RULE = ("write one line of a ClassAd expression (letters, digits, spaces, double quotes, "
-                     "_ . , : ( ) < > = ! & | + - * / % ?); no $, \\, ', `, ; or line breaks")
-SIZES = {"min_workers": 0, "max_workers": 1, "cores": 1, "memory_mb": 0, "disk_mb": 0}
-
-
-def requirements_problems(text: str, where: str) -> list[str]:
-    """What is wrong with an HTCondor requirements expression: characters outside SAFE_REQUIREMENTS, or (when
-    HTCondor's Python bindings are here) not a ClassAd expression. condor_submit would refuse the latter, and the
-    factory would try again forever, leaving the run without workers."""
-    if not SAFE_REQUIREMENTS.match(text):
-        return [f"{where} {text!r}: {REQUIREMENTS_RULE}"]
-    try:
-        import classad2
-    except ImportError:
-        return []  # condor_submit judges it
-    try:
-        classad2.ExprTree(text)
-    except classad2.ClassAdException as e:
-        return [f"{where} {text!r}: not a ClassAd expression ({e}); check its parentheses, operators and quotes"]
-    return []
-
-
 def worker_groups(settings) -> tuple[list[WorkerGroup], list[str]]:
-    """(groups, problems). Without a groups file, one group made of the plugin's own settings."""
+    """(groups, problems). Without a groups file, one group made of the plugin's own settings; with one, its
+    non-empty ``worker_groups`` list (workergroups.parse), sizes not given there taken from the settings."""
     common = comma_separated(settings.worker_features)
     defaults = dict(min_workers=settings.min_workers, max_workers=settings.max_workers, cores=settings.worker_cores,
                     memory_mb=settings.worker_memory_mb, disk_mb=settings.worker_disk_mb,
@@ -95,41 +59,10 @@ def worker_groups(settings) -> tuple[list[WorkerGroup], list[str]]:
         return [], [f"{where}: cannot be read ({e.strerror})"]
     except yaml.YAMLError as e:
         return [], [f"{where}: not valid YAML ({e})"]
-    items = raw.get("worker_groups") if isinstance(raw, dict) else None
+    items = raw.get(workergroups.KEY) if isinstance(raw, dict) else None
     if not isinstance(items, list) or not items:
-        return [], [f"{where}: needs a non-empty list under the key worker_groups (each with at least a name)"]
-    groups, found = [], []
-    for i, item in enumerate(items):
-        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-            found.append(f"{where}: worker_groups[{i}] needs a name")
-            continue
-        unknown = sorted(set(item) - GROUP_KEYS)
-        if unknown:
-            found.append(f"{where}: group {item['name']}: unknown key(s) {', '.join(unknown)}; "
-                         f"known: {', '.join(sorted(GROUP_KEYS))}")
-        for key, least in SIZES.items():
-            value = item.get(key, defaults[key])
-            if not isinstance(value, int) or value < least:
-                found.append(f"{where}: group {item['name']}: {key} {value!r} must be a whole number >= {least}")
-        name = item["name"]
-        if not SAFE_NAME.match(name):
-            found.append(f"{where}: worker_groups[{i}] name {name!r}: " + NAME_RULE)
-        features = item.get("features", [])
-        if not isinstance(features, list) or not all(isinstance(f, str) for f in features):
-            found.append(f"{where}: group {name!r}: features must be a list of names")
-            features = []
-        found += [f"{where}: group {name!r}: feature {f!r}: " + NAME_RULE for f in features if not SAFE_NAME.match(f)]
-        requirements = item.get("condor_requirements", "")
-        if not isinstance(requirements, str) or not SAFE_REQUIREMENTS.match(requirements):
-            found.append(f"{where}: group {name!r}: condor_requirements {requirements!r}: " + REQUIREMENTS_RULE)
-        elif requirements:
-            found += requirements_problems(requirements, f"{where}: group {name!r}: condor_requirements")
-        if not found:
-            groups.append(WorkerGroup(**{**defaults, **{k: v for k, v in item.items() if k in GROUP_KEYS},
-                                         "features": tuple(features) + tuple(common)}))
-    names = [g.name for g in groups]
-    found += [f"{where}: group {n} appears more than once" for n in sorted({n for n in names if names.count(n) > 1})]
-    return groups, found
+        return [], [f"{where}: needs a non-empty list under the key {workergroups.KEY} (each with at least a name)"]
+    return workergroups.parse(items, where, defaults, common)
 
 
 def check_condor_reachable() -> None:

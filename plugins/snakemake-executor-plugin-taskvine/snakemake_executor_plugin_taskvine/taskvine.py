@@ -250,9 +250,46 @@ class _Losses:
         self.commit_start, self.failed_us = commit_start, failed_us
 
 
+class LostWorkers:
+    """Loss accounting: how often each task's worker was lost under it (one _Losses per task), and which tasks lost
+    more workers than their spec's retries allow. TaskVine itself sends a task again after every lost worker, without
+    limit (its retries count resource exhaustion only), so the count is kept here by looking at each task now and
+    then. It only reads the tasks' metrics; submitting and cancelling are the Manager's."""
+
+    def __init__(self) -> None:
+        self._losses: dict[int, _Losses] = {}
+
+    def track(self, task_id: int, retries: int) -> None:
+        """Count the losses of TASK_ID from now on; it may lose RETRIES workers and still be sent again."""
+        self._losses[task_id] = _Losses(retries=retries)
+
+    def forget(self, task_id: int) -> int:
+        """Stop counting for TASK_ID (it ended or was cancelled); how many workers it lost (0 if not tracked)."""
+        losses = self._losses.pop(task_id, None)
+        return losses.lost if losses is not None else 0
+
+    def over_retries(self, tasks: Mapping[int, object]) -> list[TaskResult]:
+        """Look at each of TASKS (TaskVine's tasks by id, all tracked) once more, and return as failed results the
+        ones whose worker was lost more often than their retries; the caller cancels them."""
+        given_up = []
+        for task_id, t in tasks.items():
+            losses = self._losses[task_id]
+            losses.observe(t.get_metric("time_when_commit_start"), t.get_metric("time_workers_execute_failure"))
+            if losses.lost > losses.retries:
+                given_up.append(TaskResult(
+                    task_id=task_id, tag=t.tag or "", successful=False, exit_code=None, result=GAVE_UP_LOST,
+                    hostname=t.hostname or "", lost_workers=losses.lost,
+                    output=f"The task's worker was lost under it {losses.lost} times; TaskVine would have sent it to "
+                           "another worker again.\n"))
+        return given_up
+
+
 class Manager:
-    """A TaskVine manager listening on loopback or any interface, password-protected, reporting to the catalog
-    on loopback (and only when it has a name)."""
+    """Submission and collection: a TaskVine manager listening on loopback or any interface, password-protected,
+    reporting to the catalog on loopback (and only when it has a name). It turns each TaskSpec into a TaskVine task
+    (declaring each file, environment file and the packed environment once), hands back each finished task as a
+    TaskResult, cancels tasks, and answers questions about them and the workers. Counting lost workers is
+    LostWorkers' job."""
 
     def __init__(
         self,
@@ -289,7 +326,7 @@ class Manager:
             self._m.set_password_file(str(password_file))
         self._m.set_scheduler(getattr(cvine, f"VINE_SCHEDULE_{scheduler.upper()}"))
         self._tasks: dict[int, object] = {}
-        self._losses: dict[int, _Losses] = {}
+        self._lost = LostWorkers()
         self._files: dict[str, object] = {}
         self._env_files: dict[str, object] = {}
         self._environment = self._declare_environment(environment) if environment is not None else None
@@ -360,7 +397,7 @@ class Manager:
             t.add_output(self._file(local), remote)
         task_id = self._m.submit(t)
         self._tasks[task_id] = t
-        self._losses[task_id] = _Losses(retries=spec.retries)
+        self._lost.track(task_id, spec.retries)
         return task_id
 
     def _env_file(self, env: dict[str, str]):
@@ -388,7 +425,7 @@ class Manager:
         t = self._m.wait(max(1, int(timeout_s)))
         if t is None or self._tasks.pop(t.id, None) is None:
             return None  # nothing finished, or a task that was cancelled
-        losses = self._losses.pop(t.id)
+        lost_workers = self._lost.forget(t.id)
         successful, exit_code = bool(t.successful()), t.exit_code if t.completed() else None
         if isinstance(t, self._vine.FunctionCall):
             returned = t.output if successful else None
@@ -402,31 +439,21 @@ class Manager:
         dispatched_us, done_us = t.get_metric("time_when_commit_start"), t.get_metric("time_when_done")
         return TaskResult(task_id=t.id, tag=t.tag or "", successful=successful, exit_code=exit_code,
                           result=str(t.result), output=output, hostname=t.hostname or "",
-                          lost_workers=losses.lost, category=t.category or "",
+                          lost_workers=lost_workers, category=t.category or "",
                           run_s=max(0.0, (done_us - dispatched_us) / 1e6) if dispatched_us and done_us else 0.0)
 
     def give_up_lost(self) -> list[TaskResult]:
-        """Cancel the tasks whose worker was lost more often than their spec's retries, and return them as failed.
-        TaskVine itself sends a task again after every lost worker, without limit (its retries count resource
-        exhaustion only), so the count is kept here by looking at each task (_Losses); call this every second or
-        so."""
-        given_up = []
-        for task_id, t in list(self._tasks.items()):
-            losses = self._losses[task_id]
-            losses.observe(t.get_metric("time_when_commit_start"), t.get_metric("time_workers_execute_failure"))
-            if losses.lost > losses.retries:
-                given_up.append(TaskResult(
-                    task_id=task_id, tag=t.tag or "", successful=False, exit_code=None, result=GAVE_UP_LOST,
-                    hostname=t.hostname or "", lost_workers=losses.lost,
-                    output=f"The task's worker was lost under it {losses.lost} times; TaskVine would have sent it to "
-                           "another worker again.\n"))
-                self.cancel(task_id)
+        """Cancel the tasks whose worker was lost more often than their spec's retries (LostWorkers), and return them
+        as failed; call this every second or so."""
+        given_up = self._lost.over_retries(self._tasks)
+        for result in given_up:
+            self.cancel(result.task_id)
         return given_up
 
     def cancel(self, task_id: int) -> None:
         self._m.cancel_by_task_id(task_id)
         self._tasks.pop(task_id, None)
-        self._losses.pop(task_id, None)
+        self._lost.forget(task_id)
 
     def running_s(self, task_id: int, now: float) -> float | None:
         """How long the task has been on a worker at NOW (seconds since the epoch): since its current dispatch

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from snakemake_interface_common.exceptions import WorkflowError
 
-from .provision import NAME_RULE, WORKER_MODES, requirements_problems, worker_groups
+from .workergroups import NAME_RULE, requirements_problems
+from .provision import WORKER_MODES, worker_groups
 from .taskvine import SAFE_NAME, SAFE_PATH, SCHEDULERS, bad_env_patterns, env_patterns
 from .tasks import comma_separated
 

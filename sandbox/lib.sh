@@ -3,7 +3,7 @@
 # Sourced by build.sh, enter.sh; never run on its own.
 
 SANDBOX_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO_DIR=$(cd "$SANDBOX_DIR/../.." && pwd)
+REPO_DIR=$(cd "$SANDBOX_DIR/.." && pwd)
 # The executor plugin, its own distribution (not on PyPI): installed from this directory.
 PLUGIN_DIR=$REPO_DIR/plugins/snakemake-executor-plugin-taskvine
 SHARED_DIR=$(cd "$REPO_DIR/.." && pwd)/shared
