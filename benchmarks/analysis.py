@@ -223,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
 
     lzma = inputs(args.files, args.events, seed=11, schema=args.schema)
     zstd = [lzma[0].parents[1] / args.codec.replace(":", "-") / p.name for p in lzma]
+    zstd[0].parent.mkdir(parents=True, exist_ok=True)
     recompress_wall = recompress_cpu = 0.0
     for source, copy in zip(lzma, zstd):
         wall, cpu, _ = timed(lambda: recompress.recompress(str(source), copy, recompress.parse_codec(args.codec)))
