@@ -9,7 +9,8 @@ plus the recompression's throughput (``hepvine.recompress``: copy, then verify e
 ratio. Writes results/bench/analysis.json. Everything runs in this one process, so "per core" is per process;
 each rate is the best of ``--repeat`` rounds, taken in turn so that machine noise hits every variant alike.
 
-The inputs (generated NanoAOD-like ttbar, LZMA-9, as in CMS NanoAOD) are made once and kept in results/bench/inputs.
+The inputs (generated ttbar, LZMA-9, as in CMS NanoAOD; ``--schema nanoaod``, the default, has the layout of a real
+NanoAOD file, 1,590 branches, ``compact`` hepvine's 94) are made once and kept in results/bench/inputs-<schema>.
 """
 
 from __future__ import annotations
@@ -32,17 +33,17 @@ OUT = Path("results/bench")
 TARGETS = {"zstd_over_lzma": 3.0, "zstd_over_io_limit": 0.6, "hepvine_over_coffea": 1.5, "zstd_size_over_lzma": 1.3}
 
 
-def inputs(files: int, events: int, seed: int) -> list[Path]:
+def inputs(files: int, events: int, seed: int, schema: str) -> list[Path]:
     """The LZMA-9 inputs, generated the first time (a manifest says what the kept files are)."""
-    where = OUT / "inputs" / "lzma"
+    where = OUT / f"inputs-{schema}" / "lzma"
     manifest = where / "manifest.json"
-    wanted = {"files": files, "events": events, "seed": seed, "process": "ttbar"}
+    wanted = {"files": files, "events": events, "seed": seed, "process": "ttbar", "schema": schema}
     paths = [where / f"ttbar_{i:04d}.root" for i in range(files)]
     if manifest.exists() and json.loads(manifest.read_text()) == wanted and all(p.exists() for p in paths):
         return paths
     for i, path in enumerate(paths):
-        print(f"bench: generating {path} ({events} events, LZMA-9)", flush=True)
-        generate.write_file(path, "ttbar", events, index=i, seed=seed)
+        print(f"bench: generating {path} ({events} events, {schema} schema, LZMA-9)", flush=True)
+        generate.write_file(path, "ttbar", events, index=i, seed=seed, schema=schema)
     manifest.write_text(json.dumps(wanted))
     return paths
 
@@ -209,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
                         "../shared/nanoaod), as they are; writes results/bench/analysis-real.json")
     parser.add_argument("--files", type=int, default=2)
     parser.add_argument("--events", type=int, default=100_000, help="events per file")
+    parser.add_argument("--schema", choices=generate.SCHEMAS, default="nanoaod", help="of the generated inputs")
     parser.add_argument("--repeat", type=int, default=5, help="rounds; each rate is the best of them")
     parser.add_argument("--codec", default="zstd:5")
     args = parser.parse_args(argv)
@@ -219,8 +221,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({k: result[k] for k in ("files", "events", "seconds", "rates_hz_per_core", "ratios")}))
         return 0
 
-    lzma = inputs(args.files, args.events, seed=11)
-    zstd = [OUT / "inputs" / args.codec.replace(":", "-") / p.name for p in lzma]
+    lzma = inputs(args.files, args.events, seed=11, schema=args.schema)
+    zstd = [lzma[0].parents[1] / args.codec.replace(":", "-") / p.name for p in lzma]
+    zstd[0].parent.mkdir(parents=True, exist_ok=True)
     recompress_wall = recompress_cpu = 0.0
     for source, copy in zip(lzma, zstd):
         wall, cpu, _ = timed(lambda: recompress.recompress(str(source), copy, recompress.parse_codec(args.codec)))
@@ -259,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         "what": "per-core (one process) event rates on the same events, best of the rounds",
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
                     "load_average": os.getloadavg()},
-        "events": events, "files": args.files, "codec": args.codec, "rounds": args.repeat,
+        "events": events, "files": args.files, "schema": args.schema, "codec": args.codec, "rounds": args.repeat,
         "selected_events": hepvine_counts,
         "rates_hz_per_core": {name: round(rate, 1) for name, rate in rates.items()},
         "seconds": {name: {"wall": round(w, 3), "cpu": round(c, 3)} for name, (w, c) in best.items()},

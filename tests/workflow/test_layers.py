@@ -30,7 +30,7 @@ WORKFLOW_LAYERS = (
     ("per-file driver", ("driver",)),
     ("merge", ("merge",)),
     ("report and plots", ("provenance", "cachestats", "retries", "report", "plots")),
-    ("commands", ("rates", "services", "generate", "compare", "packenv", "plan", "demo", "cli")),
+    ("commands", ("rates", "services", "nanoschema", "generate", "compare", "packenv", "plan", "demo", "cli")),
 )
 PLUGIN_LAYERS = (
     ("worker side", ("library",)),
