@@ -254,6 +254,12 @@ def _differences(name: str, a, b) -> str | None:
     return f"{name}: {str(a)[:120]} in the source, {str(b)[:120]} in the copy"
 
 
+def open_local(path: Path):
+    """The local ROOT file PATH open in uproot, memory-mapped (fsspec, uproot's default, opens the file again for every
+    read: seconds over the thousands of baskets of a NanoAOD file)."""
+    return uproot.open(path, handler=uproot.MemmapSource)
+
+
 def _keys_differ(src, copy) -> str | None:
     """How the keys of SRC and COPY (open files) differ in class or title, or None."""
     classes, copy_classes = src.classnames(cycle=False), copy.classnames(cycle=False)
@@ -271,7 +277,7 @@ def verify(source: str, src, tmp: Path, what: Plan) -> dict[str, int]:
     """{tree or RNTuple: entries} after checking hadd's copy at TMP against the staged source, open as SRC (see the
     module's docstring); RecompressError naming the first difference otherwise."""
     entries = {}
-    with uproot.open(tmp) as copy:
+    with open_local(tmp) as copy:
         said = _keys_differ(src, copy)
         for name in what.recompressed_trees:
             if said:
@@ -304,7 +310,7 @@ def verify_transcoded(source: str, src, tmp: Path, manifest: dict) -> dict[str, 
     SRC (see the module's docstring); RecompressError naming the first difference otherwise."""
     entries = {}
     keys = manifest["keys"]
-    with uproot.open(tmp) as copy:
+    with open_local(tmp) as copy:
         said = _differences("keys the transcoder copied", sorted(src.classnames(cycle=False)), sorted(keys)) \
             or _keys_differ(src, copy)
         for name, described in keys.items():
@@ -347,7 +353,7 @@ def _local(e: Exception) -> bool:
 def _opened(source: str, staged: Path):
     """The staged source open (its keys read)."""
     try:
-        src = uproot.open(staged)
+        src = open_local(staged)
         src.classnames(cycle=False)
     except READ_ERRORS as e:
         if _local(e):
@@ -388,16 +394,15 @@ def _staged(destination: Path):
 
 
 def _copy(source: str, src, staged: Path, tmp: Path, codec: Codec) -> tuple[dict[str, int], dict]:
-    """Copy STAGED (open as SRC) to TMP with the transcoder, or hadd when the transcoder does not copy what the file
-    holds; returns ({tree: entries}, {"engine": ..., "fallback": why hadd}) once the copy is verified."""
+    """Copy STAGED (open as SRC) to TMP with the transcoder, or with hadd when the transcoder does not copy what the
+    file holds or fails on it (a damaged file then fails in hadd too); returns ({tree: entries}, {"engine": ...,
+    "fallback": why hadd}) once the copy is verified."""
     try:
         manifest = transcode.run(staged, tmp, codec.setting)
-    except transcode.Unsupported as e:
+    except (transcode.Unsupported, transcode.TranscodeError) as e:
         what = _planned(source, src)
         write_copy(staged, tmp, what, codec, source)
         return verify(source, src, tmp, what), {"engine": "hadd", "fallback": str(e)}
-    except transcode.TranscodeError as e:
-        raise RecompressError(f"{source}: {e}") from e
     return verify_transcoded(source, src, tmp, manifest), {"engine": "transcode"}
 
 

@@ -13,7 +13,8 @@ at the same entries, under the same leaf types, as the source's -- hence the sam
 source a second time.
 
 What it does not copy (RNTuple, directories, branches of classes, baskets kept inside the tree's record) raises
-``Unsupported`` before anything is written: ``hepvine.recompress`` then uses ``hadd``.
+``Unsupported`` before anything is written, any other failure ``TranscodeError``: ``hepvine.recompress`` then uses
+``hadd`` and says why.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class BuildError(RuntimeError):
 
 
 class TranscodeError(RuntimeError):
-    """The transcoder failed on a file (its message names the file and the cause)."""
+    """The transcoder failed on a file (the message says how)."""
 
 
 def root_prefix() -> Path:
