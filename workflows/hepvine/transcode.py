@@ -31,7 +31,7 @@ from pathlib import Path
 
 SOURCE = Path(__file__).with_name("transcode.cxx")
 EXIT_UNSUPPORTED = 3
-ROOT_LIBRARIES = ("Core", "RIO", "Tree", "Thread", "MathCore")
+ROOT_LIBRARIES = ("Core", "RIO", "Tree")
 
 
 class Unsupported(Exception):
@@ -103,6 +103,9 @@ def program() -> Path:
     command = [cxx, "-O2", "-std=c++17", "-DNDEBUG", f"-I{prefix / 'include'}", str(SOURCE), "-o", str(tmp),
                f"-L{lib}", f"-Wl,-rpath,{lib}", *(f"-l{name}" for name in ROOT_LIBRARIES)]
     done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0 and "ZSTD_" in done.stderr:  # a ROOT linked to a shared libzstd (conda-forge's)
+        command.append("-lzstd")
+        done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         tmp.unlink(missing_ok=True)
         raise BuildError(f"building the basket transcoder ({SOURCE}) failed (exit {done.returncode}): "
