@@ -314,7 +314,8 @@ std::string TranscodeTree(TTree *in, TFile *out, int setting)
       auto *from = static_cast<TBranch *>(sources->At(i));
       auto *to = static_cast<TBranch *>(targets->At(i));
       if (!to || std::strcmp(from->GetName(), to->GetName()) != 0)
-         throw std::runtime_error(std::string(in->GetName()) + "/" + from->GetName() + ": not where expected in the clone");
+         throw std::runtime_error(std::string(in->GetName()) + "/" + from->GetName() +
+                                  ": not where expected in the clone");
       to->SetCompressionSettings(setting);
       TMD5 digest;
       const Int_t baskets = from->GetWriteBasket();
