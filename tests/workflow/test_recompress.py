@@ -143,11 +143,11 @@ def test_root_opens_the_copy_with_every_object(name, copies):
 
 def zstd_would_not_shrink(path: Path, seek: int) -> bool:
     """Whether the basket stored uncompressed at SEEK of PATH would not be smaller in ZSTD (ROOT then stores it as it
-    is, and so does the transcoder)."""
+    is, and so does the transcoder); another zstd build (uproot's) frames it up to ~10 bytes differently."""
     raw = path.read_bytes()
     nbytes, objlen = struct.unpack(">iHi", raw[seek:seek + 10])[::2]
     keylen = struct.unpack(">H", raw[seek + 14:seek + 16])[0]
-    return len(uproot.ZSTD(5).compress(raw[seek + keylen:seek + nbytes])) >= objlen
+    return len(uproot.ZSTD(5).compress(raw[seek + keylen:seek + nbytes])) >= objlen - 16
 
 
 @pytest.mark.parametrize("source", REAL_FILES, ids=[p.name for p in REAL_FILES])

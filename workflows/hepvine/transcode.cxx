@@ -140,14 +140,16 @@ int Deflate(int setting, const std::vector<unsigned char> &payload, std::vector<
    if (level == 0 || objlen == 0)
       return objlen;
    const int algorithm = setting / 100;
-   out.resize(objlen);
+   // Room for a block that does not shrink: zstd fails on a small target before it has tried everything.
+   out.resize(objlen + (objlen / kMAXZIPBUF + 1) * (kBlockHeader + 64) + objlen / 128);
    int total = 0;
    for (int start = 0; start < objlen; start += kMAXZIPBUF) {
       int srcsize = std::min<int>(kMAXZIPBUF, objlen - start);
       int tgtsize = std::min(srcsize, objlen - total);
       int nout = 0;
       if (algorithm == kZstd)
-         nout = ZstdBlock(level, payload.data() + start, srcsize, out.data() + total, tgtsize);
+         nout = ZstdBlock(level, payload.data() + start, srcsize, out.data() + total,
+                          static_cast<int>(out.size()) - total);
       else
          R__zipMultipleAlgorithm(level, &srcsize, reinterpret_cast<const char *>(payload.data()) + start, &tgtsize,
                                  out.data() + total, &nout,
