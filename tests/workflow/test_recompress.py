@@ -179,10 +179,10 @@ def test_the_transcoders_check_finds_a_copy_that_differs(tmp_path):
         assert recompress.verify_transcoded(str(source), src, copy, manifest)["Events"] == 100
         branches = manifest["keys"]["Events"]["branches"]
         jet_pt = next(b for b in branches if b["name"] == "Jet_pt")
-        for change, said in [(("md5", "0" * 32), "Events/Jet_pt/md5"),
+        for change, said in [(("md5", "0" * 32), "Events/branches/Jet_pt/md5"),
                              (("leaves", [[*jet_pt["leaves"][0][:5], True, *jet_pt["leaves"][0][6:]]]),
-                              "Events/Jet_pt/leaves"),
-                             (("entries", 99), "Events/Jet_pt/entries")]:
+                              "Events/branches/Jet_pt/leaves"),
+                             (("entries", 99), "Events/branches/Jet_pt/entries")]:
             altered = json.loads(json.dumps(manifest))
             next(b for b in altered["keys"]["Events"]["branches"] if b["name"] == "Jet_pt")[change[0]] = change[1]
             with pytest.raises(recompress.RecompressError, match=said):
