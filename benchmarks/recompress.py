@@ -1,12 +1,19 @@
-"""``make bench`` (recompression part): how fast ``hepvine.recompress`` copies real CMSSW NanoAOD, step by step.
+"""``make bench`` (recompression part): how fast ``hepvine.recompress`` copies real CMSSW NanoAOD, step by step, with
+each of its two engines side by side in one run: the basket transcoder (``hepvine.transcode``) and hadd.
 
 For every file of ``../shared/nanoaod`` as it is (10–1,000 events: fixed costs dominate), and for a bigger input made
 from one of them (``--enlarge N`` copies of ``ttH_M125_2017.root`` merged by ROOT into one LZMA-9 file with ROOT's
-own basket sizes: real branch layout and per-event cost; its repeated events compress better than real data, so read
-its sizes, not its ratio), times the steps one by one in this process: stage (read the source to local disk), plan
-(open it, sort its objects), hadd+rootcp (ROOT writes the copy: CPU of the child processes), verify (uproot reads
-source and copy in bulk). Rates are of the input's size per core (each step runs on one core). Writes
-results/bench/recompress.json.
+own basket sizes: real branch layout and per-event cost; its repeated events compress better than real data, so its
+MB/s understate the rate on real data: read its events/s, or its MB/s at the source's density, ``ttH_M125_2017``'s
+own bytes per event), times the steps one by one in this process, each engine on its own staged copy:
+
+- hadd: stage (read the source to local disk), plan (uproot opens it, sorts its objects), hadd+rootcp (ROOT writes the
+  copy: CPU of the child processes), verify (uproot reads source and copy in bulk);
+- transcode: stage, open (uproot reads the keys), transcode (the C++ program; its own split: read, decompress
+  -- the floor of any engine that recompresses --, compress, other), verify (uproot reads the copy's baskets).
+
+Files the transcoder leaves to hadd say why and have no transcode row. Rates are of the input's size per core (each
+step runs on one core). Writes results/bench/recompress.json.
 """
 
 from __future__ import annotations
@@ -21,10 +28,11 @@ from pathlib import Path
 
 import uproot
 
-from hepvine import recompress
+from hepvine import recompress, transcode
 
 OUT = Path("results/bench")
 NANOAOD = Path(__file__).resolve().parents[1].parent / "shared" / "nanoaod"
+DENSE = NANOAOD / "ttH_M125_2017.root"  # the file the bigger input is made of: its bytes per event are real
 
 
 def children_cpu() -> float:
@@ -32,35 +40,73 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def measure(source: Path, codec: recompress.Codec, work: Path) -> dict:
-    """The steps of one recompression of SOURCE, timed."""
-    staged, copy = work / "staged.root", work / "copy.root"
-    times = {}
-    t0 = time.perf_counter()
+class Steps:
+    """Wall seconds per step, in order."""
+
+    def __init__(self):
+        self.seconds, self.t0 = {}, time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = round(now - self.t0, 3)
+        self.t0 = now
+
+
+def measure_hadd(source: Path, codec: recompress.Codec, work: Path) -> tuple[dict, dict]:
+    """hadd's steps on SOURCE: (seconds per step, what else is worth reporting)."""
+    staged, copy = work / "staged.root", work / "hadd.root"
+    steps = Steps()
     recompress.stage(str(source), staged)
-    times["stage"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    steps.lap("stage")
     with uproot.open(staged) as src:
         what = recompress.plan(src)
-        times["plan"] = time.perf_counter() - t0
-        t0, c0 = time.perf_counter(), children_cpu()
+        steps.lap("plan")
+        c0 = children_cpu()
         recompress.write_copy(staged, copy, what, codec, str(source))
-        times["root_copy"], root_cpu = time.perf_counter() - t0, children_cpu() - c0
-        t0 = time.perf_counter()
+        steps.lap("root_copy")
+        root_cpu = children_cpu() - c0
         entries = recompress.verify(str(source), src, copy, what)
-        times["verify"] = time.perf_counter() - t0
-    size, copy_size = source.stat().st_size, copy.stat().st_size
-    total = sum(times.values())
+        steps.lap("verify")
+    extra = {"copy_mb": round(copy.stat().st_size / 1e6, 3), "events": entries.get("Events"),
+             "root_cpu_seconds": round(root_cpu, 3), "verbatim": what.verbatim_trees}
     staged.unlink()
     copy.unlink()
-    with uproot.open(source) as f:
-        branches = len(f["Events"].branches) if f.classnames(cycle=False).get("Events") == "TTree" else None
-    return {"file": source.name, "mb": round(size / 1e6, 3), "copy_mb": round(copy_size / 1e6, 3),
-            "events": entries.get("Events"), "events_branches": branches,
-            "seconds": {k: round(v, 3) for k, v in times.items()}, "root_cpu_seconds": round(root_cpu, 3),
-            "total_seconds": round(total, 3), "mb_per_s": round(size / 1e6 / total, 2),
-            "root_copy_mb_per_s": round(size / 1e6 / times["root_copy"], 2),
-            "verbatim": what.verbatim_trees}
+    return steps.seconds, extra
+
+
+def measure_transcode(source: Path, codec: recompress.Codec, work: Path) -> tuple[dict, dict] | str:
+    """The transcoder's steps on SOURCE, or why it leaves SOURCE to hadd."""
+    staged, copy = work / "staged.root", work / "transcode.root"
+    steps = Steps()
+    recompress.stage(str(source), staged)
+    steps.lap("stage")
+    try:
+        with uproot.open(staged) as src:
+            src.classnames(cycle=False)
+            steps.lap("open")
+            try:
+                manifest = transcode.run(staged, copy, codec.setting)
+            except transcode.Unsupported as e:
+                return str(e)
+            steps.lap("transcode")
+            entries = recompress.verify_transcoded(str(source), src, copy, manifest)
+            steps.lap("verify")
+        extra = {"copy_mb": round(copy.stat().st_size / 1e6, 3), "events": entries.get("Events"),
+                 "transcoder_seconds": {k: round(v, 3) for k, v in manifest["seconds"].items()}}
+    finally:
+        staged.unlink(missing_ok=True)
+        copy.unlink(missing_ok=True)
+    return steps.seconds, extra
+
+
+def rates(size: int, seconds: dict, events: int | None, bytes_per_event: float | None) -> dict:
+    total = sum(seconds.values())
+    row = {"total_seconds": round(total, 3), "mb_per_s": round(size / 1e6 / total, 2)}
+    if events:
+        row["events_per_s"] = round(events / total)
+        if bytes_per_event:
+            row["mb_per_s_at_source_density"] = round(events / total * bytes_per_event / 1e6, 2)
+    return row
 
 
 def enlarged(copies: int, work: Path) -> Path:
@@ -69,8 +115,8 @@ def enlarged(copies: int, work: Path) -> Path:
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = work / path.name
-        subprocess.run([recompress.root_program("hadd"), "-O", "-f209", str(tmp)]
-                       + [str(NANOAOD / "ttH_M125_2017.root")] * copies, check=True, capture_output=True)
+        subprocess.run([recompress.root_program("hadd"), "-O", "-f209", str(tmp)] + [str(DENSE)] * copies,
+                       check=True, capture_output=True)
         tmp.replace(path)
     return path
 
@@ -83,21 +129,46 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     codec = recompress.parse_codec(args.codec)
     sources = [p for p in sorted(NANOAOD.glob("*.root")) if not args.only or p.name in args.only]
+    transcode.program()  # built before any timing
     rows = []
     with tempfile.TemporaryDirectory(dir=OUT if OUT.exists() else None) as tmp:
         work = Path(tmp)
         if args.enlarge:
             sources.append(enlarged(args.enlarge, work))
         for source in sources:
-            row = measure(source, codec, work)
+            size = source.stat().st_size
+            per_event = DENSE.stat().st_size / 100 if source.name.startswith(DENSE.stem + "_x") else None
+            row = {"file": source.name, "mb": round(size / 1e6, 3)}
+            seconds, extra = measure_hadd(source, codec, work)
+            row["hadd"] = {"seconds": seconds, **extra, **rates(size, seconds, extra["events"], per_event)}
+            measured = measure_transcode(source, codec, work)
+            if isinstance(measured, str):
+                row["transcode"] = {"fallback": measured}
+            else:
+                seconds, extra = measured
+                floor = extra["transcoder_seconds"]["inflate"]
+                row["transcode"] = {"seconds": seconds, **extra, **rates(size, seconds, extra["events"], per_event),
+                                    "decompress_only_mb_per_s": round(size / 1e6 / floor, 2) if floor else None}
             rows.append(row)
-            s = row["seconds"]
-            print(f"{row['file']:<75} {row['mb']:8.2f} MB {row['events'] or '-':>7} ev: stage {s['stage']:.2f} "
-                  f"plan {s['plan']:.2f} root {s['root_copy']:.2f} verify {s['verify']:.2f} s = "
-                  f"{row['mb_per_s']:.2f} MB/s ({row['root_copy_mb_per_s']:.2f} MB/s ROOT alone)", flush=True)
+            print(line(row), flush=True)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "recompress.json").write_text(json.dumps({"codec": str(codec), "files": rows}, indent=2) + "\n")
     return 0
+
+
+def line(row: dict) -> str:
+    """ROW in one line: each engine's steps and rate."""
+    said = [f"{row['file']:<42.42} {row['mb']:7.2f} MB"]
+    for engine in ("hadd", "transcode"):
+        r = row[engine]
+        if "fallback" in r:
+            said.append(f"{engine}: not used ({r['fallback']})")
+            continue
+        steps = " ".join(f"{k} {v:.2f}" for k, v in r["seconds"].items())
+        dense = f", {r['mb_per_s_at_source_density']:.1f} MB/s at real density" \
+            if "mb_per_s_at_source_density" in r else ""
+        said.append(f"{engine}: {steps} = {r['total_seconds']:.2f} s, {r['mb_per_s']:.2f} MB/s{dense}")
+    return " | ".join(said)
 
 
 if __name__ == "__main__":

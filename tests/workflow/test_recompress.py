@@ -1,11 +1,14 @@
 """Recompression keeps every object of real CMSSW NanoAOD (../shared/nanoaod: Run 2 and 3, MC and data, TTree and
 RNTuple, `tag`, MetaData/ParameterSets, counter-only branches, unsigned counters, titles): checked here independently
-of the module's own verification, with uproot and with ROOT; generated files and histograms too; bad input is a
-permanent failure of the file; a missing ROOT says how to install it."""
+of the module's own verification, with uproot and with ROOT; generated files and histograms too; the basket
+transcoder copies every TTree file it supports (every compressible basket ZSTD) and hadd the rest, saying why; the
+transcoder's verification catches a copy that differs; bad input is a permanent failure of the file; a missing ROOT
+or compiler says how to install it."""
 
 from __future__ import annotations
 
 import collections
+import json
 import struct
 import subprocess
 import sys
@@ -16,12 +19,16 @@ import numpy as np
 import pytest
 import uproot
 
-from hepvine import failures, generate, recompress, records
+from hepvine import failures, generate, recompress, records, transcode
 
 NANOAOD = Path(__file__).resolve().parents[2].parent / "shared" / "nanoaod"
 REAL_FILES = sorted(NANOAOD.glob("*.root"))
 # ROOT's compression header of a basket starts with the algorithm's two letters.
 ALGORITHMS = {b"ZS": "zstd", b"XZ": "lzma", b"ZL": "zlib", b"L4": "lz4", b"CS": "zlib"}
+# The real files hadd copies, and why: RNTuple, and the AGC sample's baskets kept inside its TTree's record.
+HADD_COPIES = {"cmsopendata2015_ttbar_19980_NANOAOD_RNTupleImporter_rntuple_v1-0-0-1.root": "ROOT::RNTuple",
+               "nano_dy_rntuple.root": "ROOT::RNTuple",
+               "nanoAOD_2015_CMS_Open_Data_ttbar.root": "inside the tree's record"}
 
 
 def test_the_real_files_are_there():
@@ -29,21 +36,28 @@ def test_the_real_files_are_there():
     assert len(REAL_FILES) >= 11, f"expected the real NanoAOD files in {NANOAOD}"
 
 
-def basket_codecs(path: Path, tree: str) -> collections.Counter:
-    """How many of TREE's baskets (stored in their own keys) are compressed with each algorithm ('none': stored)."""
+def baskets(path: Path, tree: str) -> list[tuple[int, str]]:
+    """(seek, algorithm) of each of TREE's baskets: 'none' when stored as it is, seek 0 and 'embedded' when kept
+    inside the tree's record."""
     raw = path.read_bytes()
-    found = collections.Counter()
+    found = []
     with uproot.open(path) as f:
         for branch in f[tree].branches:
             for seek in branch.member("fBasketSeek")[:branch.num_baskets]:
                 if seek == 0:
-                    found["embedded"] += 1
+                    found.append((0, "embedded"))
                     continue
                 nbytes, objlen = struct.unpack(">iHi", raw[seek:seek + 10])[::2]
                 keylen = struct.unpack(">H", raw[seek + 14:seek + 16])[0]
                 compressed = nbytes - keylen < objlen
-                found[ALGORITHMS.get(raw[seek + keylen:seek + keylen + 2], "?") if compressed else "none"] += 1
+                found.append((int(seek), ALGORITHMS.get(raw[seek + keylen:seek + keylen + 2], "?") if compressed
+                              else "none"))
     return found
+
+
+def basket_codecs(path: Path, tree: str) -> collections.Counter:
+    """How many of TREE's baskets are compressed with each algorithm ('none': stored, 'embedded': in the record)."""
+    return collections.Counter(codec for _, codec in baskets(path, tree))
 
 
 def equal_values(a, b) -> bool:
@@ -52,19 +66,20 @@ def equal_values(a, b) -> bool:
 
 @pytest.fixture(scope="module")
 def copies(tmp_path_factory) -> dict:
-    """Each real file recompressed once for this module's tests: name → (its entries, bytes read, the copy)."""
+    """Each real file recompressed once for this module's tests: name → (its entries, bytes read, the copy, how)."""
     where = tmp_path_factory.mktemp("copies")
     made = {}
     for source in REAL_FILES:
-        copy = where / source.name
-        made[source.name] = (*recompress.recompress(str(source), copy, recompress.parse_codec("zstd:5")), copy)
+        copy, how = where / source.name, {}
+        made[source.name] = (*recompress.recompress(str(source), copy, recompress.parse_codec("zstd:5"), how), copy,
+                             how)
     assert sorted(p.name for p in where.iterdir()) == sorted(made)  # nothing left beside the copies
     return made
 
 
 @pytest.mark.parametrize("source", REAL_FILES, ids=[p.name for p in REAL_FILES])
 def test_real_nanoaod_copy_keeps_every_object(source, copies):
-    entries, nbytes, copy = copies[source.name]
+    entries, nbytes, copy, _ = copies[source.name]
     assert nbytes == source.stat().st_size  # read once, whole
     with uproot.open(source) as a, uproot.open(copy) as b:
         classes = a.classnames(cycle=False)
@@ -102,7 +117,7 @@ def test_real_nanoaod_copy_keeps_every_object(source, copies):
 
 @pytest.mark.parametrize("name", ["pfnano.root", "ttH_M125_2017.root", "nano_dy_rntuple.root"])
 def test_root_opens_the_copy_with_every_object(name, copies):
-    entries, _, copy = copies[name]
+    entries, _, copy, _ = copies[name]
     script = (
         "import sys, ROOT\n"
         "f = ROOT.TFile.Open(sys.argv[1])\n"
@@ -126,6 +141,54 @@ def test_root_opens_the_copy_with_every_object(name, copies):
     assert lines == expected
 
 
+def zstd_would_not_shrink(path: Path, seek: int) -> bool:
+    """Whether the basket stored uncompressed at SEEK of PATH would not be smaller in ZSTD (ROOT then stores it as it
+    is, and so does the transcoder); another zstd build (uproot's) frames it up to ~10 bytes differently."""
+    raw = path.read_bytes()
+    nbytes, objlen = struct.unpack(">iHi", raw[seek:seek + 10])[::2]
+    keylen = struct.unpack(">H", raw[seek + 14:seek + 16])[0]
+    return len(uproot.ZSTD(5).compress(raw[seek + keylen:seek + nbytes])) >= objlen - 16
+
+
+@pytest.mark.parametrize("source", REAL_FILES, ids=[p.name for p in REAL_FILES])
+def test_the_transcoder_copies_every_ttree_file_it_supports(source, copies):
+    """The basket transcoder, not the hadd fallback, copied each real TTree file it supports; every basket of its
+    transcoded trees is ZSTD, or stored as it is where ZSTD would not shrink it; the others went to hadd, and why."""
+    _, _, copy, how = copies[source.name]
+    if source.name in HADD_COPIES:
+        assert how["engine"] == "hadd" and HADD_COPIES[source.name] in how["fallback"], how
+        return
+    assert how == {"engine": "transcode"}
+    with uproot.open(copy) as f:
+        trees = [name for name, cls in f.classnames(cycle=False).items()
+                 if cls == "TTree" and name not in ("MetaData", "ParameterSets")]
+    assert "Events" in trees
+    for name in trees:
+        found = baskets(copy, name)
+        assert {codec for _, codec in found} <= {"zstd", "none"}, (name, collections.Counter(c for _, c in found))
+        assert all(zstd_would_not_shrink(copy, seek) for seek, codec in found if codec == "none")
+
+
+def test_the_transcoders_check_finds_a_copy_that_differs(tmp_path):
+    """The copy is checked against the source's manifest: a basket's bytes, a leaf's type or an entry count that
+    differ are named."""
+    source = NANOAOD / "ttH_M125_2017.root"
+    copy = tmp_path / "copy.root"
+    manifest = transcode.run(source, copy, 505)
+    with uproot.open(source) as src:
+        assert recompress.verify_transcoded(str(source), src, copy, manifest)["Events"] == 100
+        branches = manifest["keys"]["Events"]["branches"]
+        jet_pt = next(b for b in branches if b["name"] == "Jet_pt")
+        for change, said in [(("md5", "0" * 32), "Events/branches/Jet_pt/md5"),
+                             (("leaves", [[*jet_pt["leaves"][0][:5], True, *jet_pt["leaves"][0][6:]]]),
+                              "Events/branches/Jet_pt/leaves"),
+                             (("entries", 99), "Events/branches/Jet_pt/entries")]:
+            altered = json.loads(json.dumps(manifest))
+            next(b for b in altered["keys"]["Events"]["branches"] if b["name"] == "Jet_pt")[change[0]] = change[1]
+            with pytest.raises(recompress.RecompressError, match=said):
+                recompress.verify_transcoded(str(source), src, copy, altered)
+
+
 def test_generated_file_and_histogram(tmp_path):
     """hepvine's own generated files (the demo's) and objects such as histograms are copied too."""
     src = Path(generate.write_file(tmp_path / "src.root", "ttbar", 5000, index=0, seed=11,
@@ -133,8 +196,10 @@ def test_generated_file_and_histogram(tmp_path):
     with uproot.update(src) as f:
         f["calibration"] = np.histogram(np.arange(10), bins=5)
     copy = tmp_path / "copy.root"
-    entries, _ = recompress.recompress(str(src), copy, recompress.parse_codec("zstd:5"))
+    how = {}
+    entries, _ = recompress.recompress(str(src), copy, recompress.parse_codec("zstd:5"), how)
     assert entries == {"Events": 5000, "LuminosityBlocks": 5, "Runs": 1}
+    assert how == {"engine": "transcode"}
     with uproot.open(src) as a, uproot.open(copy) as b:
         assert b["calibration"].values().tolist() == a["calibration"].values().tolist()
         assert equal_values(a["Events"].arrays(), b["Events"].arrays())
@@ -152,6 +217,10 @@ def test_a_truncated_file_is_a_permanent_failure_and_leaves_nothing(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["truncated.root"]
 
 
+def unsupported(*args):
+    raise transcode.Unsupported("a file the transcoder leaves to hadd (this test's)")
+
+
 def test_hadd_on_a_full_disk_is_a_transient_failure(monkeypatch, tmp_path):
     """ROOT's own failure blames the file, except a full disk, which is the worker's and is retried."""
     fake = tmp_path / "hadd"
@@ -159,6 +228,7 @@ def test_hadd_on_a_full_disk_is_a_transient_failure(monkeypatch, tmp_path):
                     "device)' >&2\nexit 1\n")
     fake.chmod(0o755)
     monkeypatch.setattr(recompress, "root_program", lambda name: str(fake))
+    monkeypatch.setattr(transcode, "run", unsupported)
     with pytest.raises(OSError) as caught:
         recompress.recompress(str(NANOAOD / "nano_dimuon.root"), tmp_path / "out.root",
                               recompress.parse_codec("zstd:5"))
@@ -173,6 +243,13 @@ def test_missing_root_names_the_extra(monkeypatch):
     with pytest.raises(recompress.RootMissing, match=r"hepvine\[recompress\]"):
         recompress.root_program("hadd")
     assert failures.classify(recompress.RootMissing("x")) is None  # the job fails: no file is to blame
+
+
+def test_missing_compiler_names_the_packages(monkeypatch):
+    monkeypatch.setattr(transcode.shutil, "which", lambda name: None)
+    with pytest.raises(transcode.BuildError, match="g\\+\\+.*libc6-dev"):
+        transcode.compiler()
+    assert failures.classify(transcode.BuildError("x")) is None  # the job fails: no file is to blame
 
 
 def test_codec_spelling():

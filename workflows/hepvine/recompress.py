@@ -4,18 +4,24 @@ counters), entries and values. It is written under a temporary name and renamed 
 
 The engine is ROOT itself (the ``recompress`` extra: PyPI's ``root`` wheel), chosen by measurement on the real
 NanoAOD of ``../shared/nanoaod`` (README, "Recompression"): uproot cannot write the classes CMSSW writes (``tag``,
-``edm::ProcessHistory``), loses unsigned counters and branch titles. Steps:
+``edm::ProcessHistory``), loses unsigned counters and branch titles. The source is first staged to local disk (read
+once, over its route; ``root://`` through fsspec-xrootd, as the analysis); then one of two engines copies it:
 
-1. the source is staged to local disk (read once, over its route; ``root://`` through fsspec-xrootd, as the analysis);
-2. ``hadd -f<setting>`` writes the copy: every basket of every TTree (and every RNTuple page) recompressed with the new
-   codec, every other object (``tag``, histograms) copied;
-3. trees holding classes that have no dictionary here (CMSSW's ``MetaData`` and ``ParameterSets``) are left out of
-   step 2 — re-streaming their objects would change their bytes — and copied verbatim by ``rootcp`` (fast clone: the
-   source's baskets, codec included; they are small and never read by the analysis);
-4. the copy is verified against the source: same keys, classes and titles; per TTree the entries, branch names,
-   titles, leaf types and aliases, then one bulk read of all branches of source and copy with a sha256 per branch;
-   verbatim trees byte for byte (decompressed baskets); RNTuples by entries and the values of every field; other
-   objects by their members (TObject bits aside).
+- **transcode** (``hepvine.transcode``, tried first): each basket of each TTree is decompressed and compressed again
+  as bytes, never un-streamed; other objects are copied as their keys' bytes, recompressed; trees of classes without a
+  dictionary here (CMSSW's ``MetaData`` and ``ParameterSets``) by ROOT's fast clone, baskets as they are (they are
+  small and never read by the analysis). The copy is verified against the manifest the transcoder printed of the
+  source (ROOT's reading of it): same keys, classes and titles; per transcoded tree its entries and aliases, per
+  branch its title, class, leaves (types, unsigned, counters), entries, basket boundaries and an MD5 of its
+  decompressed baskets, read from the copy by uproot — the same bytes under the same types are the same values;
+  verbatim trees and other objects as below.
+- **hadd** (when the file holds what the transcoder does not copy: RNTuple, branches of classes, baskets kept in the
+  tree's record; the report says why): ``hadd -f<setting>`` writes the copy, every basket of every TTree (and every
+  RNTuple page) un-streamed and recompressed, every other object copied; the trees of classes without a dictionary
+  are left out and copied verbatim by ``rootcp``. The copy is verified against the source: same keys, classes and
+  titles; per TTree the entries, branch names, titles, leaf types and aliases, then one bulk read of all branches of
+  source and copy with a sha256 per branch; verbatim trees byte for byte (decompressed baskets); RNTuples by entries
+  and the values of every field; other objects by their members (TObject bits aside).
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ import fsspec
 import numpy as np
 import uproot
 
-from hepvine import atomic, failures, records
+from hepvine import atomic, failures, records, transcode
 from hepvine.records import FileProblem
 
 # ROOT's compression algorithm numbers (ROOT::RCompressionSetting::EAlgorithm): setting = 100 * algorithm + level.
@@ -240,17 +246,39 @@ def _differences(name: str, a, b) -> str | None:
             said = _differences(f"{name}/{k}", a[k], b[k])
             if said:
                 return said
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            said = _differences(f"{name}/{x.get('name', i) if isinstance(x, dict) else i}", x, y)
+            if said:
+                return said
     return f"{name}: {str(a)[:120]} in the source, {str(b)[:120]} in the copy"
 
 
+def open_local(path: Path):
+    """The local ROOT file PATH open in uproot, memory-mapped (fsspec, uproot's default, opens the file again for every
+    read: seconds over the thousands of baskets of a NanoAOD file)."""
+    return uproot.open(path, handler=uproot.MemmapSource)
+
+
+def _keys_differ(src, copy) -> str | None:
+    """How the keys of SRC and COPY (open files) differ in class or title, or None."""
+    classes, copy_classes = src.classnames(cycle=False), copy.classnames(cycle=False)
+    return _differences("keys", classes, copy_classes) or _differences(
+        "titles", {k: src.key(k).fTitle for k in classes}, {k: copy.key(k).fTitle for k in copy_classes})
+
+
+def _verbatim_differs(name: str, ours, theirs) -> str | None:
+    """How the tree copied as it is (THEIRS) differs from the source's (OURS): shape, then decompressed baskets."""
+    return _differences(name, _tree_shape(ours), _tree_shape(theirs)) \
+        or _differences(name, _raw_baskets(ours), _raw_baskets(theirs))
+
+
 def verify(source: str, src, tmp: Path, what: Plan) -> dict[str, int]:
-    """{tree or RNTuple: entries} after checking the copy at TMP against the staged source, open as SRC (see the
+    """{tree or RNTuple: entries} after checking hadd's copy at TMP against the staged source, open as SRC (see the
     module's docstring); RecompressError naming the first difference otherwise."""
     entries = {}
-    with uproot.open(tmp) as copy:
-        copy_classes = copy.classnames(cycle=False)
-        said = _differences("keys", what.classes, copy_classes) or _differences(
-            "titles", {k: src.key(k).fTitle for k in what.classes}, {k: copy.key(k).fTitle for k in copy_classes})
+    with open_local(tmp) as copy:
+        said = _keys_differ(src, copy)
         for name in what.recompressed_trees:
             if said:
                 break
@@ -262,12 +290,8 @@ def verify(source: str, src, tmp: Path, what: Plan) -> dict[str, int]:
                                         _branch_checksums(theirs, names))
             entries[name] = shape["entries"]
         for name in what.verbatim_trees:
-            if said:
-                break
-            theirs = copy[name]
-            said = _differences(name, _tree_shape(what.opened[name]), _tree_shape(theirs)) \
-                or _differences(name, _raw_baskets(what.opened[name]), _raw_baskets(theirs))
-            entries[name] = theirs.num_entries
+            said = said or _verbatim_differs(name, what.opened[name], copy[name])
+            entries[name] = copy[name].num_entries
         for name in what.rntuples:
             if said:
                 break
@@ -281,25 +305,72 @@ def verify(source: str, src, tmp: Path, what: Plan) -> dict[str, int]:
     return entries
 
 
+def verify_transcoded(source: str, src, tmp: Path, manifest: dict) -> dict[str, int]:
+    """{tree: entries} after checking the transcoder's copy at TMP against its MANIFEST of the staged source, open as
+    SRC (see the module's docstring); RecompressError naming the first difference otherwise."""
+    entries = {}
+    keys = manifest["keys"]
+    with open_local(tmp) as copy:
+        said = _differences("keys the transcoder copied", sorted(src.classnames(cycle=False)), sorted(keys)) \
+            or _keys_differ(src, copy)
+        for name, described in keys.items():
+            if said:
+                break
+            if described["kind"] == "transcode":
+                said = _differences(name, described, transcode.described(copy[name]))
+                entries[name] = described["entries"]
+            elif described["kind"] == "verbatim":
+                said = _verbatim_differs(name, src[name], copy[name])
+                entries[name] = copy[name].num_entries
+            else:
+                said = _differences(name, _members(src[name]), _members(copy[name]))
+    if said:
+        raise RecompressError(f"{source}: the copy differs from the source: {said}")
+    return entries
+
+
+def _unreadable(source: str, e: Exception) -> FileProblem:
+    """The staged source could not be read (E): the source was read whole onto local disk, so a file uproot cannot
+    read is a permanent problem of the file (damaged, truncated, not ROOT), named by its own path: no network is to
+    blame."""
+    failure = failures.classify(e)
+    kind, fix = (failure.kind, failure.fix) if failure and failure.failure_class == records.PERMANENT else (
+        "corrupt", "the file is damaged or truncated at its source: replace it there, then run again with "
+        "--forcerun on its output (report.json: failed_files[].output)")
+    first_line = str(e).splitlines()[0] if str(e) else ""
+    return FileProblem(kind, f"{source}: cannot be read as a ROOT file: {type(e).__name__}: {first_line}", fix)
+
+
+READ_ERRORS = (OSError, ValueError, uproot.deserialization.DeserializationError)
+
+
+def _local(e: Exception) -> bool:
+    """Whether E is the local disk's (full, gone): not the file's fault."""
+    return isinstance(e, OSError) and e.errno is not None
+
+
 @contextlib.contextmanager
 def _opened(source: str, staged: Path):
-    """The staged source open, and its plan. The source was read whole onto local disk, so a file uproot cannot read
-    is a permanent problem of the file (damaged, truncated, not ROOT), named by its own path: no network is to blame."""
+    """The staged source open (its keys read)."""
     try:
-        src = uproot.open(staged)
-        what = plan(src)
-    except (OSError, ValueError, uproot.deserialization.DeserializationError) as e:
-        if isinstance(e, OSError) and e.errno is not None:  # the local disk (full, gone): not the file's fault
+        src = open_local(staged)
+        src.classnames(cycle=False)
+    except READ_ERRORS as e:
+        if _local(e):
             raise
-        failure = failures.classify(e)
-        kind, fix = (failure.kind, failure.fix) if failure and failure.failure_class == records.PERMANENT else (
-            "corrupt", "the file is damaged or truncated at its source: replace it there, then run again with "
-            "--forcerun on its output (report.json: failed_files[].output)")
-        first_line = str(e).splitlines()[0] if str(e) else ""
-        raise FileProblem(kind, f"{source}: cannot be read as a ROOT file: {type(e).__name__}: {first_line}",
-                          fix) from e
+        raise _unreadable(source, e) from e
     with src:
-        yield src, what
+        yield src
+
+
+def _planned(source: str, src) -> Plan:
+    """hadd's plan for the open source SRC."""
+    try:
+        return plan(src)
+    except READ_ERRORS as e:
+        if _local(e):
+            raise
+        raise _unreadable(source, e) from e
 
 
 def _staged_path(destination: Path) -> Path:
@@ -322,15 +393,32 @@ def _staged(destination: Path):
         local.unlink(missing_ok=True)
 
 
-def recompress(source: str, destination: Path, codec: Codec) -> tuple[dict[str, int], int]:
-    """Copy SOURCE to DESTINATION recompressed with CODEC; returns ({tree: entries}, bytes read from SOURCE)."""
+def _copy(source: str, src, staged: Path, tmp: Path, codec: Codec) -> tuple[dict[str, int], dict]:
+    """Copy STAGED (open as SRC) to TMP with the transcoder, or with hadd when the transcoder does not copy what the
+    file holds or fails on it (a damaged file then fails in hadd too); returns ({tree: entries}, {"engine": ...,
+    "fallback": why hadd}) once the copy is verified."""
+    try:
+        manifest = transcode.run(staged, tmp, codec.setting)
+    except (transcode.Unsupported, transcode.TranscodeError) as e:
+        what = _planned(source, src)
+        write_copy(staged, tmp, what, codec, source)
+        return verify(source, src, tmp, what), {"engine": "hadd", "fallback": str(e)}
+    return verify_transcoded(source, src, tmp, manifest), {"engine": "transcode"}
+
+
+def recompress(source: str, destination: Path, codec: Codec, report: dict | None = None
+               ) -> tuple[dict[str, int], int]:
+    """Copy SOURCE to DESTINATION recompressed with CODEC; returns ({tree: entries}, bytes read from SOURCE). REPORT,
+    if given, receives the engine that copied it ("transcode" or "hadd") and, for hadd, why ("fallback")."""
     destination = Path(destination)
     root_program("hadd")  # before reading anything: a missing ROOT fails the job, not the file
+    transcode.program()  # likewise a transcoder that cannot be built here
     with _staged(destination) as staged:
         nbytes = stage(source, staged)
-        with _opened(source, staged) as (src, what), atomic.replacing(destination) as tmp:
-            write_copy(staged, tmp, what, codec, source)
-            entries = verify(source, src, tmp, what)
+        with _opened(source, staged) as src, atomic.replacing(destination) as tmp:
+            entries, how = _copy(source, src, staged, tmp, codec)
+    if report is not None:
+        report.update(how)
     return entries, nbytes
 
 
@@ -341,14 +429,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--codec", default="zstd:5", help="<codec>:<level>, e.g. zstd:5 (default)")
     args = parser.parse_args(argv)
     started = time.perf_counter()
+    how = {}
     try:
-        entries, nbytes = recompress(args.source, args.destination, parse_codec(args.codec))
-    except (OSError, FileProblem, RootMissing) as e:
+        entries, nbytes = recompress(args.source, args.destination, parse_codec(args.codec), how)
+    except (OSError, FileProblem, RootMissing, transcode.BuildError) as e:
         print(f"recompress: {args.source}: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
     seconds = time.perf_counter() - started
     print(f"recompress: {args.source} → {args.destination} ({args.codec}): {nbytes:,} → "
-          f"{args.destination.stat().st_size:,} bytes in {seconds:.2f} s ({nbytes / 1e6 / seconds:.1f} MB/s); "
+          f"{args.destination.stat().st_size:,} bytes in {seconds:.2f} s ({nbytes / 1e6 / seconds:.1f} MB/s) by "
+          + (how["engine"] + (f" (the transcoder does not copy it: {how['fallback']})" if "fallback" in how else ""))
+          + "; "
           + ", ".join(f"{k} {v} entries" for k, v in entries.items()), file=sys.stderr)
     return 0
 
