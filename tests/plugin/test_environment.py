@@ -34,6 +34,7 @@ from snakemake_runs import slow_snakefile
 
 REPO = Path(__file__).resolve().parents[2]
 EVENTS = 3000
+RECOMPRESS = "zstd:5"
 # What a worker node does not have: the project's venv, and the checkout's packages (the venv's .pth points there).
 HIDDEN = (Path(sys.prefix), REPO / "workflows", REPO / "plugins")
 
@@ -111,10 +112,11 @@ def test_environment_file_is_checked_and_may_come_from_a_site_config(tmp_path):
 
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory) -> Path:
-    """This venv packed by `hepvine pack-env`, as a user makes it."""
+    """This venv packed by `hepvine pack-env --extra recompress`, as a user makes it for campaigns that recompress
+    (ROOT travels with it)."""
     path = tmp_path_factory.mktemp("env") / "hepvine-env.tar.gz"
-    done = subprocess.run([sys.executable, "-m", "hepvine.packenv", str(path)], capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run([sys.executable, "-m", "hepvine.packenv", str(path), "--extra", "recompress"],
+                          capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     return path
 
@@ -183,8 +185,10 @@ def test_worker_with_nothing_installed_runs_the_campaign_only_with_the_environme
     password.write_text("hidden-workers-test\n")
     password.chmod(0o600)
 
-    # Shared environment: the plugin's local workers see the manager's venv.
-    shared = run_campaign(campaign_dir, "shared", "--taskvine-workers", "local", "--taskvine-max-workers", "2")
+    # Shared environment: the plugin's local workers see the manager's venv. Every input is recompressed to ZSTD by
+    # ROOT first (the faithful copy), on the workers: ROOT comes with the environment too.
+    shared = run_campaign(campaign_dir, "shared", "--taskvine-workers", "local", "--taskvine-max-workers", "2",
+                          recompress=RECOMPRESS)
     assert shared.returncode == 0, shared.stderr[-4000:]
 
     # Hidden workers without the environment: the jobs cannot start (no python, or no snakemake).
@@ -203,11 +207,18 @@ def test_worker_with_nothing_installed_runs_the_campaign_only_with_the_environme
     began = time.monotonic()
     with_env = run_campaign(campaign_dir, "with", "--taskvine-workers", "none", "--taskvine-port", str(port),
                             "--taskvine-password-file", str(password), "--taskvine-environment", str(packed),
-                            "--taskvine-run-info-dir", str(tmp_path / "run-info"))
+                            "--taskvine-run-info-dir", str(tmp_path / "run-info"), recompress=RECOMPRESS)
     elapsed = time.monotonic() - began
     assert with_env.returncode == 0, with_env.stderr[-4000:]
     report = json.loads((campaign_dir / "results" / "with" / "report.json").read_text())
     assert report["complete"] and report["files"] == {"total": 3, "ok": 3, "failed": 0}
+    copies = json.loads((campaign_dir / "results" / "with" / "dataset.zstd.json").read_text())
+    copied = [f for variations in copies.values() for v, block in variations.items() if v != "xsec"
+              for f in block["files"]]
+    assert len(copied) == 3 and all(f["path"] != f["source"] for f in copied), copied
+    for f in copied:  # written by ROOT from the environment on the hidden workers, with the campaign's setting
+        with uproot.open(campaign_dir / f["path"]) as copy:
+            assert copy.file.compression == uproot.ZSTD(5), (f, copy.file.compression)
     shared_h = histograms(campaign_dir / "results" / "shared" / "histograms.root")
     with_h = histograms(campaign_dir / "results" / "with" / "histograms.root")
     assert set(with_h) == set(shared_h) and sum(v.sum() for v in with_h.values()) > 0
