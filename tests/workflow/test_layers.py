@@ -26,7 +26,7 @@ WORKFLOW_LAYERS = (
     ("data model", ("__init__", "atomic", "records", "limits", "eras", "dataset")),
     ("placement and routing", ("placement", "site", "index")),
     ("reading", ("fetch", "failures")),
-    ("work", ("analysis", "recompress")),
+    ("work", ("analysis", "transcode", "recompress")),
     ("per-file driver", ("driver",)),
     ("merge", ("merge",)),
     ("report and plots", ("provenance", "cachestats", "retries", "report", "plots")),
