@@ -212,6 +212,8 @@ def test_worker_with_nothing_installed_runs_the_campaign_only_with_the_environme
     assert with_env.returncode == 0, with_env.stderr[-4000:]
     report = json.loads((campaign_dir / "results" / "with" / "report.json").read_text())
     assert report["complete"] and report["files"] == {"total": 3, "ok": 3, "failed": 0}
+    # Copied basket by basket by hepvine's transcoder, built on the hidden workers against the environment's ROOT.
+    assert all(r["recompress"]["engine"] == "transcode" for r in report["inputs"]), report["inputs"]
     copies = json.loads((campaign_dir / "results" / "with" / "dataset.zstd.json").read_text())
     copied = [f for variations in copies.values() for v, block in variations.items() if v != "xsec"
               for f in block["files"]]

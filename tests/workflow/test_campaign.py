@@ -132,6 +132,7 @@ def test_recompressed_campaign_gives_the_same_histograms(campaign, snakemake):
     assert missing in causes[missing] and str(corrupt) in causes[str(corrupt)]  # each cause names its file
     ok = [r for r in report["inputs"] if r["failure"] is None]
     assert all("recompressed" in r["read_from"] and r["recompress"]["codec"] == "zstd:5" for r in ok)
+    assert all(r["recompress"]["engine"] == "transcode" for r in ok), ok  # basket by basket, not hadd
     assert not list((workdir / "results/zstd/recompressed").rglob("*.tmp")), "a temporary file was left behind"
     copied = json.loads((workdir / "results/zstd/dataset.zstd.json").read_text())
     first = copied["ttbar"]["nominal"]["files"][0]

@@ -66,15 +66,16 @@ def run_file(entry: dict, batch: str, lumi_pb: float, codec: str | None = None, 
     h = None
     try:
         if codec:
-            started = time.time()
+            started, how = time.time(), {}
             (_, source_bytes), record.fetch = fetch.read(
-                route, lambda url: recompress(url, copy, parse_codec(codec)), retry)
+                route, lambda url: recompress(url, copy, parse_codec(codec), how), retry)
             seconds = time.time() - started
             record.fetch.update(bytes=source_bytes, start=started, end=time.time())
             copy_bytes = copy.stat().st_size
             record.recompress = {"codec": codec, "source_bytes": source_bytes, "copy_bytes": copy_bytes,
                                  "seconds": round(seconds, 3),
-                                 "source_mb_per_s": round(source_bytes / 1e6 / seconds, 2) if seconds else None}
+                                 "source_mb_per_s": round(source_bytes / 1e6 / seconds, 2) if seconds else None,
+                                 **how}  # engine: transcode, or hadd with the fallback's reason
             h, record.events, record.bytes_read, record.era = histogram(str(copy), task, weight)
             record.read_from = str(copy)
         else:

@@ -26,30 +26,34 @@ import traceback
 
 OUTPUT_KEEP = 200_000  # characters of output returned to the manager
 SNAKEMAKE_COMMAND = re.compile(r"^\S+ -m snakemake (?P<args>.*)$", re.S)
-# What a job's `snakemake` imports after its command line is read (the API, the DAG, the config's validation, source
-# and report handling): imported once by the library (warm), not once per call.
-WARM_MODULES = ("snakemake.api", "snakemake.workflow", "snakemake.dag", "snakemake.jobs", "snakemake.persistence",
-                "snakemake.report", "snakemake.utils", "jsonschema", "smart_open", "yte")
 WARM_VARIABLE = "TASKVINE_LIBRARY_WARM_S"
 
 
 def warm() -> None:
     """Run once in the library process, before its first call: what every call would otherwise redo in its fork —
     Snakemake's command-line parser with its plugin registries (~0.5 s: every installed plugin is found and
-    imported), and WARM_MODULES. A module this Snakemake does not have is skipped. The seconds it took go to the
-    calls' environment as WARM_VARIABLE (a job can tell it ran in a warmed library)."""
-    import importlib
+    imported), and the modules a job's ``snakemake`` imports after reading its command line (the API, the DAG, the
+    config's validation, source and report handling). The seconds it took go to the calls' environment as
+    WARM_VARIABLE (a job can tell it ran in a warmed library)."""
     import time
 
     from snakemake.cli import get_argument_parser
 
     start = time.process_time()
     get_argument_parser()
-    for name in WARM_MODULES:
-        try:
-            importlib.import_module(name)
-        except ModuleNotFoundError:
-            continue
+    try:
+        import jsonschema  # noqa: F401
+        import smart_open  # noqa: F401
+        import snakemake.api  # noqa: F401
+        import snakemake.dag  # noqa: F401
+        import snakemake.jobs  # noqa: F401
+        import snakemake.persistence  # noqa: F401
+        import snakemake.report  # noqa: F401
+        import snakemake.utils  # noqa: F401
+        import snakemake.workflow  # noqa: F401
+        import yte  # noqa: F401
+    except ModuleNotFoundError:  # a Snakemake laid out otherwise: what was imported stays, calls import the rest
+        pass
     os.environ[WARM_VARIABLE] = f"{time.process_time() - start:.3f}"
 
 
