@@ -85,13 +85,11 @@ def measured(cmd: list[str], cwd: Path, env: dict | None = None) -> dict:
 
 def library_call(cmd: list[str], cwd: Path, scratch: Path) -> dict:
     """CMD (a job's ``python -m snakemake ...``) as a ``--taskvine-library`` call: run by the plugin's own
-    ``library.run_job`` in a child forked from this process, which has imported Snakemake and run ``library.warm`` once,
-    as the library does.
-    The child's wall seconds, CPU seconds and peak RSS (MB)."""
-    import snakemake.cli  # noqa: F401  (what the library imports once)
+    ``library.run_job`` in a child forked from this process, which has run ``library.warm`` (Snakemake's imports) as
+    the library does before its first call. The child's wall seconds, CPU seconds and peak RSS (MB)."""
     from snakemake_executor_plugin_taskvine import library
 
-    library.warm()  # what the library runs once, before its first call
+    library.warm()  # outside the measured fork; later runs find everything imported already
 
     scratch.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
