@@ -406,8 +406,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steady", type=int, default=0, help="also measure the main process's CPU per job while a "
                         "campaign of this many files runs (a window of --window s, then Ctrl-C)")
     parser.add_argument("--steady-variants", default="8:1000,8:1000:unlimited:1000/1s",
-                        help="comma-separated FILES_PER_JOB:SCHEDULER_SUBSAMPLE[:JOBS[:MAX_JOBS_PER_TIMESPAN[:WORKERS]]] "
-                        "for "
+                        help="comma-separated "
+                        "FILES_PER_JOB:SCHEDULER_SUBSAMPLE[:JOBS[:MAX_JOBS_PER_TIMESPAN[:WORKERS]]] for "
                         "--steady, run one after another")
     parser.add_argument("--window", type=float, default=240, help="seconds of --steady's steady phase")
     parser.add_argument("--settle", type=float, default=120,
