@@ -277,7 +277,9 @@ def steady(n: int, workdir: Path, variant: str, window_s: float, settle_s: float
     run is interrupted (Ctrl-C). Each phase: the main process's CPU seconds (not the workers'), the jobs handed over
     and the jobs finished. VARIANT is FILES_PER_JOB:SCHEDULER_SUBSAMPLE[:JOBS[:MAX_JOBS_PER_TIMESPAN[:WORKERS]]]
     (JOBS default 50, the rate Snakemake's default 100/1s, WORKERS 2). With WORKERS 0 no job runs: the steady
-    phase then measures what the main process spends per second on the jobs it holds, whatever finishes."""
+    phase then measures what the main process spends per second on the jobs it holds, whatever finishes. Each phase
+    splits the main process's CPU between its main thread (Snakemake's scheduler: hand-over, and the post-processing
+    of each finished job) and its other threads (the status checks, whose cost grows with the jobs held)."""
     import threading
 
     import psutil
@@ -317,8 +319,13 @@ def steady(n: int, workdir: Path, variant: str, window_s: float, settle_s: float
         spawned = [p for p in main.children() if "spawn_main" in " ".join(p.cmdline())]
         return sum(sum(p.cpu_times()[:2]) for p in spawned)
 
-    def sample() -> tuple[float, float, float, dict]:
-        return time.perf_counter(), sum(main.cpu_times()[:2]), manager_cpu(), dict(counts)
+    def scheduler_cpu() -> float:
+        """CPU seconds of the main process's main thread: Snakemake's scheduler, which hands jobs over and
+        post-processes the finished ones (the status checks run in a thread of their own)."""
+        return sum(t.user_time + t.system_time for t in main.threads() if t.id == main.pid)
+
+    def sample() -> tuple[float, float, float, float, dict]:
+        return time.perf_counter(), sum(main.cpu_times()[:2]), scheduler_cpu(), manager_cpu(), dict(counts)
 
     phases, stopped = {}, None
     try:
@@ -329,12 +336,14 @@ def steady(n: int, workdir: Path, variant: str, window_s: float, settle_s: float
         for seconds in (settle_s, window_s):
             time.sleep(seconds)
             marks.append(sample())
-        for name, (t0, c0, m0, n0), (t1, c1, m1, n1) in zip(("fill", "steady"), marks, marks[1:]):
+        for name, (t0, c0, s0, m0, n0), (t1, c1, s1, m1, n1) in zip(("fill", "steady"), marks, marks[1:]):
             handed, done = n1["handed"] - n0["handed"], n1["finished"] - n0["finished"]
             phases[name] = {"seconds": round(t1 - t0, 1), "main_cpu_s": round(c1 - c0, 2),
-                            "manager_cpu_s": round(m1 - m0, 2), "handed": handed,
+                            "scheduler_thread_cpu_s": round(s1 - s0, 2), "other_threads_cpu_s": round(
+                                (c1 - c0) - (s1 - s0), 2), "manager_cpu_s": round(m1 - m0, 2), "handed": handed,
                             "finished": done, "jobs_per_s": round(done / (t1 - t0), 2),
                             "main_cpu_ms_per_finished_job": round(1000 * (c1 - c0) / max(done, 1), 1),
+                            "scheduler_ms_per_finished_job": round(1000 * (s1 - s0) / max(done, 1), 1),
                             "main_cpu_ms_per_handed_job": round(1000 * (c1 - c0) / max(handed, 1), 1)}
     finally:
         stopped = interrupt(proc, 300)
