@@ -353,18 +353,20 @@ def steady(n: int, workdir: Path, variant: str, window_s: float, settle_s: float
 
 
 def end_to_end(n: int, workdir: Path, before: Path | None, files_per_job: int) -> dict:
-    """A real campaign of N files on 2 local 1-core TaskVine workers, now and before."""
+    """A real campaign of N files on 2 local 1-core TaskVine workers, now (with the profiles' scheduling settings:
+    every ready job handed over at once) and before (--jobs 50, as the profiles had then)."""
     spec_path = linked_spec(n, workdir)
-    options = [*local_workers(), "--jobs", "50"]
     out = {"files": n}
-    variants = [("now", REPO, [f"files_per_job={files_per_job}"], None)]
+    now = ["--jobs", "unlimited", "--max-jobs-per-timespan", "1000/1s", "--scheduler-subsample", "1000"]
+    variants = [("now", REPO, now, [f"files_per_job={files_per_job}"], None)]
     if before is not None:
-        variants.append(("before", before, [], dict(os.environ, PYTHONPATH=str(before / "workflows"))))
-    for name, tree, extra, env in variants:
+        old_env = dict(os.environ, PYTHONPATH=str(before / "workflows"))
+        variants.append(("before", before, ["--jobs", "50"], [], old_env))
+    for name, tree, scheduling, extra, env in variants:
         campaign = f"run-{name}"
         shutil.rmtree(workdir / "results" / campaign, ignore_errors=True)
         cmd = [sys.executable, "-c", MAIN_WITH_CPU, "--snakefile", str(tree / "Snakefile"), "--directory",
-               str(workdir), *options, "--config", f"dataset={spec_path}", f"campaign={campaign}",
+               str(workdir), *local_workers(), *scheduling, "--config", f"dataset={spec_path}", f"campaign={campaign}",
                *extra]
         result = measured(cmd, tree, env)
         main_cpu = float(re.search(r"MAIN_CPU_S ([0-9.]+)", result["output"]).group(1))
