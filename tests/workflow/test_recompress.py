@@ -179,7 +179,7 @@ def test_the_transcoders_check_finds_a_copy_that_differs(tmp_path):
         assert recompress.verify_transcoded(str(source), src, copy, manifest)["Events"] == 100
         branches = manifest["keys"]["Events"]["branches"]
         jet_pt = next(b for b in branches if b["name"] == "Jet_pt")
-        for change, said in [(("md5", "0" * 32), "Events/branches/Jet_pt/md5"),
+        for change, said in [(("sha256", "0" * 64), "Events/branches/Jet_pt/sha256"),
                              (("leaves", [[*jet_pt["leaves"][0][:5], True, *jet_pt["leaves"][0][6:]]]),
                               "Events/branches/Jet_pt/leaves"),
                              (("entries", 99), "Events/branches/Jet_pt/entries")]:

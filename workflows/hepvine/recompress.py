@@ -12,8 +12,9 @@ once, over its route; ``root://`` through fsspec-xrootd, as the analysis); then 
   dictionary here (CMSSW's ``MetaData`` and ``ParameterSets``) by ROOT's fast clone, baskets as they are (they are
   small and never read by the analysis). The copy is verified against the manifest the transcoder printed of the
   source (ROOT's reading of it): same keys, classes and titles; per transcoded tree its entries and aliases, per
-  branch its title, class, leaves (types, unsigned, counters), entries, basket boundaries and an MD5 of its
-  decompressed baskets, read from the copy by uproot — the same bytes under the same types are the same values;
+  branch its title, class, leaves (types, unsigned, counters), entries, basket boundaries and a SHA-256 of its
+  decompressed baskets, read from the copy by uproot (the tree's metadata; the baskets in bulk from the copy's
+  memory map, decompressed by uproot's own decompression) — the same bytes under the same types are the same values;
   verbatim trees and other objects as below.
 - **hadd** (when the file holds what the transcoder does not copy: RNTuple, branches of classes, baskets kept in the
   tree's record; the report says why): ``hadd -f<setting>`` writes the copy, every basket of every TTree (and every
@@ -206,15 +207,10 @@ def _tree_shape(tree) -> dict:
         for b in tree.branches}}
 
 
-def _raw_baskets(tree) -> dict[str, str]:
-    """A sha256 per branch of TREE over its decompressed baskets (for classes uproot cannot read as values)."""
-    sums = {}
-    for branch in tree.branches:
-        digest = hashlib.sha256()
-        for i in range(branch.num_baskets):
-            digest.update(bytes(branch.basket(i).data))
-        sums[branch.name] = digest.hexdigest()
-    return sums
+def _raw_baskets(tree, chunk) -> dict[str, str]:
+    """A sha256 per branch of TREE over its decompressed baskets, read from CHUNK (``transcode.whole`` of its file),
+    for classes uproot cannot read as values."""
+    return {branch.name: transcode.basket_digest(branch, chunk) for branch in tree.branches}
 
 
 def _rntuple_values(ntuple) -> dict:
@@ -267,10 +263,12 @@ def _keys_differ(src, copy) -> str | None:
         "titles", {k: src.key(k).fTitle for k in classes}, {k: copy.key(k).fTitle for k in copy_classes})
 
 
-def _verbatim_differs(name: str, ours, theirs) -> str | None:
-    """How the tree copied as it is (THEIRS) differs from the source's (OURS): shape, then decompressed baskets."""
+def _verbatim_differs(name: str, src, copy) -> str | None:
+    """How the tree NAME copied as it is differs in COPY from the one in SRC (open files): shape, then decompressed
+    baskets."""
+    ours, theirs = src[name], copy[name]
     return _differences(name, _tree_shape(ours), _tree_shape(theirs)) \
-        or _differences(name, _raw_baskets(ours), _raw_baskets(theirs))
+        or _differences(name, _raw_baskets(ours, transcode.whole(src)), _raw_baskets(theirs, transcode.whole(copy)))
 
 
 def verify(source: str, src, tmp: Path, what: Plan) -> dict[str, int]:
@@ -290,7 +288,7 @@ def verify(source: str, src, tmp: Path, what: Plan) -> dict[str, int]:
                                         _branch_checksums(theirs, names))
             entries[name] = shape["entries"]
         for name in what.verbatim_trees:
-            said = said or _verbatim_differs(name, what.opened[name], copy[name])
+            said = said or _verbatim_differs(name, src, copy)
             entries[name] = copy[name].num_entries
         for name in what.rntuples:
             if said:
@@ -317,10 +315,10 @@ def verify_transcoded(source: str, src, tmp: Path, manifest: dict) -> dict[str, 
             if said:
                 break
             if described["kind"] == "transcode":
-                said = _differences(name, described, transcode.described(copy[name]))
+                said = _differences(name, described, transcode.described(copy[name], transcode.whole(copy)))
                 entries[name] = described["entries"]
             elif described["kind"] == "verbatim":
-                said = _verbatim_differs(name, src[name], copy[name])
+                said = _verbatim_differs(name, src, copy)
                 entries[name] = copy[name].num_entries
             else:
                 said = _differences(name, _members(src[name]), _members(copy[name]))

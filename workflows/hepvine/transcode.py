@@ -7,10 +7,12 @@ codec changes. Other objects are copied as their keys' bytes, recompressed; tree
 
 The program prints a manifest of the source as ROOT reads it: per key its kind; per transcoded tree its entries,
 aliases, and per branch its title, class, leaves (name, class, title, length, length type, unsigned, range, counter),
-entries, basket boundaries and an MD5 of its decompressed baskets. ``described`` gives the same description of the
+entries, basket boundaries and a SHA-256 of its decompressed baskets. ``described`` gives the same description of the
 copy read by uproot (an independent reader): equal descriptions mean every basket of the copy holds the same bytes,
 at the same entries, under the same leaf types, as the source's -- hence the same values -- without reading the
-source a second time.
+source a second time. uproot reads the tree's metadata; the baskets are read in bulk from the file's bytes (one
+memory map): each basket's key header at the seek the branch's basket table gives, its size checked against the
+table, its blocks decompressed by uproot's own decompression (``uproot.compression.decompress``), hashed as they come.
 
 What it does not copy (RNTuple, directories, branches of classes, baskets kept inside the tree's record) raises
 ``Unsupported`` before anything is written, any other failure ``TranscodeError``: ``hepvine.recompress`` then uses
@@ -25,13 +27,18 @@ import importlib.util
 import json
 import os
 import shutil
+import struct
 import subprocess
 import tempfile
 from pathlib import Path
 
+import uproot
+
 SOURCE = Path(__file__).with_name("transcode.cxx")
 EXIT_UNSUPPORTED = 3
 ROOT_LIBRARIES = ("Core", "RIO", "Tree")
+# A key's header: fNbytes, fVersion, fObjlen, fDatime, fKeylen (big-endian), the rest not needed here.
+KEY_HEADER = struct.Struct(">ihiIh")
 
 
 class Unsupported(Exception):
@@ -101,7 +108,7 @@ def program() -> Path:
     tmp = built.with_name(f".{built.name}.{os.getpid()}")
     lib = prefix / "lib"
     command = [cxx, "-O2", "-std=c++17", "-DNDEBUG", f"-I{prefix / 'include'}", str(SOURCE), "-o", str(tmp),
-               f"-L{lib}", f"-Wl,-rpath,{lib}", *(f"-l{name}" for name in ROOT_LIBRARIES)]
+               f"-L{lib}", f"-Wl,-rpath,{lib}", *(f"-l{name}" for name in ROOT_LIBRARIES), "-ldl"]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0 and "ZSTD_" in done.stderr:  # a ROOT linked to a shared libzstd (conda-forge's)
         command.append("-lzstd")
@@ -135,16 +142,48 @@ def _leaf(leaf) -> list:
             count.member("fName") if count is not None else None]
 
 
-def _branch(branch) -> dict:
-    digest = hashlib.md5()
+def whole(opened) -> uproot.source.chunk.Chunk:
+    """The bytes of the file OPENED (what ``uproot.open`` returned, with ``uproot.MemmapSource``) as one chunk: a
+    view of its memory map, nothing read until used."""
+    source = opened.file.source
+    return source.chunk(0, source.num_bytes)
+
+
+def basket_digest(branch, chunk) -> str:
+    """A SHA-256 over BRANCH's decompressed baskets (each basket's whole payload, as ROOT's key holds it), read from
+    CHUNK (``whole``) at the seeks of the branch's basket table; ``unreadable: ...`` saying why for a basket whose
+    key does not match the table or whose blocks do not decompress."""
+    digest, raw = hashlib.sha256(), chunk.raw_data
+    seeks, sizes = branch.member("fBasketSeek"), branch.member("fBasketBytes")
     for i in range(branch.num_baskets):
-        digest.update(branch.basket(i).raw_data)
+        seek, size = int(seeks[i]), int(sizes[i])
+        try:
+            nbytes, _, objlen, _, keylen = KEY_HEADER.unpack_from(raw, seek)
+            if nbytes != size or not 0 < keylen <= nbytes or seek + nbytes > len(raw):
+                raise ValueError(f"its key says {nbytes} bytes ({keylen} of header), the basket table {size}, "
+                                 f"the file has {len(raw)}")
+            if nbytes - keylen == objlen:  # stored as it is (ROOT's rule)
+                digest.update(raw[seek + keylen:seek + nbytes])
+                continue
+            blocks = []
+            payload = uproot.compression.decompress(chunk, uproot.source.cursor.Cursor(seek + keylen), {},
+                                                    nbytes - keylen, objlen, blocks).raw_data
+            if sum(block[2] for block in blocks) != objlen:
+                raise ValueError(f"its blocks hold {sum(block[2] for block in blocks)} bytes, its key {objlen}")
+            digest.update(payload)
+        except (ValueError, struct.error) as e:
+            return f"unreadable: basket {i} at byte {seek}: {e}"
+    return digest.hexdigest()
+
+
+def _branch(branch, chunk) -> dict:
     return {"name": branch.name, "title": branch.title, "class": branch.classname, "entries": branch.num_entries,
             "basket_entry": [int(n) for n in branch.member("fBasketEntry")[:branch.num_baskets + 1]],
-            "md5": digest.hexdigest(), "leaves": [_leaf(leaf) for leaf in branch.member("fLeaves")]}
+            "sha256": basket_digest(branch, chunk), "leaves": [_leaf(leaf) for leaf in branch.member("fLeaves")]}
 
 
-def described(tree) -> dict:
-    """The copy's TREE (read by uproot) described as the manifest describes a transcoded tree of the source."""
+def described(tree, chunk) -> dict:
+    """The copy's TREE (read by uproot; CHUNK: ``whole`` of its file) described as the manifest describes a
+    transcoded tree of the source."""
     return {"kind": "transcode", "entries": tree.num_entries, "aliases": dict(tree.aliases or {}),
-            "branches": [_branch(b) for b in tree.branches]}
+            "branches": [_branch(b, chunk) for b in tree.branches]}
