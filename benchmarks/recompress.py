@@ -65,7 +65,7 @@ def measure_hadd(source: Path, codec: recompress.Codec, work: Path) -> tuple[dic
         recompress.write_copy(staged, copy, what, codec, str(source))
         steps.lap("root_copy")
         root_cpu = children_cpu() - c0
-        entries = recompress.verify(str(source), src, copy, what)
+        entries = recompress.verify(str(source), src, copy, what, codec)
         steps.lap("verify")
     extra = {"copy_mb": round(copy.stat().st_size / 1e6, 3), "events": entries.get("Events"),
              "root_cpu_seconds": round(root_cpu, 3), "verbatim": what.verbatim_trees}

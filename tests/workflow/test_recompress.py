@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import json
+import shutil
 import struct
 import subprocess
 import sys
@@ -187,6 +188,55 @@ def test_the_transcoders_check_finds_a_copy_that_differs(tmp_path):
             next(b for b in altered["keys"]["Events"]["branches"] if b["name"] == "Jet_pt")[change[0]] = change[1]
             with pytest.raises(recompress.RecompressError, match=said):
                 recompress.verify_transcoded(str(source), src, copy, altered)
+
+
+def test_the_transcoders_check_reads_the_copys_own_bytes(tmp_path):
+    """The check reads the copy's baskets from its bytes: a byte changed inside one compressed basket of the copy
+    (the manifest as the transcoder printed it) is named, whether the basket still decompresses or not."""
+    source = NANOAOD / "ttH_M125_2017.root"
+    copy = tmp_path / "copy.root"
+    manifest = transcode.run(source, copy, 505)
+    with uproot.open(copy) as f:
+        branch = f["Events"]["Jet_pt"]
+        seek, size = int(branch.member("fBasketSeek")[0]), int(branch.member("fBasketBytes")[0])
+    raw = bytearray(copy.read_bytes())
+    keylen = struct.unpack(">H", raw[seek + 14:seek + 16])[0]
+    assert raw[seek + keylen:seek + keylen + 2] == b"ZS"
+    with uproot.open(source) as src:
+        for offset in (keylen + 9 + (size - keylen - 9) // 2, size - 1):  # inside the block, its last byte
+            altered = tmp_path / f"altered-{offset}.root"
+            changed = bytearray(raw)
+            changed[seek + offset] ^= 0x5A
+            altered.write_bytes(changed)
+            with pytest.raises(recompress.RecompressError, match="Events/branches/Jet_pt/sha256"):
+                recompress.verify_transcoded(str(source), src, altered, manifest)
+
+
+def test_rntuple_pages_carry_the_new_codec(tmp_path, monkeypatch):
+    """An RNTuple in LZMA (made from a real one by ROOT) is copied by hadd with every page ZSTD or stored, read from
+    the pages' bytes; a copy whose pages kept LZMA (an engine that did not recompress them) is refused, saying so."""
+    lzma = tmp_path / "rntuple_lzma.root"
+    subprocess.run([recompress.root_program("hadd"), "-f209", str(lzma), str(NANOAOD / "nano_dy_rntuple.root")],
+                   check=True, capture_output=True)
+    with recompress.open_local(lzma) as f:
+        assert recompress.rntuple_page_codecs(f, "Events").get("lzma", 0) > 100
+    copy, how = tmp_path / "copy.root", {}
+    entries, _ = recompress.recompress(str(lzma), copy, recompress.parse_codec("zstd:5"), how)
+    assert how["engine"] == "hadd" and entries["Events"] == 40
+    with recompress.open_local(copy) as f:
+        codecs = recompress.rntuple_page_codecs(f, "Events")
+    assert set(codecs) == {"zstd", "stored"} and codecs["zstd"] > 100, codecs
+    raw = copy.read_bytes()
+    with uproot.open(copy) as f:  # independently of the helper: the first bytes of every page
+        heads = collections.Counter(raw[page.locator.offset:page.locator.offset + 2]
+                                    for cluster in f["Events"].page_link_list for column in cluster
+                                    for page in column.pages)
+    assert heads[b"ZS"] == codecs["zstd"] and heads[b"XZ"] == 0
+    monkeypatch.setattr(recompress, "write_copy", lambda staged, tmp, *args: shutil.copyfile(staged, tmp))
+    said = r"Events: \d+ RNTuple pages are not zstd in the copy \(\d+ lzma"
+    with pytest.raises(recompress.RecompressError, match=said):
+        recompress.recompress(str(lzma), tmp_path / "kept.root", recompress.parse_codec("zstd:5"))
+    assert not (tmp_path / "kept.root").exists()
 
 
 def test_generated_file_and_histogram(tmp_path):

@@ -22,7 +22,9 @@ once, over its route; ``root://`` through fsspec-xrootd, as the analysis); then 
   are left out and copied verbatim by ``rootcp``. The copy is verified against the source: same keys, classes and
   titles; per TTree the entries, branch names, titles, leaf types and aliases, then one bulk read of all branches of
   source and copy with a sha256 per branch; verbatim trees byte for byte (decompressed baskets); RNTuples by entries
-  and the values of every field; other objects by their members (TObject bits aside).
+  and the values of every field, and every page of the copy's RNTuples must carry the new codec (or be stored as it
+  is, where compression would not shrink it), read from the pages' own bytes: hadd that leaves a page in its old
+  codec fails the file; other objects by their members (TObject bits aside).
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ from hepvine.records import FileProblem
 
 # ROOT's compression algorithm numbers (ROOT::RCompressionSetting::EAlgorithm): setting = 100 * algorithm + level.
 CODECS = {"zlib": 1, "lzma": 2, "lz4": 4, "zstd": 5}
+# The two letters that open each compressed block of ROOT's (a basket's, an RNTuple page's), by algorithm.
+BLOCK_TAGS = {b"ZS": "zstd", b"XZ": "lzma", b"ZL": "zlib", b"CS": "zlib", b"L4": "lz4"}
+PAGE_CHECKSUM_BYTES = 8  # an RNTuple page written with a checksum ends with one (xxhash3)
 CHUNK_ENTRIES = 100_000
 STAGE_CHUNK_BYTES = 16 << 20
 # Object members that say how an object sat in memory when written, not what it holds (TObject's bits).
@@ -221,6 +226,41 @@ def _rntuple_values(ntuple) -> dict:
     return {"entries": ntuple.num_entries, "values": {k: d.hexdigest() for k, d in digests.items()}}
 
 
+def _page_codec(raw, offset: int, size: int) -> str:
+    """The algorithm of the page of SIZE bytes at OFFSET of RAW (a file's bytes): that of its ROOT blocks when they
+    fill the page exactly (its checksum aside), else "stored" (kept as it is, where compression would not shrink it)."""
+    position, end, tags = offset, offset + size, set()
+    while position + 9 <= end and bytes(raw[position:position + 2]) in BLOCK_TAGS:
+        tags.add(BLOCK_TAGS[bytes(raw[position:position + 2])])
+        position += 9 + int(raw[position + 3]) + (int(raw[position + 4]) << 8) + (int(raw[position + 5]) << 16)
+    if tags and position in (end, end - PAGE_CHECKSUM_BYTES) and len(tags) == 1:
+        return tags.pop()
+    return "stored"
+
+
+def rntuple_page_codecs(opened, name: str) -> dict[str, int]:
+    """How many pages of the RNTuple NAME of the file OPENED (uproot, memory-mapped) carry each algorithm ("stored":
+    none), read from the pages' own bytes at the locators of its page lists."""
+    raw = transcode.whole(opened).raw_data
+    counts: dict[str, int] = {}
+    for cluster in opened[name].page_link_list:
+        for column in cluster:
+            for page in column.pages:
+                codec = _page_codec(raw, page.locator.offset, page.locator.num_bytes)
+                counts[codec] = counts.get(codec, 0) + 1
+    return counts
+
+
+def _rntuple_codec_differs(name: str, copy, codec: Codec) -> str | None:
+    """How the RNTuple NAME of COPY fails to carry CODEC: pages left in another algorithm, or None."""
+    other = {k: n for k, n in rntuple_page_codecs(copy, name).items() if k not in (codec.name, "stored")}
+    if other:
+        return (f"{name}: {sum(other.values())} RNTuple pages are not {codec.name} in the copy "
+                f"({', '.join(f'{n} {k}' for k, n in sorted(other.items()))}): this ROOT's hadd did not recompress "
+                f"them")
+    return None
+
+
 def _members(obj) -> object:
     """OBJ's members as plain values (for comparison), TObject's runtime bits left out."""
     members = getattr(obj, "all_members", None)
@@ -271,9 +311,10 @@ def _verbatim_differs(name: str, src, copy) -> str | None:
         or _differences(name, _raw_baskets(ours, transcode.whole(src)), _raw_baskets(theirs, transcode.whole(copy)))
 
 
-def verify(source: str, src, tmp: Path, what: Plan) -> dict[str, int]:
+def verify(source: str, src, tmp: Path, what: Plan, codec: Codec) -> dict[str, int]:
     """{tree or RNTuple: entries} after checking hadd's copy at TMP against the staged source, open as SRC (see the
-    module's docstring); RecompressError naming the first difference otherwise."""
+    module's docstring), and that every page of its RNTuples is compressed with CODEC or stored as it is;
+    RecompressError naming the first difference otherwise."""
     entries = {}
     with open_local(tmp) as copy:
         said = _keys_differ(src, copy)
@@ -294,7 +335,7 @@ def verify(source: str, src, tmp: Path, what: Plan) -> dict[str, int]:
             if said:
                 break
             values = _rntuple_values(src[name])
-            said = _differences(name, values, _rntuple_values(copy[name]))
+            said = _differences(name, values, _rntuple_values(copy[name])) or _rntuple_codec_differs(name, copy, codec)
             entries[name] = values["entries"]
         for name in what.objects:
             said = said or _differences(name, _members(src[name]), _members(copy[name]))
@@ -400,7 +441,7 @@ def _copy(source: str, src, staged: Path, tmp: Path, codec: Codec) -> tuple[dict
     except (transcode.Unsupported, transcode.TranscodeError) as e:
         what = _planned(source, src)
         write_copy(staged, tmp, what, codec, source)
-        return verify(source, src, tmp, what), {"engine": "hadd", "fallback": str(e)}
+        return verify(source, src, tmp, what, codec), {"engine": "hadd", "fallback": str(e)}
     return verify_transcoded(source, src, tmp, manifest), {"engine": "transcode"}
 
 

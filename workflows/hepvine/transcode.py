@@ -171,8 +171,8 @@ def basket_digest(branch, chunk) -> str:
             if sum(block[2] for block in blocks) != objlen:
                 raise ValueError(f"its blocks hold {sum(block[2] for block in blocks)} bytes, its key {objlen}")
             digest.update(payload)
-        except (ValueError, struct.error) as e:
-            return f"unreadable: basket {i} at byte {seek}: {e}"
+        except Exception as e:  # a damaged basket: each decompressor raises its own types; the copy then differs
+            return f"unreadable: basket {i} at byte {seek}: {type(e).__name__}: {e}"
     return digest.hexdigest()
 
 
