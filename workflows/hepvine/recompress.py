@@ -334,8 +334,11 @@ def verify(source: str, src, tmp: Path, what: Plan, codec: Codec) -> dict[str, i
         for name in what.rntuples:
             if said:
                 break
+            said = _rntuple_codec_differs(name, copy, codec)  # first: it reads no values
+            if said:
+                break
             values = _rntuple_values(src[name])
-            said = _differences(name, values, _rntuple_values(copy[name])) or _rntuple_codec_differs(name, copy, codec)
+            said = _differences(name, values, _rntuple_values(copy[name]))
             entries[name] = values["entries"]
         for name in what.objects:
             said = said or _differences(name, _members(src[name]), _members(copy[name]))
