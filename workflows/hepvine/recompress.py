@@ -13,8 +13,9 @@ once, over its route; ``root://`` through fsspec-xrootd, as the analysis); then 
   small and never read by the analysis). The copy is verified against the manifest the transcoder printed of the
   source (ROOT's reading of it): same keys, classes and titles; per transcoded tree its entries and aliases, per
   branch its title, class, leaves (types, unsigned, counters), entries, basket boundaries and a SHA-256 of its
-  decompressed baskets, read from the copy by uproot (the tree's metadata; the baskets in bulk from the copy's
-  memory map, decompressed by uproot's own decompression) — the same bytes under the same types are the same values;
+  decompressed baskets, read from the copy independently of ROOT (the tree's record decompressed by uproot and read
+  for those members alone; the baskets in bulk from the copy's memory map, decompressed by uproot's own
+  decompression) — the same bytes under the same types are the same values;
   verbatim trees and other objects as below.
 - **hadd** (when the file holds what the transcoder does not copy: RNTuple, branches of classes, baskets kept in the
   tree's record; the report says why): ``hadd -f<setting>`` writes the copy, every basket of every TTree (and every
@@ -215,7 +216,7 @@ def _tree_shape(tree) -> dict:
 def _raw_baskets(tree, chunk) -> dict[str, str]:
     """A sha256 per branch of TREE over its decompressed baskets, read from CHUNK (``transcode.whole`` of its file),
     for classes uproot cannot read as values."""
-    return {branch.name: transcode.basket_digest(branch, chunk) for branch in tree.branches}
+    return {branch.name: transcode.branch_digest(branch, chunk) for branch in tree.branches}
 
 
 def _rntuple_values(ntuple) -> dict:
@@ -359,7 +360,7 @@ def verify_transcoded(source: str, src, tmp: Path, manifest: dict) -> dict[str, 
             if said:
                 break
             if described["kind"] == "transcode":
-                said = _differences(name, described, transcode.described(copy[name], transcode.whole(copy)))
+                said = _differences(name, described, transcode.described(copy, name, transcode.whole(copy)))
                 entries[name] = described["entries"]
             elif described["kind"] == "verbatim":
                 said = _verbatim_differs(name, src, copy)
