@@ -172,9 +172,9 @@ def test_the_transcoder_copies_every_ttree_file_it_supports(source, copies):
 
 @pytest.mark.parametrize("source", REAL_FILES, ids=[p.name for p in REAL_FILES])
 def test_the_checks_record_reader_reads_what_uproot_reads(source, copies, monkeypatch):
-    """The check reads each transcoded tree's record itself (uproot's whole reading of a 1,600-branch tree costs over 10x
-    more): on every real file it gives what uproot gives, without falling back to uproot; a record it does not read
-    goes to uproot, with the same result."""
+    """The check reads each transcoded tree's record itself (uproot's whole reading of a 1,600-branch tree costs over
+    10x more): on every real file it gives what uproot gives, without falling back to uproot; a record it does not
+    read goes to uproot, with the same result."""
     _, _, copy, how = copies[source.name]
     if how["engine"] != "transcode":
         return
