@@ -8,9 +8,9 @@ codec changes. Other objects are copied as their keys' bytes, recompressed; tree
 The program prints a manifest of the source as ROOT reads it: per key its kind; per transcoded tree its entries,
 aliases, and per branch its title, class, leaves (name, class, title, length, length type, unsigned, range, counter),
 entries, basket boundaries and a SHA-256 of its decompressed baskets. ``described`` gives the same description of
-the copy read independently of ROOT (uproot and Python): equal descriptions mean every basket of the copy holds the same bytes,
-at the same entries, under the same leaf types, as the source's -- hence the same values -- without reading the
-source a second time. The tree's record is decompressed by uproot and read for the compared members alone
+the copy read independently of ROOT (uproot and Python): equal descriptions mean every basket of the copy holds the
+same bytes, at the same entries, under the same leaf types, as the source's -- hence the same values -- without
+reading the source a second time. The tree's record is decompressed by uproot and read for the compared members alone
 (``_TreeRecord``: uproot's reading of a whole 1,600-branch tree costs over 10x more; a record of another layout is read
 by uproot); the baskets are read in bulk from the file's bytes (one memory map): each basket's key header at the seek
 the branch's basket table gives, its size checked against the table, its blocks decompressed by uproot's own
