@@ -10,8 +10,8 @@ own bytes per event), times the steps one by one in this process, each engine on
 - hadd: stage (read the source to local disk), plan (uproot opens it, sorts its objects), hadd+rootcp (ROOT writes the
   copy: CPU of the child processes), verify (uproot reads source and copy in bulk);
 - transcode: stage, open (uproot reads the keys), transcode (the C++ program; its own split: read, decompress
-  -- the floor of any engine that recompresses --, hash, compress, other), verify (uproot reads the copy's tree
-  metadata, and its baskets in bulk from one memory map).
+  -- the floor of any engine that recompresses --, hash, compress, other), verify (the copy's tree records read for
+  the compared members, its baskets in bulk from one memory map, decompressed by uproot and hashed).
 
 Files the transcoder leaves to hadd say why and have no transcode row. Rates are of the input's size per core (each
 step runs on one core): by wall time, and by CPU time (this process's and its children's: on a machine shared with
