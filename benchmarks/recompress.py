@@ -10,10 +10,12 @@ own bytes per event), times the steps one by one in this process, each engine on
 - hadd: stage (read the source to local disk), plan (uproot opens it, sorts its objects), hadd+rootcp (ROOT writes the
   copy: CPU of the child processes), verify (uproot reads source and copy in bulk);
 - transcode: stage, open (uproot reads the keys), transcode (the C++ program; its own split: read, decompress
-  -- the floor of any engine that recompresses --, compress, other), verify (uproot reads the copy's baskets).
+  -- the floor of any engine that recompresses --, hash, compress, other), verify (the copy's tree records read for
+  the compared members, its baskets in bulk from one memory map, decompressed by uproot and hashed).
 
 Files the transcoder leaves to hadd say why and have no transcode row. Rates are of the input's size per core (each
-step runs on one core). Writes results/bench/recompress.json.
+step runs on one core): by wall time, and by CPU time (this process's and its children's: on a machine shared with
+other work, the CPU time is the closer measure of one free core). Writes results/bench/recompress.json.
 """
 
 from __future__ import annotations
@@ -26,8 +28,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import uproot
-
 from hepvine import recompress, transcode
 
 OUT = Path("results/bench")
@@ -38,6 +38,12 @@ DENSE = NANOAOD / "ttH_M125_2017.root"  # the file the bigger input is made of: 
 def children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
+
+
+def cpu() -> float:
+    """CPU seconds of this process and its finished children."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime + children_cpu()
 
 
 class Steps:
@@ -55,20 +61,21 @@ class Steps:
 def measure_hadd(source: Path, codec: recompress.Codec, work: Path) -> tuple[dict, dict]:
     """hadd's steps on SOURCE: (seconds per step, what else is worth reporting)."""
     staged, copy = work / "staged.root", work / "hadd.root"
-    steps = Steps()
+    steps, cpu0 = Steps(), cpu()
     recompress.stage(str(source), staged)
     steps.lap("stage")
-    with uproot.open(staged) as src:
+    with recompress.open_local(staged) as src:
         what = recompress.plan(src)
         steps.lap("plan")
         c0 = children_cpu()
         recompress.write_copy(staged, copy, what, codec, str(source))
         steps.lap("root_copy")
         root_cpu = children_cpu() - c0
-        entries = recompress.verify(str(source), src, copy, what)
+        entries = recompress.verify(str(source), src, copy, what, codec)
         steps.lap("verify")
     extra = {"copy_mb": round(copy.stat().st_size / 1e6, 3), "events": entries.get("Events"),
-             "root_cpu_seconds": round(root_cpu, 3), "verbatim": what.verbatim_trees}
+             "cpu_seconds": round(cpu() - cpu0, 3), "root_cpu_seconds": round(root_cpu, 3),
+             "verbatim": what.verbatim_trees}
     staged.unlink()
     copy.unlink()
     return steps.seconds, extra
@@ -77,11 +84,11 @@ def measure_hadd(source: Path, codec: recompress.Codec, work: Path) -> tuple[dic
 def measure_transcode(source: Path, codec: recompress.Codec, work: Path) -> tuple[dict, dict] | str:
     """The transcoder's steps on SOURCE, or why it leaves SOURCE to hadd."""
     staged, copy = work / "staged.root", work / "transcode.root"
-    steps = Steps()
+    steps, cpu0 = Steps(), cpu()
     recompress.stage(str(source), staged)
     steps.lap("stage")
     try:
-        with uproot.open(staged) as src:
+        with recompress.open_local(staged) as src:
             src.classnames(cycle=False)
             steps.lap("open")
             try:
@@ -92,6 +99,7 @@ def measure_transcode(source: Path, codec: recompress.Codec, work: Path) -> tupl
             entries = recompress.verify_transcoded(str(source), src, copy, manifest)
             steps.lap("verify")
         extra = {"copy_mb": round(copy.stat().st_size / 1e6, 3), "events": entries.get("Events"),
+                 "cpu_seconds": round(cpu() - cpu0, 3),
                  "transcoder_seconds": {k: round(v, 3) for k, v in manifest["seconds"].items()}}
     finally:
         staged.unlink(missing_ok=True)
@@ -99,13 +107,17 @@ def measure_transcode(source: Path, codec: recompress.Codec, work: Path) -> tupl
     return steps.seconds, extra
 
 
-def rates(size: int, seconds: dict, events: int | None, bytes_per_event: float | None) -> dict:
+def rates(size: int, seconds: dict, cpu_seconds: float, events: int | None,
+          bytes_per_event: float | None) -> dict:
+    """Input MB (and events) per second of wall time and of CPU time, and at the source's density if given."""
     total = sum(seconds.values())
-    row = {"total_seconds": round(total, 3), "mb_per_s": round(size / 1e6 / total, 2)}
+    row = {"total_seconds": round(total, 3), "mb_per_s": round(size / 1e6 / total, 2),
+           "mb_per_cpu_s": round(size / 1e6 / cpu_seconds, 2)}
     if events:
         row["events_per_s"] = round(events / total)
         if bytes_per_event:
             row["mb_per_s_at_source_density"] = round(events / total * bytes_per_event / 1e6, 2)
+            row["mb_per_cpu_s_at_source_density"] = round(events / cpu_seconds * bytes_per_event / 1e6, 2)
     return row
 
 
@@ -140,14 +152,16 @@ def main(argv: list[str] | None = None) -> int:
             per_event = DENSE.stat().st_size / 100 if source.name.startswith(DENSE.stem + "_x") else None
             row = {"file": source.name, "mb": round(size / 1e6, 3)}
             seconds, extra = measure_hadd(source, codec, work)
-            row["hadd"] = {"seconds": seconds, **extra, **rates(size, seconds, extra["events"], per_event)}
+            row["hadd"] = {"seconds": seconds, **extra,
+                           **rates(size, seconds, extra["cpu_seconds"], extra["events"], per_event)}
             measured = measure_transcode(source, codec, work)
             if isinstance(measured, str):
                 row["transcode"] = {"fallback": measured}
             else:
                 seconds, extra = measured
                 floor = extra["transcoder_seconds"]["inflate"]
-                row["transcode"] = {"seconds": seconds, **extra, **rates(size, seconds, extra["events"], per_event),
+                row["transcode"] = {"seconds": seconds, **extra,
+                                    **rates(size, seconds, extra["cpu_seconds"], extra["events"], per_event),
                                     "decompress_only_mb_per_s": round(size / 1e6 / floor, 2) if floor else None}
             rows.append(row)
             print(line(row), flush=True)
@@ -165,9 +179,10 @@ def line(row: dict) -> str:
             said.append(f"{engine}: not used ({r['fallback']})")
             continue
         steps = " ".join(f"{k} {v:.2f}" for k, v in r["seconds"].items())
-        dense = f", {r['mb_per_s_at_source_density']:.1f} MB/s at real density" \
-            if "mb_per_s_at_source_density" in r else ""
-        said.append(f"{engine}: {steps} = {r['total_seconds']:.2f} s, {r['mb_per_s']:.2f} MB/s{dense}")
+        dense = f", {r['mb_per_s_at_source_density']:.1f} MB/s ({r['mb_per_cpu_s_at_source_density']:.1f} per " \
+            "CPU-s) at real density" if "mb_per_s_at_source_density" in r else ""
+        said.append(f"{engine}: {steps} = {r['total_seconds']:.2f} s (CPU {r['cpu_seconds']:.2f} s), "
+                    f"{r['mb_per_s']:.2f} MB/s{dense}")
     return " | ".join(said)
 
 

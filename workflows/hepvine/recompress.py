@@ -12,8 +12,10 @@ once, over its route; ``root://`` through fsspec-xrootd, as the analysis); then 
   dictionary here (CMSSW's ``MetaData`` and ``ParameterSets``) by ROOT's fast clone, baskets as they are (they are
   small and never read by the analysis). The copy is verified against the manifest the transcoder printed of the
   source (ROOT's reading of it): same keys, classes and titles; per transcoded tree its entries and aliases, per
-  branch its title, class, leaves (types, unsigned, counters), entries, basket boundaries and an MD5 of its
-  decompressed baskets, read from the copy by uproot — the same bytes under the same types are the same values;
+  branch its title, class, leaves (types, unsigned, counters), entries, basket boundaries and a SHA-256 of its
+  decompressed baskets, read from the copy independently of ROOT (the tree's record decompressed by uproot and read
+  for those members alone; the baskets in bulk from the copy's memory map, decompressed by uproot's own
+  decompression) — the same bytes under the same types are the same values;
   verbatim trees and other objects as below.
 - **hadd** (when the file holds what the transcoder does not copy: RNTuple, branches of classes, baskets kept in the
   tree's record; the report says why): ``hadd -f<setting>`` writes the copy, every basket of every TTree (and every
@@ -21,7 +23,9 @@ once, over its route; ``root://`` through fsspec-xrootd, as the analysis); then 
   are left out and copied verbatim by ``rootcp``. The copy is verified against the source: same keys, classes and
   titles; per TTree the entries, branch names, titles, leaf types and aliases, then one bulk read of all branches of
   source and copy with a sha256 per branch; verbatim trees byte for byte (decompressed baskets); RNTuples by entries
-  and the values of every field; other objects by their members (TObject bits aside).
+  and the values of every field, and every page of the copy's RNTuples must carry the new codec (or be stored as it
+  is, where compression would not shrink it), read from the pages' own bytes: hadd that leaves a page in its old
+  codec fails the file; other objects by their members (TObject bits aside).
 """
 
 from __future__ import annotations
@@ -48,6 +52,9 @@ from hepvine.records import FileProblem
 
 # ROOT's compression algorithm numbers (ROOT::RCompressionSetting::EAlgorithm): setting = 100 * algorithm + level.
 CODECS = {"zlib": 1, "lzma": 2, "lz4": 4, "zstd": 5}
+# The two letters that open each compressed block of ROOT's (a basket's, an RNTuple page's), by algorithm.
+BLOCK_TAGS = {b"ZS": "zstd", b"XZ": "lzma", b"ZL": "zlib", b"CS": "zlib", b"L4": "lz4"}
+PAGE_CHECKSUM_BYTES = 8  # an RNTuple page written with a checksum ends with one (xxhash3)
 CHUNK_ENTRIES = 100_000
 STAGE_CHUNK_BYTES = 16 << 20
 # Object members that say how an object sat in memory when written, not what it holds (TObject's bits).
@@ -206,15 +213,10 @@ def _tree_shape(tree) -> dict:
         for b in tree.branches}}
 
 
-def _raw_baskets(tree) -> dict[str, str]:
-    """A sha256 per branch of TREE over its decompressed baskets (for classes uproot cannot read as values)."""
-    sums = {}
-    for branch in tree.branches:
-        digest = hashlib.sha256()
-        for i in range(branch.num_baskets):
-            digest.update(bytes(branch.basket(i).data))
-        sums[branch.name] = digest.hexdigest()
-    return sums
+def _raw_baskets(tree, chunk) -> dict[str, str]:
+    """A sha256 per branch of TREE over its decompressed baskets, read from CHUNK (``transcode.whole`` of its file),
+    for classes uproot cannot read as values."""
+    return {branch.name: transcode.branch_digest(branch, chunk) for branch in tree.branches}
 
 
 def _rntuple_values(ntuple) -> dict:
@@ -223,6 +225,41 @@ def _rntuple_values(ntuple) -> dict:
     arrays = ntuple.arrays()
     _add_values(digests, arrays, arrays.fields)
     return {"entries": ntuple.num_entries, "values": {k: d.hexdigest() for k, d in digests.items()}}
+
+
+def _page_codec(raw, offset: int, size: int) -> str:
+    """The algorithm of the page of SIZE bytes at OFFSET of RAW (a file's bytes): that of its ROOT blocks when they
+    fill the page exactly (its checksum aside), else "stored" (kept as it is, where compression would not shrink it)."""
+    position, end, tags = offset, offset + size, set()
+    while position + 9 <= end and bytes(raw[position:position + 2]) in BLOCK_TAGS:
+        tags.add(BLOCK_TAGS[bytes(raw[position:position + 2])])
+        position += 9 + int(raw[position + 3]) + (int(raw[position + 4]) << 8) + (int(raw[position + 5]) << 16)
+    if tags and position in (end, end - PAGE_CHECKSUM_BYTES) and len(tags) == 1:
+        return tags.pop()
+    return "stored"
+
+
+def rntuple_page_codecs(opened, name: str) -> dict[str, int]:
+    """How many pages of the RNTuple NAME of the file OPENED (uproot, memory-mapped) carry each algorithm ("stored":
+    none), read from the pages' own bytes at the locators of its page lists."""
+    raw = transcode.whole(opened).raw_data
+    counts: dict[str, int] = {}
+    for cluster in opened[name].page_link_list:
+        for column in cluster:
+            for page in column.pages:
+                codec = _page_codec(raw, page.locator.offset, page.locator.num_bytes)
+                counts[codec] = counts.get(codec, 0) + 1
+    return counts
+
+
+def _rntuple_codec_differs(name: str, copy, codec: Codec) -> str | None:
+    """How the RNTuple NAME of COPY fails to carry CODEC: pages left in another algorithm, or None."""
+    other = {k: n for k, n in rntuple_page_codecs(copy, name).items() if k not in (codec.name, "stored")}
+    if other:
+        return (f"{name}: {sum(other.values())} RNTuple pages are not {codec.name} in the copy "
+                f"({', '.join(f'{n} {k}' for k, n in sorted(other.items()))}): this ROOT's hadd did not recompress "
+                f"them")
+    return None
 
 
 def _members(obj) -> object:
@@ -267,15 +304,18 @@ def _keys_differ(src, copy) -> str | None:
         "titles", {k: src.key(k).fTitle for k in classes}, {k: copy.key(k).fTitle for k in copy_classes})
 
 
-def _verbatim_differs(name: str, ours, theirs) -> str | None:
-    """How the tree copied as it is (THEIRS) differs from the source's (OURS): shape, then decompressed baskets."""
+def _verbatim_differs(name: str, src, copy) -> str | None:
+    """How the tree NAME copied as it is differs in COPY from the one in SRC (open files): shape, then decompressed
+    baskets."""
+    ours, theirs = src[name], copy[name]
     return _differences(name, _tree_shape(ours), _tree_shape(theirs)) \
-        or _differences(name, _raw_baskets(ours), _raw_baskets(theirs))
+        or _differences(name, _raw_baskets(ours, transcode.whole(src)), _raw_baskets(theirs, transcode.whole(copy)))
 
 
-def verify(source: str, src, tmp: Path, what: Plan) -> dict[str, int]:
+def verify(source: str, src, tmp: Path, what: Plan, codec: Codec) -> dict[str, int]:
     """{tree or RNTuple: entries} after checking hadd's copy at TMP against the staged source, open as SRC (see the
-    module's docstring); RecompressError naming the first difference otherwise."""
+    module's docstring), and that every page of its RNTuples is compressed with CODEC or stored as it is;
+    RecompressError naming the first difference otherwise."""
     entries = {}
     with open_local(tmp) as copy:
         said = _keys_differ(src, copy)
@@ -290,9 +330,12 @@ def verify(source: str, src, tmp: Path, what: Plan) -> dict[str, int]:
                                         _branch_checksums(theirs, names))
             entries[name] = shape["entries"]
         for name in what.verbatim_trees:
-            said = said or _verbatim_differs(name, what.opened[name], copy[name])
+            said = said or _verbatim_differs(name, src, copy)
             entries[name] = copy[name].num_entries
         for name in what.rntuples:
+            if said:
+                break
+            said = _rntuple_codec_differs(name, copy, codec)  # first: it reads no values
             if said:
                 break
             values = _rntuple_values(src[name])
@@ -317,10 +360,10 @@ def verify_transcoded(source: str, src, tmp: Path, manifest: dict) -> dict[str, 
             if said:
                 break
             if described["kind"] == "transcode":
-                said = _differences(name, described, transcode.described(copy[name]))
+                said = _differences(name, described, transcode.described(copy, name, transcode.whole(copy)))
                 entries[name] = described["entries"]
             elif described["kind"] == "verbatim":
-                said = _verbatim_differs(name, src[name], copy[name])
+                said = _verbatim_differs(name, src, copy)
                 entries[name] = copy[name].num_entries
             else:
                 said = _differences(name, _members(src[name]), _members(copy[name]))
@@ -402,7 +445,7 @@ def _copy(source: str, src, staged: Path, tmp: Path, codec: Codec) -> tuple[dict
     except (transcode.Unsupported, transcode.TranscodeError) as e:
         what = _planned(source, src)
         write_copy(staged, tmp, what, codec, source)
-        return verify(source, src, tmp, what), {"engine": "hadd", "fallback": str(e)}
+        return verify(source, src, tmp, what, codec), {"engine": "hadd", "fallback": str(e)}
     return verify_transcoded(source, src, tmp, manifest), {"engine": "transcode"}
 
 
