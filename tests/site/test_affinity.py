@@ -76,20 +76,21 @@ def homed_on_every_cache(sandbox: site.Site, origin_url: str, n: int) -> str:
 
 @pytest.fixture
 def campaign():
-    """run(spec, name, *options, site=text): the campaign NAME over SPEC, run from the repository as a user does
-    (the sandbox profile ships the workflow from there), with the site config text (default: the sandbox's);
-    returns its report. Everything it writes under results/ is removed afterwards."""
+    """run(spec, name, *options, site=text, config=()): the campaign NAME over SPEC, run from the repository as a
+    user does (the sandbox profile ships the workflow from there), with the site config text (default: the
+    sandbox's) and more --config items CONFIG; returns its report. Everything it writes under results/ is removed
+    afterwards."""
     tag = f"test-{uuid.uuid4().hex[:8]}"
     written = [REPO / "results" / tag]
 
-    def run(spec: dict, name: str, *args: str, site: str | None = None) -> dict:
+    def run(spec: dict, name: str, *args: str, site: str | None = None, config: tuple[str, ...] = ()) -> dict:
         inputs = REPO / "results" / tag
         inputs.mkdir(parents=True, exist_ok=True)
         (inputs / "spec.json").write_text(json.dumps(spec))
         (inputs / "site.yaml").write_text(site or SANDBOX_SITE.read_text())
         written.append(REPO / "results" / f"{tag}-{name}")
         cmd = [sys.executable, "-m", "snakemake", *args, "--config", f"dataset=results/{tag}/spec.json",
-               f"campaign={tag}-{name}", f"site=results/{tag}/site.yaml"]
+               f"campaign={tag}-{name}", f"site=results/{tag}/site.yaml", *config]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=REPO)
         assert done.returncode == 0, done.stderr[-4000:]
         return json.loads((written[-1] / "report.json").read_text())
@@ -110,10 +111,11 @@ def cached_copies(services, directory: str) -> dict[str, list[str]]:
 
 def test_tasks_run_in_their_home_rack_and_files_come_from_the_origin_once(services, store, campaign):
     spec = store(HOME_RACK_FILES)
-    # The sandbox profile: TaskVine workers submitted to HTCondor, one 2-core worker per rack. A long preference wait,
-    # so that no task leaves its rack while the other rack's queue drains faster.
+    # The sandbox profile: TaskVine workers submitted to HTCondor, one 2-core worker per rack. Two files a job: ~3
+    # jobs per rack, more than its worker's cores (as 40 files at the default 8 a job). A long preference wait, so
+    # that no task leaves its rack while the other rack's queue drains faster.
     profile = ("--profile", "profiles/sandbox", "--taskvine-prefer-wait-s", "300")
-    report = campaign(spec, "affinity", *profile)
+    report = campaign(spec, "affinity", *profile, config=("files_per_job=2",))
     assert report["complete"] and report["files"]["ok"] == HOME_RACK_FILES
     cache = report["cache"]
     homes = {r["path"]: r["cache"] for r in report["inputs"]}
@@ -134,7 +136,7 @@ def test_tasks_run_in_their_home_rack_and_files_come_from_the_origin_once(servic
     assert cache["bytes_read_directly_from_origin"] == 0 and not cache["failovers"]
 
     # A second campaign over the same files: everything is served by the caches.
-    again = campaign(spec, "affinity-again", *profile)
+    again = campaign(spec, "affinity-again", *profile, config=("files_per_job=2",))
     assert again["complete"] and again["cache"]["bytes_from_origin"] == 0, again["cache"]
     assert again["cache"]["hit_ratio"] == 1.0
 
