@@ -4,9 +4,10 @@ on, so that a change to any of those makes it anew; a test gets a copy (generate
 (environments, which tests only read).
 
 Where: $HEPVINE_TEST_CACHE, by default /var/tmp/hepvine-test-cache (in the sandbox, the userland's /var/tmp: it lasts
-across `make test` runs and both of its passes, and goes with the sandbox). Invalidation: by key only; when an entry
-is made, the entries of the same kind made from other sources are removed, so the cache holds one generation of
-each kind. Delete the directory to start afresh.
+across `make test` runs and both of its passes, and goes with the sandbox). Invalidation: by key only. An entry's
+time is set each time it is used; when an entry is made, the entries of the same kind made from other sources and
+unused for a day are removed (checkouts that differ, such as a CI clone and a developer's, keep theirs meanwhile).
+Delete the directory to start afresh.
 
 Generated files are written with ZLIB-1 unless a test asks for another codec: generate's default, LZMA-9 (CMS
 NanoAOD's), takes ~1.6 ms an event to compress here, ZLIB-1 ~0.1 ms, for files ~7% larger (measured on compact
@@ -21,6 +22,7 @@ files of 20,000 events: 33 s and 2.1 s). A test whose claim is about the codec a
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.metadata
@@ -30,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from unittest import mock
 
@@ -42,6 +45,7 @@ GENERATOR_SOURCES = ("generate", "nanoschema", "atomic")
 GENERATOR_LIBRARIES = ("uproot", "awkward", "numpy")
 WRITE_FILE = generate.write_file  # the real writer: generated_dataset() routes generate.generate's calls here
 QUICK = uproot.ZLIB(1)  # the codec of generated files whose codec does not matter to the test
+STALE_S = 24 * 3600  # an entry of other sources unused this long goes when a new one of its kind is made
 
 
 def _directory() -> Path:
@@ -65,10 +69,13 @@ def _digest(*parts: bytes) -> str:
 
 def _keep(kind: str, sources: str, key: str, suffix: str, make) -> Path:
     """The entry KIND-SOURCES-KEY: made by MAKE(temporary path) the first time, under a temporary name then renamed
-    (a run that is killed leaves no half entry); entries of KIND from other SOURCES are removed then."""
+    (a run that is killed leaves no half entry); entries of KIND from other SOURCES unused for STALE_S are removed
+    then."""
     directory = _directory()
     entry = directory / f"{kind}-{sources[:16]}-{key[:24]}{suffix}"
     if entry.exists():
+        with contextlib.suppress(PermissionError):  # another user's entry keeps its time
+            os.utime(entry)
         return entry
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{kind}-", suffix=suffix)
     os.close(fd)
@@ -78,9 +85,11 @@ def _keep(kind: str, sources: str, key: str, suffix: str, make) -> Path:
         os.replace(tmp, entry)
     finally:
         Path(tmp).unlink(missing_ok=True)
-    for stale in directory.glob(f"{kind}-*{suffix}"):
-        if not stale.name.startswith(f"{kind}-{sources[:16]}-"):
-            stale.unlink(missing_ok=True)
+    now = time.time()
+    for other in directory.glob(f"{kind}-*{suffix}"):
+        with contextlib.suppress(FileNotFoundError):
+            if not other.name.startswith(f"{kind}-{sources[:16]}-") and now - other.stat().st_mtime > STALE_S:
+                other.unlink()
     return entry
 
 

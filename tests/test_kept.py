@@ -1,10 +1,11 @@
 """The cache of expensive test inputs (kept.py), with a fake writer in place of hepvine.generate's: an entry is made
-once per key and each test gets its own copy; other arguments or other sources make a new entry, and an entry of
-other sources is removed then; a writer that fails leaves nothing behind; generated_dataset gives generate's spec."""
+once per key and each test gets its own copy; other arguments or other sources make a new entry, and an unused entry
+of other sources is removed then; a writer that fails leaves nothing behind; generated_dataset gives generate's spec."""
 
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -39,14 +40,19 @@ def test_an_entry_is_made_once_and_each_test_gets_its_own_copy(tmp_path, writes)
     assert len(writes) == 3 and len(list((tmp_path / "cache").glob("generated-*.root"))) == 3
 
 
-def test_an_entry_of_other_sources_is_removed_when_a_new_one_is_made(tmp_path, writes, monkeypatch):
-    monkeypatch.setattr(kept, "generator_sources", lambda: "a" * 64)
-    kept.generated_file(tmp_path / "x.root", "ttbar", 100)
-    (old,) = (tmp_path / "cache").glob("generated-*.root")
-    monkeypatch.setattr(kept, "generator_sources", lambda: "b" * 64)
-    kept.generated_file(tmp_path / "y.root", "ttbar", 100)
-    assert len(writes) == 2 and not old.exists()
-    assert [p.name[:26] for p in (tmp_path / "cache").iterdir()] == ["generated-" + "b" * 16]
+def test_an_unused_entry_of_other_sources_is_removed_when_a_new_one_is_made(tmp_path, writes, monkeypatch):
+    made = {}
+    for sources in "abc":
+        monkeypatch.setattr(kept, "generator_sources", lambda: sources * 64)
+        kept.generated_file(tmp_path / "x.root", "ttbar", 100)
+        made[sources] = next((tmp_path / "cache").glob(f"generated-{sources * 16}-*.root"))
+    os.utime(made["a"], (0, 0))  # a: unused for over a day (b: used just now)
+    os.utime(made["c"], (0, 0))
+    kept.generated_file(tmp_path / "y.root", "ttbar", 100)  # c's, used again: its time is now
+    monkeypatch.setattr(kept, "generator_sources", lambda: "d" * 64)
+    kept.generated_file(tmp_path / "z.root", "ttbar", 100)
+    assert len(writes) == 4
+    assert sorted(p.name[10:11] for p in (tmp_path / "cache").iterdir()) == ["b", "c", "d"]
 
 
 def test_a_failing_writer_leaves_nothing(tmp_path, monkeypatch):
