@@ -10,12 +10,13 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
 import uproot
 
-from hepvine import generate
+from kept import generated_dataset
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -46,14 +47,18 @@ class Workers:
                                                env=env))
 
     def stop(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+        """SIGTERM to every worker at once (each takes seconds to clear its workspace), then wait for each; one
+        still running 20 s later is killed."""
+        running = [proc for proc in self.procs if proc.poll() is None]
+        for proc in running:
+            proc.terminate()
+        deadline = time.monotonic() + 20
+        for proc in running:
+            try:
+                proc.wait(max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
         self.procs.clear()
 
 
@@ -77,7 +82,7 @@ class CampaignDir:
         origin = services["xrootd"]["origin"]
         directory = f"test-campaign-{uuid.uuid4().hex[:8]}"
         self.store = Path(origin["data_dir"]) / "store" / directory
-        self.spec = generate.generate(self.store, counts, events, seed=seed)
+        self.spec = generated_dataset(self.store, counts, events, seed=seed)
         for samples in self.spec.values():
             for files in (v["files"] for k, v in samples.items() if k != "xsec"):
                 for entry in files:

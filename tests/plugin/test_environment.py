@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 import tarfile
 import time
@@ -29,6 +28,7 @@ import uproot
 
 from hepvine import packenv
 from campaign_runs import CampaignDir, Workers, free_port, run_campaign
+from kept import packed_environment
 from snakemake_executor_plugin_taskvine import provision
 from snakemake_runs import slow_snakefile
 
@@ -111,14 +111,10 @@ def test_environment_file_is_checked_and_may_come_from_a_site_config(tmp_path):
 # --- real workers with nothing installed --------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def packed(tmp_path_factory) -> Path:
+def packed() -> Path:
     """This venv packed by `hepvine pack-env --extra recompress`, as a user makes it for campaigns that recompress
-    (ROOT travels with it)."""
-    path = tmp_path_factory.mktemp("env") / "hepvine-env.tar.gz"
-    done = subprocess.run([sys.executable, "-m", "hepvine.packenv", str(path), "--extra", "recompress"],
-                          capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return path
+    (ROOT travels with it); packed again only when something it packs has changed (tests/kept.py)."""
+    return packed_environment("recompress")
 
 
 class HiddenWorkers(Workers):

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hepvine import generate
+from kept import generated_dataset
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -34,7 +34,7 @@ def campaign(tmp_path):
     """(workdir, spec, missing, corrupt): a spec in WORKDIR/spec.json of 2 ttbar and 1 data generated files of 3,000
     events each, plus a ttbar file that does not exist (MISSING) and one that is not a ROOT file (CORRUPT)."""
     data = tmp_path / "data"
-    spec = generate.generate(data, {"ttbar": 2, "data": 1}, 3000, seed=3)
+    spec = generated_dataset(data, {"ttbar": 2, "data": 1}, 3000, seed=3)
     missing = str(data / "ttbar" / "ttbar_0002.root")
     corrupt = data / "ttbar" / "corrupt.root"
     corrupt.write_bytes(np.random.default_rng(0).bytes(5000))

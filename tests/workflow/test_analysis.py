@@ -13,6 +13,7 @@ import pytest
 import uproot
 
 from hepvine import analysis, generate
+from kept import generated_file
 
 
 def loop_observables(ev: dict, i: int, scale: float, btag_cut: float = 0.5) -> tuple[str, float] | None:
@@ -56,7 +57,7 @@ def loop_observables(ev: dict, i: int, scale: float, btag_cut: float = 0.5) -> t
 @pytest.mark.parametrize("process, least_selected", [("ttbar", 20), ("wjets", 1)])
 def test_columnar_equals_event_loop(tmp_path, process, least_selected):
     path = tmp_path / f"{process}.root"
-    generate.write_file(path, process, 4000, index=3, seed=7)
+    generated_file(path, process, 4000, index=3, seed=7)
     events = uproot.open(path)["Events"].arrays(analysis.BRANCHES, library="ak")
     columnar = analysis.new_histogram()
     counts = analysis.fill(columnar, events, process, weight=0.5)
@@ -85,7 +86,7 @@ def test_columnar_equals_event_loop(tmp_path, process, least_selected):
 def test_a_discriminant_at_the_working_point_is_not_b_tagged(tmp_path):
     """AGC reference: ``btagCSVV2 > B_TAG_THRESHOLD`` (see the analysis module's docstring): events whose jets sit
     exactly at 0.5 are untagged, so moving every tagged jet to 0.5 empties both regions."""
-    path = generate.write_file(tmp_path / "t.root", "ttbar", 2000, index=2, seed=4)["path"]
+    path = generated_file(tmp_path / "t.root", "ttbar", 2000, index=2, seed=4)["path"]
     events = uproot.open(path)["Events"].arrays(analysis.BRANCHES, library="ak")
     before = analysis.fill(analysis.new_histogram(), events, "ttbar", 1.0)
     events["Jet_btagCSVV2"] = ak.where(events["Jet_btagCSVV2"] > 0.5, np.float32(0.5), events["Jet_btagCSVV2"])

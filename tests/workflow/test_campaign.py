@@ -15,7 +15,8 @@ import matplotlib.image
 import numpy as np
 import uproot
 
-from hepvine import analysis, generate
+from hepvine import analysis
+from kept import generated_dataset, generated_file
 
 
 def results_of(out: Path) -> dict[str, int]:
@@ -76,8 +77,8 @@ def test_campaign_counts_every_file_once_and_reports_failures(campaign, snakemak
     assert same.returncode == 0 and results_of(out) == before, "a permanent failure was retried by itself"
 
     # Repair both files and --forcerun their outputs (as the report says): only those two are analysed again.
-    generate.write_file(Path(missing), "ttbar", 3000, index=2, seed=3)
-    generate.write_file(corrupt, "ttbar", 3000, index=3, seed=3)
+    generated_file(Path(missing), "ttbar", 3000, index=2, seed=3)
+    generated_file(corrupt, "ttbar", 3000, index=3, seed=3)
     forced = [f["output"] for f in report["failed_files"]]
     again = snakemake(workdir, *config, extra=("--forcerun", *forced))
     assert again.returncode == 0, again.stderr[-3000:]
@@ -92,7 +93,7 @@ def test_campaign_counts_every_file_once_and_reports_failures(campaign, snakemak
 def test_transient_failure_is_retried_by_running_the_same_command(tmp_path, snakemake):
     """A file at an XRootD server that is down fails as transient; the same command again reruns exactly its job."""
     data = tmp_path / "data"
-    spec = generate.generate(data, {"ttbar": 2}, 2000, seed=4)
+    spec = generated_dataset(data, {"ttbar": 2}, 2000, seed=4)
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -161,7 +162,7 @@ def test_colliding_names_and_a_path_listed_twice(tmp_path, snakemake):
     """Process a__b/variation c and process a/variation b__c are two files (they once shared a task name); a path
     listed under two processes is refused before any job, naming both places."""
     data = tmp_path / "data"
-    files = [generate.write_file(data / f"f{i}.root", "ttbar", 1000, index=i, seed=6)["path"] for i in range(2)]
+    files = [generated_file(data / f"f{i}.root", "ttbar", 1000, index=i, seed=6)["path"] for i in range(2)]
     spec = {"a__b": {"xsec": 1.0, "c": {"nevts_total": 1000, "files": [{"path": str(files[0]), "nevts": 1000}]}},
             "a": {"xsec": 1.0, "b__c": {"nevts_total": 1000, "files": [{"path": str(files[1]), "nevts": 1000}]}}}
     (tmp_path / "spec.json").write_text(json.dumps(spec))

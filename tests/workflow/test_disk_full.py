@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from hepvine import generate
+from kept import generated_file
 
 pytestmark = pytest.mark.root
 
@@ -36,7 +36,7 @@ RUN = textwrap.dedent("""
 
 
 def test_a_full_disk_is_a_transient_failure_that_leaves_nothing(tmp_path):
-    good = str(generate.write_file(tmp_path / "good.root", "ttbar", 1000, index=0, seed=3)["path"])
+    good = str(generated_file(tmp_path / "good.root", "ttbar", 1000, index=0, seed=3)["path"])
     copies = tmp_path / "full"
     copies.mkdir()
     # A 1 MB tmpfs with a few kB left: the staged source (as large as the file) cannot be written.

@@ -13,7 +13,8 @@ import psutil
 import pytest
 import uproot
 
-from hepvine import analysis, driver, failures, fetch, generate, records
+from hepvine import analysis, driver, failures, fetch, records
+from kept import generated_file
 from hepvine.limits import Limits
 
 
@@ -26,7 +27,7 @@ def shard(paths: list[str], nevts: int = 1000) -> dict:
 
 @pytest.fixture
 def files(tmp_path):
-    good = [str(generate.write_file(tmp_path / f"g{i}.root", "ttbar", 1000, index=i, seed=9)["path"]) for i in range(2)]
+    good = [str(generated_file(tmp_path / f"g{i}.root", "ttbar", 1000, index=i, seed=9)["path"]) for i in range(2)]
     corrupt = tmp_path / "corrupt.root"
     corrupt.write_bytes(np.random.default_rng(1).bytes(3000))
     return good, str(corrupt), str(tmp_path / "missing.root")

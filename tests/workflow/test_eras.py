@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import uproot
 
-from hepvine import analysis, dataset, eras, failures, fetch, generate, index, records
+from hepvine import analysis, dataset, eras, failures, fetch, index, records
+from kept import generated_file
 from hepvine.records import FileProblem
 
 from test_analysis import loop_observables
@@ -107,7 +108,7 @@ def test_the_spec_era_is_validated_and_reaches_the_shard():
 def test_run3_discriminant_and_working_point(tmp_path, era):
     """A generated ttbar file with its CSVV2 values as DeepJet: the columnar analysis with a Run 3 era (b tag
     DeepFlavB > the era's WP) equals the event loop with that branch and cut, bin by bin."""
-    path = generate.write_file(tmp_path / "t.root", "ttbar", 3000, index=1, seed=3)["path"]
+    path = generated_file(tmp_path / "t.root", "ttbar", 3000, index=1, seed=3)["path"]
     events = uproot.open(path)["Events"].arrays(analysis.BRANCHES, library="ak")
     events["Jet_btagDeepFlavB"] = events["Jet_btagCSVV2"] * 0.6  # moves jets across the WPs
     selection = eras.Selection(eras.ERAS[era], "spec", eras.JET_ID_BIT)

@@ -5,7 +5,9 @@ same events; its values compress like real ones, not like zeros; and the selecti
 the AGC's real 2015 ttbar file.
 
 The real files stay in ../shared/nanoaod (``$HEPVINE_NANOAOD`` elsewhere). One generated file (2,000 ttbar events,
-LZMA-9) serves the module: uproot needs ~25 s to lay out a 1,600-branch tree, twice.
+LZMA-9) serves the module: uproot needs ~25 s to lay out a 1,600-branch tree, twice; it is kept between runs while
+generate's sources and libraries are unchanged (tests/kept.py). ``hepvine generate`` itself writes a compact file
+here every run.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pytest
 import uproot
 
 from hepvine import analysis, driver, eras, fetch, generate, nanoschema, recompress
+from kept import generated_file
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 NANOAOD = Path(os.environ.get("HEPVINE_NANOAOD") or CHECKOUT.parent / "shared" / "nanoaod")
@@ -45,7 +48,7 @@ def real(name: str) -> Path:
 @pytest.fixture(scope="module")
 def ttbar(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("generated") / "ttbar.root"
-    generate.write_file(path, "ttbar", EVENTS, index=0, seed=7, schema="nanoaod")
+    generated_file(path, "ttbar", EVENTS, index=0, seed=7, schema="nanoaod", compression=uproot.LZMA(9))
     return path
 
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hepvine import generate, site
+from hepvine import site
+from kept import generated_dataset
 
 REPO = Path(__file__).resolve().parents[2]
 SITES = sorted(p.stem for p in (REPO / "site-configs").glob("*.yaml"))
@@ -140,7 +141,7 @@ def test_profile_dry_runs_a_small_campaign(name, results):
 
 @pytest.mark.sandbox
 def test_local_profile_runs_a_campaign_twice_to_identical_histograms(tmp_path, results):
-    spec = generate.generate(tmp_path / "data", {"ttbar": 3, "data": 1}, 2000, seed=11)
+    spec = generated_dataset(tmp_path / "data", {"ttbar": 1, "data": 1}, 2000, seed=11)  # two jobs: one a process
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     outs = []
     for run in ("a", "b"):
@@ -150,7 +151,7 @@ def test_local_profile_runs_a_campaign_twice_to_identical_histograms(tmp_path, r
         assert "TaskVine manager listening" in done.stderr  # the jobs ran on TaskVine, not Snakemake's local executor
         outs.append(REPO / "results" / f"{results}-{run}")
         report = json.loads((outs[-1] / "report.json").read_text())
-        assert report["complete"] and report["files"]["ok"] == 4 and report["events"] == 8000, report["files"]
+        assert report["complete"] and report["files"]["ok"] == 2 and report["events"] == 4000, report["files"]
         assert report["provenance"]["profiles"][0]["profile"] == "profiles/local"
     compared = subprocess.run([sys.executable, "-m", "hepvine.cli", "compare", str(outs[0]), str(outs[1])],
                               capture_output=True, text=True, cwd=REPO)

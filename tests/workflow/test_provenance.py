@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from hepvine import generate, provenance
+from hepvine import provenance
+from kept import generated_dataset
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -107,7 +108,7 @@ def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_campaign_report_carries_the_provenance(tmp_path):
-    spec = generate.generate(tmp_path / "data", {"ttbar": 2}, 2000, seed=8)
+    spec = generated_dataset(tmp_path / "data", {"ttbar": 2}, 2000, seed=8)
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     config = ("--config", f"dataset={tmp_path / 'spec.json'}", "campaign=p", "files_per_job=1")
     done = snakemake(tmp_path, *config)

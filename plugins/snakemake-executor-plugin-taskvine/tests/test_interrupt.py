@@ -17,7 +17,10 @@ pytestmark = pytest.mark.sandbox
 
 from snakemake_runs import alive, slow_snakefile
 
-SLOW = slow_snakefile("sleep 20; echo {wildcards.i} > {output}")
+# Ctrl-C comes as soon as the first job's sleep is seen, well within 8 s; the rerun then sleeps 2 x 8 s (4 jobs, 2
+# workers). The HTCondor test waits for its worker jobs, then 5 s more, before Ctrl-C: its jobs sleep longer.
+SLOW = slow_snakefile("sleep 8; echo {wildcards.i} > {output}")
+SLOW_CONDOR = slow_snakefile("sleep 20; echo {wildcards.i} > {output}")
 ARGS = ("--shared-fs-usage", "none", "--taskvine-max-workers", "2", "--taskvine-worker-memory-mb", "1000",
         "--taskvine-worker-disk-mb", "1000", "--default-resources", "mem_mb=100", "disk_mb=10")
 
@@ -128,7 +131,7 @@ def _condor_jobs(condor_env, root) -> list[str]:
 
 @pytest.mark.chaos
 def test_ctrl_c_removes_condor_workers(workflow, condor_env):
-    wf = workflow(SLOW)
+    wf = workflow(SLOW_CONDOR)
     args = ("--taskvine-workers", "condor", *ARGS)
     started = Run(wf, *args)
     run = started.proc

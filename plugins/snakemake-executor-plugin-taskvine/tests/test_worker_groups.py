@@ -22,7 +22,7 @@ rule all:
 rule prefer:
     output: "prefer/{i}.txt"
     resources: taskvine_prefer="rack-a"
-    shell: "sleep 2; echo $SNAKEMAKE_TASKVINE_WORKER_GROUP > {output}"
+    shell: "sleep 1; echo $SNAKEMAKE_TASKVINE_WORKER_GROUP > {output}"
 
 rule must:
     output: "must/{i}.txt"
@@ -73,6 +73,7 @@ def test_job_preferring_a_group_without_workers_runs_elsewhere_after_the_wait(wo
 def test_preferring_jobs_spill_to_an_idle_group_after_the_wait(workflow):
     wf = workflow(SNAKEFILE)
     _run_with_groups(wf, prefer_wait_s=1)
-    # Six 2-second jobs for one rack-a core: after 1 s rack-b is idle (its three jobs are instant), so some move.
+    # Six 1-second jobs for one rack-a core: the last ones wait 3 s or more while rack-b is idle (its three jobs
+    # are instant), so some move.
     ran = _ran_in(wf, "prefer/*.txt")
     assert len(ran) == 6 and "rack-a" in ran and "rack-b" in ran
