@@ -33,8 +33,8 @@ def campaign(tmp_path_factory):
                  for i in range(n)]
         return {"nevts_total": EVENTS * n + 1000, "files": files}  # nevts_total counts unlisted events too
 
-    spec = {"ttbar": {"xsec": XSEC, "nominal": sample("ttbar", 0, 2), "scaleup": sample("ttbar", 2, 1),
-                      "ME_var": {"nevts_total": EVENTS, "files": [{"path": str(where / "gone.root"), "nevts": EVENTS}]}},
+    gone = {"nevts_total": EVENTS, "files": [{"path": str(where / "gone.root"), "nevts": EVENTS}]}
+    spec = {"ttbar": {"xsec": XSEC, "nominal": sample("ttbar", 0, 2), "scaleup": sample("ttbar", 2, 1), "ME_var": gone},
             "data": {"nominal": sample("data", 0, 1)}}
     batches = index.plan(dataset.tasks(spec), 8, fetch.local_route)
     results = [driver.run_batch(index.shard(b, {}), LUMI_PB, retry=fetch.Retry(1, 0)) for b in batches]

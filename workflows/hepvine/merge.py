@@ -1,5 +1,6 @@
 """One node of the merge tree: sum the histograms and event counts of several batch (or already merged) results, keep
-every file's record and join the histogram variations each process fills. The tree (fan-in ``merge_fan_in``) is laid out by the workflow; this merges one group."""
+every file's record and join the histogram variations each process fills. The tree (fan-in ``merge_fan_in``) is laid
+out by the workflow; this merges one group."""
 
 from __future__ import annotations
 
