@@ -80,10 +80,11 @@ def hepvine_analysis(paths: list[Path], events_per_file: int) -> tuple[int, int]
     return events, nbytes
 
 
-def coffea_observables(events, scale: float, selection: eras.Selection = analysis.RUN2) -> dict[str, np.ndarray]:
+def coffea_observables(events, scale: float, selection: eras.Selection = analysis.RUN2) -> dict[str, tuple]:
     """The AGC selection as a coffea user writes it: NanoEvents collections and their four-vector behaviour, with
     SELECTION's b tag and IDs (the jet ID: coffea's ``isTightLeptonVeto``, or for NanoAOD v15 the JME criteria on
-    the jet's fractions, written here again with coffea's fields)."""
+    the jet's fractions, written here again with coffea's fields). Per region: (observable, the selected jets' pt of
+    its events, the input of the b-tag weight variations)."""
     era = selection.era
     btag = era.btag.removeprefix("Jet_")
     electron_id, tight = era.electron_id
@@ -103,31 +104,45 @@ def coffea_observables(events, scale: float, selection: eras.Selection = analysi
     jets = jets[(jets.pt > 30) & (abs(jets.eta) < 2.4) & jet_id]
     nbtag = ak.sum(jets[btag] > era.btag_wp, axis=1)
     selected = (ak.num(electrons) + ak.num(muons) == 1) & (ak.num(jets) >= 4)
-    ht = ak.sum(jets[selected & (nbtag == 1)].pt, axis=1)
-    trijet = ak.combinations(jets[selected & (nbtag >= 2)], 3, fields=["j1", "j2", "j3"])
+    one_b, two_b = jets[selected & (nbtag == 1)], jets[selected & (nbtag >= 2)]
+    ht = ak.sum(one_b.pt, axis=1)
+    trijet = ak.combinations(two_b, 3, fields=["j1", "j2", "j3"])
     p4 = trijet.j1 + trijet.j2 + trijet.j3
     max_btag = np.maximum(np.maximum(trijet.j1[btag], trijet.j2[btag]), trijet.j3[btag])
     best = ak.argmax(ak.where(max_btag > era.btag_wp, p4.pt, -1.0), axis=1, keepdims=True)
-    return {"4j1b": ak.to_numpy(ht), "4j2b": ak.to_numpy(ak.flatten(p4[best].mass))}
+    return {"4j1b": (ak.to_numpy(ht), one_b.pt), "4j2b": (ak.to_numpy(ak.flatten(p4[best].mass)), two_b.pt)}
+
+
+def coffea_weights(variation: str, jet_pt, weight: float) -> np.ndarray:
+    """The AGC's weight of histogram VARIATION for events whose selected jets have JET_PT (ttbar_analysis_pipeline.py
+    lines 324-337 with the corrections of make_corrections_json.py, evaluated in double as correctionlib does)."""
+    weights = np.full(len(jet_pt), weight)
+    if variation.startswith("btag_var_"):
+        pt = ak.to_numpy(jet_pt[:, int(variation.split("_")[2])]).astype(np.float64)
+        return weights * (1.0 + (pt * 0.075 / 50) if variation.endswith("_up") else 1.0 - (pt * 0.075 / 50))
+    if variation.startswith("scale_var_"):
+        return weights * (1.0 + 0.025 if variation.endswith("_up") else 1.0 - 0.025)
+    return weights
 
 
 def coffea_histogram(path: Path | str, process: str, weight: float,
                      selection: eras.Selection = analysis.RUN2) -> tuple[object, int, dict[str, int]]:
-    """(histogram, events, nominal count per region) of the file at PATH (TTree or RNTuple ``Events``) with coffea."""
+    """(histogram, events, nominal count per region) of the file at PATH (TTree or RNTuple ``Events``), a simulated
+    nominal sample of PROCESS, with coffea: every histogram variation ``analysis.variations`` says it fills."""
     from coffea.nanoevents import NanoAODSchema, NanoEventsFactory
 
     with warnings.catch_warnings():  # generated files lack NanoAOD's cross-reference indices; harmless here
         warnings.simplefilter("ignore")
         events = NanoEventsFactory.from_root({str(path): "Events"}, schemaclass=NanoAODSchema,
                                              mode="virtual").events()
-    h, counts = analysis.new_histogram(), {}
-    for variation, scale in analysis.VARIATIONS.items():
-        for region, values in coffea_observables(events, scale, selection).items():
+    h = analysis.new_histogram()
+    selected = {name: coffea_observables(events, scale, selection) for name, scale in analysis.VARIATIONS.items()}
+    for region in analysis.REGIONS:
+        for variation in analysis.variations(process, "nominal", data=False):
+            values, jet_pt = selected[variation if variation in selected else "nominal"][region]
             h.fill(region=region, process=process, variation=variation, observable=values,
-                   weight=np.full(len(values), weight))
-            if variation == "nominal":
-                counts[region] = len(values)
-    return h, len(events), counts
+                   weight=coffea_weights(variation, jet_pt, weight))
+    return h, len(events), {region: len(values) for region, (values, _) in selected["nominal"].items()}
 
 
 def coffea_analysis(paths: list[Path], counts: dict | None = None) -> int:

@@ -26,7 +26,8 @@ def merged(shift: float = 0.0, weight: float = 1.5) -> dict:
 def write(tmp_path, name: str, result: dict, as_root: bool):
     if as_root:
         directory = tmp_path / name
-        report.histograms(result["hist"], result["events"], ["data", "ttbar"], directory / "histograms.root")
+        report.histograms(result["hist"], result["events"], dict.fromkeys(["data", "ttbar"], analysis.SYSTEMATICS[:2]),
+                          directory / "histograms.root")
         return directory
     atomic.write_pickle(tmp_path / f"{name}.pkl", result)
     return tmp_path / f"{name}.pkl"

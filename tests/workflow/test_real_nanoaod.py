@@ -86,7 +86,7 @@ def test_hepvine_equals_coffea(nanoaod, bench, name):
     if name == "ttH_M125_2017.root":  # the one file where the Run 2 selection fills both regions
         assert counts["4j1b"] > 0 and counts["4j2b"] > 0
     for region in analysis.REGIONS:
-        for variation in analysis.VARIATIONS:
+        for variation in analysis.variations("real", "nominal", data=False):
             got, want = contents(h, region, variation), contents(reference, region, variation)
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=0, err_msg=f"{name} {region} {variation}")
 

@@ -5,25 +5,40 @@ sip3d < 4, pfRelIso04_all < 0.15), jets (pt > 30, |eta| < 2.4, TightLeptonVeto j
 discriminant > its working point (Run 2: btagCSVV2 > 0.5; the era's choices are in ``hepvine.eras``). Events:
 exactly one selected lepton and at least four selected jets. Regions: ``4j1b`` (exactly one b-tagged jet; observable
 HT, the scalar sum of selected-jet pt) and ``4j2b`` (two or more; observable the mass of the three-jet combination
-with at least one b tag and the largest vector-sum pt). Variations: ``nominal`` and ``pt_scale_up`` (every jet pt ×
-1.03 before the selection). Weights: xsec × lumi / nevts_total for simulation, 1 for data (never scaled).
-Histograms: Reg(25, 50, 550) GeV, StrCat region/process/variation, Weight() storage.
+with at least one b tag and the largest vector-sum pt). Weights: xsec × lumi / nevts_total for simulation, 1 for
+data (never scaled). Histograms: Reg(25, 50, 550) GeV, StrCat region/process/variation, Weight() storage.
+
+The variation axis holds the AGC's names. What a file fills depends on its spec sample (``variations``):
+- a simulated **nominal** sample fills ``nominal``; ``pt_scale_up`` (every jet pt × 1.03 before the selection);
+  ``btag_var_<i>_up``/``_down`` for i = 0..3 (the nominal selection, weight × (1 ± 0.075 × pt_i / 50), pt_i the pt of
+  the event's i-th selected jet in the file's order); and for the process named ``wjets`` only, ``scale_var_up`` /
+  ``_down`` (weight × (1 ± 0.025));
+- any **other sample** (e.g. ``ttbar/scaleup``, ``ttbar/ME_var``) fills only the histogram variation of its own name,
+  with the nominal selection and weight — never ``nominal`` or a systematic;
+- **data** (no xsec) fills ``nominal`` only: an observation has no systematic variations (the AGC's fileset leaves
+  data out, utils/file_input.py lines 49-50, so its processor never decides this; hepvine does not shift data).
+A sample variation may not take a systematic's name (it would be summed into the nominal sample's systematic).
+Not reproduced: ``pt_res_up`` (the reference smears each jet pt with ``np.random.normal``, utils/systematics.py
+lines 5-10: not reproducible bin by bin), and the ML observables.
 
 Checked against the AGC reference, iris-hep/analysis-grand-challenge at c37bf59,
 analyses/cms-open-data-ttbar/ttbar_analysis_pipeline.py: lepton cuts lines 238-240, jet cuts line 241
 (``isTightLeptonVeto``: coffea's ``jetId & 4``), B_TAG_THRESHOLD = 0.5 line 251 used as ``btagCSVV2 > 0.5`` lines
 258-259 and 282 (the reference had ``>=`` until AGC PR #182, commit 15cd83c, which made it ``>``), one lepton and
-four jets lines 256-257, regions lines 261-262, HT line 274, trijet lines 279-285, pt_scale_up = 1.03 lines 211 and
-236, weight xsec × lumi / nevts_total and 1 for data lines 189-195 (lumi 3378 /pb: hepvine's ``lumi_pb`` default),
-binning utils/config.py lines 11-15 (NUM_BINS 25, BIN_LOW 50, BIN_HIGH 550). Not reproduced: the reference's
-other systematics (pt_res_up, btag_var, scale_var) and its naming of sample variations (a spec variation other than
-``nominal`` fills the histogram variation of that name with the nominal selection only, lines 221 and 346-348;
-hepvine fills ``nominal`` and ``pt_scale_up`` for every spec variation).
+four jets lines 256-257, regions lines 261-262, HT line 274, trijet lines 279-285, weight xsec × lumi / nevts_total
+and 1 for data lines 189-195 (lumi 3378 /pb: hepvine's ``lumi_pb`` default), binning utils/config.py lines 11-15
+(NUM_BINS 25, BIN_LOW 50, BIN_HIGH 550), the variation axis a growing StrCat line 156. Variations: pt_scale_up = 1.03
+lines 211 and 234-236; systematics only for the nominal sample, line 221; btag_var_0..3 and scale_var for wjets only
+lines 216-218; a weight systematic fills ``<name>_up``/``_down`` with the region's weight times the correction,
+lines 324-337, and btag_var's correction uses the i-th selected jet's pt, line 329 (``region_jets.pt[:, i_jet]``);
+a non-nominal sample fills the variation of its own name, lines 346-351. The corrections: make_corrections_json.py
+lines 3-27 (btag_var: ``1.0 + (x*0.075 / 50)`` up, ``1.0 - (x*0.075 / 50)`` down) and 44-59 (scale_var: 1.0 ± 0.025).
 """
 
 from __future__ import annotations
 
 import itertools
+from typing import NamedTuple
 
 import awkward as ak
 import hist
@@ -35,14 +50,37 @@ from hepvine import eras
 RUN2 = eras.Selection(eras.ERAS["run2"], "default", eras.JET_ID_BIT)
 BRANCHES = RUN2.branches
 REGIONS = ("4j1b", "4j2b")
+# The selection's jet-pt variations: each runs the whole selection with every jet's pt times its scale.
 VARIATIONS = {"nominal": 1.0, "pt_scale_up": 1.03}
+# The weight systematics of the nominal selection: name -> (which selected jet's pt the correction takes, or None
+# for a constant correction; the sign of the shift).
+BTAG_JETS = 4
+BTAG_VARIATIONS = {f"btag_var_{i}_{direction}": (i, sign) for i in range(BTAG_JETS)
+                   for direction, sign in (("up", 1.0), ("down", -1.0))}
+SCALE_VARIATIONS = {"scale_var_up": (None, 1.0), "scale_var_down": (None, -1.0)}
+SCALE_VAR_PROCESSES = ("wjets",)  # the processes the AGC gives scale_var (W+jets only)
+WEIGHT_SYSTEMATICS = {**BTAG_VARIATIONS, **SCALE_VARIATIONS}
+SYSTEMATICS = (*VARIATIONS, *WEIGHT_SYSTEMATICS)  # the variation axis's first categories, in the AGC's order
+
+
+def variations(process: str, variation: str, data: bool) -> tuple[str, ...]:
+    """The histogram variations that a file of the spec sample PROCESS/VARIATION fills (DATA: it has no xsec)."""
+    if variation != "nominal" and variation in SYSTEMATICS:
+        raise ValueError(f"{process}/{variation}: a sample variation named like the systematic {variation!r} would "
+                         f"be summed into the nominal sample's; rename it in the spec (e.g. {variation}_sample)")
+    if variation != "nominal":
+        return (variation,)
+    if data:
+        return ("nominal",)
+    return (*VARIATIONS, *BTAG_VARIATIONS, *(SCALE_VARIATIONS if process in SCALE_VAR_PROCESSES else ()))
 
 
 def new_histogram() -> hist.Hist:
+    """An empty histogram; its variation axis starts with SYSTEMATICS and grows by the spec's sample variations."""
     return hist.Hist(
         hist.axis.StrCategory(list(REGIONS), name="region"),
         hist.axis.StrCategory([], name="process", growth=True),
-        hist.axis.StrCategory(list(VARIATIONS), name="variation"),
+        hist.axis.StrCategory(list(SYSTEMATICS), name="variation", growth=True),
         hist.axis.Regular(25, 50, 550, name="observable", label="observable [GeV]"),
         storage=hist.storage.Weight(),
     )
@@ -92,9 +130,25 @@ def _tight_lepton_veto(j: dict) -> np.ndarray:
             & (j["muEF"][0] < 0.8) & (j["chEmEF"][0] < 0.8))
 
 
-def observables(events: dict, selection: eras.Selection = RUN2) -> dict[str, dict[str, np.ndarray]]:
-    """Per variation and region, the observable of each selected event (a flat array), reading the branches of
-    SELECTION (its era's b tag and IDs).
+class Region(NamedTuple):
+    """The events of one region under one jet-pt variation."""
+
+    observable: np.ndarray  # per event
+    jet_pt: np.ndarray  # (events, BTAG_JETS): each event's first BTAG_JETS selected jets' pt, in the file's order
+
+
+def _first_jets_pt(pt: np.ndarray, event: np.ndarray, jets: np.ndarray) -> np.ndarray:
+    """The pt of the first BTAG_JETS of JETS (a mask over the flat jets, whose event numbers EVENT are sorted) of each
+    event that has any (every selected event has at least four): shape (events, BTAG_JETS)."""
+    events = event[jets]
+    rank = np.arange(len(events)) - np.searchsorted(events, events)
+    return pt[jets][rank < BTAG_JETS].reshape(-1, BTAG_JETS)
+
+
+def select(events: dict, selection: eras.Selection = RUN2,
+           jet_variations: tuple[str, ...] = tuple(VARIATIONS)) -> dict[str, dict[str, Region]]:
+    """Per jet-pt variation (of JET_VARIATIONS) and region, the selected events, reading the branches of SELECTION
+    (its era's b tag and IDs).
 
     Columnar with numpy on the flat object arrays: the lepton selection and the jet cuts that no variation changes
     are evaluated once per chunk, and the three-jet combinations of region 4j2b are formed only for its events.
@@ -123,8 +177,8 @@ def observables(events: dict, selection: eras.Selection = RUN2) -> dict[str, dic
     btagged = btag[candidate] > era.btag_wp
 
     result = {}
-    for variation, scale in VARIATIONS.items():
-        pt = raw_pt * scale
+    for variation in jet_variations:
+        pt = raw_pt * VARIATIONS[variation]
         good = pt > 30
         njets = np.bincount(event[good], minlength=n)
         nbtag = np.bincount(event[good & btagged], minlength=n)
@@ -137,21 +191,42 @@ def observables(events: dict, selection: eras.Selection = RUN2) -> dict[str, dic
         pt_j, eta_j, phi_j = pt[jets].astype(np.float64), eta[jets], phi[jets]
         px, py, pz = pt_j * np.cos(phi_j), pt_j * np.sin(phi_j), pt_j * np.sinh(eta_j)
         p4 = np.stack([px, py, pz, np.sqrt(px**2 + py**2 + pz**2 + mass[jets].astype(np.float64) ** 2)])
-        result[variation] = {"4j1b": ht, "4j2b": _best_trijet_mass(p4, btagged[jets], njets[two_b])}
+        result[variation] = {
+            "4j1b": Region(ht, _first_jets_pt(pt, event, in_one_b)),
+            "4j2b": Region(_best_trijet_mass(p4, btagged[jets], njets[two_b]), _first_jets_pt(pt, event, jets))}
     return result
 
 
-def fill(h: hist.Hist, events: dict, process: str, weight: float, selection: eras.Selection = RUN2) -> dict[str, int]:
-    """Fill H with EVENTS of PROCESS (read with SELECTION) for every region and variation; returns the nominal count
-    per region."""
-    counts = {}
-    for variation, regions in observables(events, selection).items():
-        for region, values in regions.items():
-            h.fill(region=region, process=process, variation=variation, observable=values,
-                   weight=np.full(len(values), weight))
-            if variation == "nominal":
-                counts[region] = len(values)
-    return counts
+def observables(events: dict, selection: eras.Selection = RUN2) -> dict[str, dict[str, np.ndarray]]:
+    """Per jet-pt variation and region, the observable of each selected event (a flat array)."""
+    return {variation: {region: selected.observable for region, selected in regions.items()}
+            for variation, regions in select(events, selection).items()}
+
+
+def _weights(variation: str, selected: Region, weight: float) -> np.ndarray:
+    """The weights of SELECTED's events in histogram VARIATION: WEIGHT, times a weight systematic's correction."""
+    weights = np.full(len(selected.observable), weight)
+    if variation not in WEIGHT_SYSTEMATICS:
+        return weights
+    jet, sign = WEIGHT_SYSTEMATICS[variation]
+    if jet is None:  # scale_var
+        return weights * (1.0 + sign * 0.025)
+    return weights * (1.0 + sign * (selected.jet_pt[:, jet].astype(np.float64) * 0.075 / 50))
+
+
+def fill(h: hist.Hist, events: dict, process: str, weight: float, selection: eras.Selection = RUN2,
+         variation: str = "nominal", data: bool = False) -> dict[str, int]:
+    """Fill H with EVENTS of the spec sample PROCESS/VARIATION (read with SELECTION; DATA: it has no xsec) in every
+    region and each histogram variation the sample fills (``variations``); returns the nominal selection's count per
+    region."""
+    fills = variations(process, variation, data)
+    selected = select(events, selection, tuple(v for v in VARIATIONS if v == "nominal" or v in fills))
+    for region in REGIONS:
+        for name in fills:
+            chosen = selected[name if name in VARIATIONS else "nominal"][region]
+            h.fill(region=region, process=process, variation=name, observable=chosen.observable,
+                   weight=_weights(name, chosen, weight))
+    return {region: len(selected["nominal"][region].observable) for region in REGIONS}
 
 
 def event_weight(xsec_pb: float | None, lumi_pb: float, nevts_total: int) -> float:

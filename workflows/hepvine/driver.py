@@ -6,8 +6,11 @@ A file's failure never fails or hides its batch-mates: each file is tried on its
 its own that is ended at the file's time limit (``hepvine.limits``: a hung or crawling file is a transient
 ``timeout``, a crashed one a transient ``crashed``). Only failures of the file or its access are records
 (``failures.classify``); anything else is a bug in hepvine and fails the job with its traceback. Output: a pickle
-``{"records": [dict, ...], "hist": Hist | None, "events": {"<process>/<variation>": events}}``, written atomically;
-recompressed copies go to ``--copies DIR/<index>.root`` with ``manifest.json``.
+``{"records": [dict, ...], "hist": Hist | None, "events": {"<process>/<variation>": events}, "variations":
+{"<process>": [histogram variation, ...]}}``, written atomically: ``variations`` names the histogram variations that
+the batch's spec samples fill (``analysis.variations``; every file's, failed or not), so that the report writes each
+expected TH1 even where nothing was selected. Recompressed copies go to ``--copies DIR/<index>.root`` with
+``manifest.json``.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ def histogram(url: str, task, weight: float) -> tuple:
         tree = f["Events"]
         selection = eras.for_file(url, f, tree, task.era)
         for chunk in tree.iterate(selection.branches, step_size=STEP_SIZE, library="ak"):
-            analysis.fill(h, chunk, task.process, weight, selection)
+            analysis.fill(h, chunk, task.process, weight, selection, task.variation, task.xsec is None)
             events += int(len(chunk))
         return h, events, int(f.file.source.num_requested_bytes), selection.describe()
 
@@ -163,8 +166,11 @@ def run_file_limited(entry: dict, batch: str, limit_s: float, args: tuple) -> tu
 
 def run_batch(shard: dict, lumi_pb: float, codec: str | None = None, copies: Path | None = None,
               retry: fetch.Retry = fetch.Retry(), limits: Limits | None = None) -> dict:
-    """Every file of SHARD's batch: {"records", "hist", "events"} (see the module's docstring). With LIMITS each
-    file runs in a process of its own, ended at its time limit (``hepvine.limits``)."""
+    """Every file of SHARD's batch: {"records", "hist", "events", "variations"} (see the module's docstring). With
+    LIMITS each file runs in a process of its own, ended at its time limit (``hepvine.limits``)."""
+    # A batch is one spec sample. Before any file: a sample named like a systematic fails the job, naming it.
+    variations = {t.process: list(analysis.variations(t.process, t.variation, t.xsec is None))
+                  for t in map(index.task, shard["files"])}
     # The site's XRootD client settings, set before the first XRootD read (never through a shell), over hepvine's
     # defaults (fetch.XROOTD_DEFAULTS) where the job's environment has none.
     for name, value in fetch.XROOTD_DEFAULTS.items():
@@ -193,7 +199,7 @@ def run_batch(shard: dict, lumi_pb: float, codec: str | None = None, copies: Pat
         atomic.write_json(copies / "manifest.json", {
             "batch": shard["batch"], "codec": codec,
             "copies": {r["fid"]: f"{Path(r['read_from']).name}" for r in results if r["failure"] is None}})
-    return {"records": results, "hist": total, "events": events}
+    return {"records": results, "hist": total, "events": events, "variations": variations}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,6 @@
-"""One node of the merge tree: sum the histograms and event counts of several batch (or already merged) results and
-keep every file's record. The tree (fan-in ``merge_fan_in``) is laid out by the workflow; this merges one group."""
+"""One node of the merge tree: sum the histograms and event counts of several batch (or already merged) results, keep
+every file's record and join the histogram variations each process fills. The tree (fan-in ``merge_fan_in``) is laid
+out by the workflow; this merges one group."""
 
 from __future__ import annotations
 
@@ -13,15 +14,18 @@ from hepvine import atomic
 
 def merge(results: list[dict]) -> dict:
     """{"records": every file's record, "hist": the sum of the histograms (None if none), "events": the summed
-    events per "<process>/<variation>" of the files that succeeded}."""
-    records, total, events = [], None, {}
+    events per "<process>/<variation>" of the files that succeeded, "variations": per process, the histogram
+    variations any of its files fills}."""
+    records, total, events, variations = [], None, {}, {}
     for result in results:
         records += result["records"]
         if result["hist"] is not None:
             total = result["hist"].copy() if total is None else total + result["hist"]
         for key, n in result["events"].items():
             events[key] = events.get(key, 0) + n
-    return {"records": records, "hist": total, "events": events}
+        for process, names in result["variations"].items():
+            variations[process] = sorted({*variations.get(process, ()), *names})
+    return {"records": records, "hist": total, "events": events, "variations": variations}
 
 
 def load(path: Path) -> dict:

@@ -2,9 +2,10 @@
 --report`` the same outcome as ``summary.html`` (throughput figures, caches, accounting, failed files) and
 ``failures.tsv`` (one row per failed file: identity, path, rule, output, class, kind, cause, fix).
 
-``histograms.root`` has one TH1 per region, process and variation (``<region>_<process>_<variation>``, for every
-process of the spec, empty where nothing was selected) and one single-bin TH1 per process and spec variation
-(``events_<process>_<variation>``) holding the events analysed. ``report.json`` reconciles the records with the
+``histograms.root`` has one TH1 per region, process and histogram variation that the process's spec samples fill
+(``<region>_<process>_<variation>``, the AGC's names: ``hepvine.analysis``, ``variations``; empty where nothing was
+selected) and one single-bin TH1 per process and spec variation (``events_<process>_<variation>``) holding the events
+analysed. ``report.json`` reconciles the records with the
 spec: ``complete`` is true only if every file of the spec has exactly one record and none failed; it lists failed
 files with their failure class, cause, fix and output, and the events, bytes and rates. The report is checked
 before it is written: the events in histograms.root must equal the sum of the ok records. Its ``provenance`` says
@@ -37,22 +38,28 @@ class ReportError(RuntimeError):
     """The merged results disagree with themselves (a bug, never a file's problem): no report is written."""
 
 
-def _processes(expected: list[tuple[str, str, str]]) -> list[str]:
-    return sorted({fid.split("/")[0] for fid, _, _ in expected})
+def check_variations(variations: dict[str, list[str]], expected: list[tuple[str, str, str]], merged: Path) -> None:
+    """Every spec sample of EXPECTED has its histogram variations in VARIATIONS (the merged result's), or the merge
+    lost a batch's result: a bug, raised as ReportError."""
+    samples = {tuple(fid.split("/")[:2]) for fid, _, _ in expected}
+    lost = sorted(f"{p}/{v}" for p, v in samples if v not in variations.get(p, ()))
+    if lost:
+        raise ReportError(f"{merged}: no histogram variations for the spec sample(s) {', '.join(lost[:5])}: the merge "
+                          "lost a batch's result; this is a bug in hepvine, please report it")
 
 
-def histograms(h, events: dict[str, int], processes: list[str], path: Path) -> list[str]:
-    """Write every region/process/variation TH1 (empty ones for PROCESSES without any) and the event counts."""
+def histograms(h, events: dict[str, int], variations: dict[str, list[str]], path: Path) -> list[str]:
+    """Write every region/process/variation TH1 of VARIATIONS ({process: its histogram variations}; empty TH1s where
+    H has nothing) and the event counts."""
     observable = analysis.new_histogram().axes["observable"]
     names = []
     with atomic.replacing(path) as tmp, uproot.recreate(tmp) as f:
         for region in analysis.REGIONS:
-            for process in processes:
-                source = h if h is not None and process in h.axes["process"] else None
-                for variation in analysis.VARIATIONS:
+            for process in sorted(variations):
+                for variation in variations[process]:
                     name = f"{region}_{process}_{variation}"
-                    if source is not None:
-                        f[name] = source[{"region": region, "process": process, "variation": variation}]
+                    if h is not None and process in h.axes["process"] and variation in h.axes["variation"]:
+                        f[name] = h[{"region": region, "process": process, "variation": variation}]
                     else:
                         f[name] = hist.Hist(observable, storage=hist.storage.Weight())
                     names.append(name)
@@ -278,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     merged = load(args.merged)
     expected = hv_index.expected(args.expected)
     report = summarise(merged["records"], expected, str(args.report.parent))
-    histograms(merged["hist"], merged["events"], _processes(expected), args.histograms)
+    check_variations(merged["variations"], expected, args.merged)
+    histograms(merged["hist"], merged["events"], merged["variations"], args.histograms)
     analysed = events_in(args.histograms)
     if analysed != report["events"]:
         raise ReportError(f"{args.histograms} counts {analysed} events, the ok records {report['events']}: the merge "
