@@ -182,7 +182,8 @@ def products(n: int, workdir: Path) -> dict:
                                        wall_seconds=2, cpu_seconds=2, fetch=route, cache=route["cache"], rack="r1",
                                        worker_rack="r1", analysis_worker_rack="r1").to_dict())
         expected.append([fid, recs[-1]["path"], batch])
-    atomic.write_pickle(workdir / "merged.pkl", {"records": recs, "hist": h, "events": {"ttbar/nominal": 100_000 * n}})
+    atomic.write_pickle(workdir / "merged.pkl", {"records": recs, "hist": h, "events": {"ttbar/nominal": 100_000 * n},
+                                                 "variations": {"ttbar": ["nominal"]}})
     (workdir / "expected.json").write_text(json.dumps({"files": expected}))
     del recs, expected
     report = measured([sys.executable, "-m", "hepvine.report", "--merged", str(workdir / "merged.pkl"), "--expected",

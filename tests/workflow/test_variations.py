@@ -172,3 +172,14 @@ def test_a_sample_named_like_a_systematic_fails_the_job_before_any_file(tmp_path
     (batch,) = index.plan(dataset.tasks(spec), 8, fetch.local_route)
     with pytest.raises(ValueError, match=r"ttbar/btag_var_0_up: a sample variation named like the systematic"):
         driver.run_batch(index.shard(batch, {}), LUMI_PB)
+
+
+def test_merging_a_result_of_an_older_hepvine_says_to_make_it_again(tmp_path, capsys):
+    from hepvine import atomic, merge
+
+    old = tmp_path / "old.pkl"  # a batch result as hepvine wrote it before the AGC variations: no "variations"
+    atomic.write_pickle(old, {"records": [], "hist": None, "events": {}})
+    assert merge.main(["--output", str(tmp_path / "merged.pkl"), str(old)]) == 1
+    err = capsys.readouterr().err
+    assert str(old) in err and "--forcerun analyse" in err
+    assert not (tmp_path / "merged.pkl").exists()

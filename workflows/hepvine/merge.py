@@ -28,9 +28,18 @@ def merge(results: list[dict]) -> dict:
     return {"records": records, "hist": total, "events": events, "variations": variations}
 
 
+class OldResult(Exception):
+    """A batch result written by an hepvine from before the AGC variation conventions (it lists no variations)."""
+
+
 def load(path: Path) -> dict:
     with open(path, "rb") as f:
-        return pickle.load(f)
+        result = pickle.load(f)
+    if "variations" not in result:
+        raise OldResult(f"{path}: this result was made by an older hepvine, whose histograms filled every spec sample "
+                        "into 'nominal' and 'pt_scale_up' (it lists no variations); make the campaign's batch results "
+                        "again: rerun the same snakemake command with --forcerun analyse")
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,7 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", required=True, type=Path)
     parser.add_argument("inputs", nargs="+", type=Path)
     args = parser.parse_args(argv)
-    atomic.write_pickle(args.output, merge([load(p) for p in args.inputs]))
+    try:
+        results = [load(p) for p in args.inputs]
+    except OldResult as e:
+        print(f"hepvine.merge: {e}", file=sys.stderr)
+        return 1
+    atomic.write_pickle(args.output, merge(results))
     return 0
 
 
