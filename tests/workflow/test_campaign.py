@@ -143,8 +143,15 @@ def test_recompressed_campaign_gives_the_same_histograms(campaign, snakemake):
     assert copied["ttbar"]["nominal"]["files"][2] == {"path": missing, "nevts": 3000}  # not copied: kept as it was
     with uproot.open(workdir / "results/plain/histograms.root") as a, \
             uproot.open(workdir / "results/zstd/histograms.root") as b:
-        # 2 regions x 2 processes x 2 variations, and the event counts of the 2 processes
-        assert set(a.keys()) == set(b.keys()) and len(a.keys()) == 10
+        # each region has data's nominal and every variation the ttbar nominal sample fills (the AGC's), and the
+        # event counts of the 2 processes
+        filled = {"data": analysis.variations("data", "nominal", data=True),
+                  "ttbar": analysis.variations("ttbar", "nominal", data=False)}
+        expected = {f"{region}_{process}_{variation};1" for region in analysis.REGIONS
+                    for process, names in filled.items() for variation in names}
+        assert len(expected) == 2 * (1 + 10)
+        assert {k for k in a.keys() if not k.startswith("events_")} == expected
+        assert set(a.keys()) == set(b.keys()) and len(a.keys()) == len(expected) + 2
         for name in a.keys():
             np.testing.assert_array_equal(a[name].values(), b[name].values())
 
