@@ -58,7 +58,7 @@ demo: sandbox
 	@$(SANDBOX)/with-services.sh python -m hepvine.demo
 
 bench: sandbox
-	@$(SANDBOX)/with-services.sh sh -c "python benchmarks/analysis.py && python benchmarks/recompress.py && python benchmarks/dispatch.py"
+	@$(SANDBOX)/with-services.sh sh -c "python benchmarks/analysis.py && python benchmarks/recompress.py && python benchmarks/dispatch.py && python benchmarks/manager_rate.py"
 
 clean-sandbox: services-stop
 	@$(SANDBOX)/clean.sh
