@@ -70,7 +70,7 @@ def test_an_unchanged_index_is_not_rewritten(tmp_path):
     assert shard.stat().st_mtime == 1  # Snakemake would otherwise rerun every job
 
 
-@pytest.mark.parametrize("leaves, fan_in", [(1, 16), (16, 16), (17, 16), (1000, 16), (5, 2)])
+@pytest.mark.parametrize("leaves, fan_in", [(1, 16), (16, 16), (17, 16), (1000, 16), (5, 2), (219_000, 16)])
 def test_merge_tree_takes_every_leaf_once(leaves, fan_in):
     names = [f"l{i}" for i in range(leaves)]
     nodes, root = index.merge_tree(names, fan_in, "m")
@@ -79,6 +79,38 @@ def test_merge_tree_takes_every_leaf_once(leaves, fan_in):
     used = Counter(x for inputs in [*nodes.values(), root] for x in inputs)
     assert set(used.values()) == {1}
     assert set(used) == set(names) | set(nodes)  # every leaf and every inner node is read exactly once
+    assert max(Counter(os.path.dirname(n) for n in nodes).values(), default=0) <= 1000
+
+
+# The UChicago campaign's shape: 219,000 files over the AGC's samples (as benchmarks/scale.py generates it).
+SHARES = {("ttbar", "nominal"): 0.3, ("ttbar", "scaledown"): 0.05, ("ttbar", "scaleup"): 0.05,
+          ("ttbar", "ME_var"): 0.05, ("ttbar", "PS_var"): 0.05, ("single_top_s_chan", "nominal"): 0.02,
+          ("single_top_t_chan", "nominal"): 0.08, ("single_top_tW", "nominal"): 0.05, ("wjets", "nominal"): 0.2,
+          ("data", "nominal"): 0.15}
+
+
+def test_219000_files_make_the_jobs_a_dry_run_counts(uchicago):
+    """At the UChicago campaign's size: every file in exactly one of the fewest batches its (process, variation,
+    home cache) groups allow, and no output directory of the batches or of the merge tree over 1,000 entries. The
+    workflow makes one analyse job per batch (test_profiles checks that a dry run counts one per shard)."""
+    big = {}
+    for (process, variation), share in SHARES.items():
+        files = [{"path": f"root://fax.mwt2.org:1094//store/{process}/{variation}/file_{j:06d}.root", "nevts": 1000}
+                 for j in range(round(219_000 * share))]
+        big.setdefault(process, {"xsec": 1.0})[variation] = {"nevts_total": 1000 * len(files), "files": files}
+    assert dataset.problems(big) == []
+    tasks = dataset.tasks(big)
+    assert len(tasks) == 219_000
+    batches = index.plan(tasks, 8, lambda path: uchicago.route(path).as_dict())
+    groups = Counter((t.process, t.variation, r["cache"]) for b in batches for t, r in zip(b.files, b.routes))
+    assert len(groups) == len(SHARES) * len(uchicago.caches)  # every sample spread over every cache
+    assert len(batches) == sum(-(-n // 8) for n in groups.values())
+    assert 219_000 / 8 <= len(batches) < 219_000 / 8 + len(groups)  # at most one partial batch a group
+    fids = Counter(t.fid for b in batches for t in b.files)
+    assert len(fids) == 219_000 and set(fids.values()) == {1}
+    assert max(Counter(os.path.dirname(b.id) for b in batches).values()) <= 1000
+    nodes, root = index.merge_tree([f"files/{b.id}.pkl" for b in batches], 16, "merge")
+    assert max(Counter(os.path.dirname(n) for n in nodes).values()) <= 1000 and len(root) <= 16
 
 
 def test_identities_cannot_collide():

@@ -105,13 +105,14 @@ def task(entry: dict) -> FileTask:
 
 def merge_tree(leaves: list[str], fan_in: int, directory: str) -> tuple[dict[str, list[str]], list[str]]:
     """The merge tree over LEAVES: ({node output: its inputs} for the inner nodes, named
-    ``DIRECTORY/<level>/<index>.pkl``, and the root's inputs (at most FAN_IN))."""
+    ``DIRECTORY/<level>/<thousands>/<n>.pkl`` (no directory holds more than 1,000 nodes: 219,000 files a job each
+    and a fan-in of 16 make 13,688 nodes on the first level), and the root's inputs (at most FAN_IN))."""
     nodes: dict[str, list[str]] = {}
     below, level = list(leaves), 1
     while len(below) > fan_in:
         above = []
         for i, first in enumerate(range(0, len(below), fan_in)):
-            name = f"{directory}/{level}/{i}.pkl"
+            name = f"{directory}/{level}/{i // 1000:03d}/{i % 1000:03d}.pkl"
             nodes[name] = below[first:first + fan_in]
             above.append(name)
         below, level = above, level + 1
@@ -119,7 +120,7 @@ def merge_tree(leaves: list[str], fan_in: int, directory: str) -> tuple[dict[str
 
 
 def write_merge_tree(directory: Path | str, nodes: dict[str, list[str]], root: list[str], out: str) -> int:
-    """One JSON file per merge node under DIRECTORY (``<level>/<index>.json``, listing its inputs) and
+    """One JSON file per merge node under DIRECTORY (``<level>/<thousands>/<n>.json``, listing its inputs) and
     ``root.json``, so that a merge job reads only its own node; returns how many were (re)written."""
     written = 0
     for name, inputs in nodes.items():

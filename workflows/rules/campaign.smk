@@ -6,7 +6,7 @@ localrules: resolve_spec
 wildcard_constraints:
     batch=hv_index.BATCH_PATTERN,
     level=r"\d+",
-    index=r"\d+",
+    index=r"\d\d\d/\d\d\d",
 
 
 if HAS_SITE:
@@ -121,7 +121,7 @@ rule merge:
     output:
         f"{OUT}/merge/{{level}}/{{index}}.pkl",
     log:
-        f"{OUT}/logs/merge/{{level}}-{{index}}.log",
+        f"{OUT}/logs/merge/{{level}}/{{index}}.log",
     shell:
         "python -m hepvine.merge --output {output:q} {input.results:q} 2> {log:q}"
 
