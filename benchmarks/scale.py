@@ -127,9 +127,16 @@ def jobs_in(output: str) -> int:
     return int(match.group(1)) if match else -1
 
 
-def first_batch(workdir: Path, campaign: str) -> str:
+def batches_of(workdir: Path, campaign: str) -> list[str]:
+    """The campaign's batches, in order, from its index's ``expected.json``."""
     expected = json.loads((workdir / "results" / campaign / "index" / "expected.json").read_text())
-    return expected["files"][0][2]
+    return list(dict.fromkeys(row[2] for row in expected["files"]))
+
+
+def analyse_jobs(output: str) -> int:
+    """The analyse jobs of a dry run's stats table."""
+    match = re.search(r"^analyse\s+(\d+)\s*$", output, re.M)
+    return int(match.group(1)) if match else -1
 
 
 def run(n: int, workdir: Path, before: Path | None, before_dry_max: int, files_per_job: int) -> dict:
@@ -142,9 +149,14 @@ def run(n: int, workdir: Path, before: Path | None, before_dry_max: int, files_p
     cold = measured(snakemake(snakefile, workdir, config, "-n"), REPO)
     warm = measured(snakemake(snakefile, workdir, config, "-n"), REPO)
     result["jobs"] = jobs_in(warm["output"])
+    batches = batches_of(workdir, "scale")
+    if analyse_jobs(warm["output"]) != len(batches):  # one job per batch of the index, at every N
+        raise RuntimeError(f"the dry run of {n} files counts {analyse_jobs(warm['output'])} analyse jobs, the index "
+                           f"{len(batches)} batches")
+    result["batches"] = len(batches)
     result["dry_run_cold"] = {k: v for k, v in cold.items() if k != "output"}
     result["dry_run"] = {k: v for k, v in warm.items() if k != "output"}
-    batch = first_batch(workdir, "scale")
+    batch = batches[0]
     job = snakemake(snakefile, workdir, config, "-n", "--mode", "remote", "--target-jobs", f"analyse:batch={batch}",
                     "--allowed-rules", "analyse", "--force")
     result["job"] = best_of(3, lambda: measured(job, REPO))
