@@ -1,6 +1,7 @@
 """hepvine's per-file analysis on every real NanoAOD file of ../shared/nanoaod (Run 2 and Run 3, simulation and
 collision data, TTree and RNTuple) decides the expected era and gives, bin by bin, the histograms of an independent
-recomputation of the same selection with coffea's NanoEvents (the reference of benchmarks/analysis.py).
+recomputation of the same selection with coffea's NanoEvents (the reference of benchmarks/analysis.py); and a
+campaign over all of them, as they are and recompressed to ZSTD, gives coffea's histograms.
 
 The files stay where they are (never copied into the repository): ``$HEPVINE_NANOAOD`` or ``<checkout>/../shared/
 nanoaod``. Most of them select few or no events; ``ttH_M125_2017.root`` fills both regions and is asserted to.
@@ -9,6 +10,7 @@ nanoaod``. Most of them select few or no events; ``ttH_M125_2017.root`` fills bo
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from pathlib import Path
 
@@ -91,11 +93,11 @@ def test_hepvine_equals_coffea(nanoaod, bench, name):
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=0, err_msg=f"{name} {region} {variation}")
 
 
-def contents(h, region: str, variation: str) -> np.ndarray:
-    """(values, variances) with flow of H's process 'real' (zeros where nothing was filled: no category then)."""
-    if "real" not in h.axes["process"]:
+def contents(h, region: str, variation: str, process: str = "real") -> np.ndarray:
+    """(values, variances) with flow of H's PROCESS (zeros where nothing was filled: no category then)."""
+    if process not in h.axes["process"]:
         return np.zeros((2, h.axes["observable"].size + 2))
-    one = h[{"region": region, "process": "real", "variation": variation}]
+    one = h[{"region": region, "process": process, "variation": variation}]
     return np.stack([one.values(flow=True), one.variances(flow=True)])
 
 
@@ -129,3 +131,69 @@ def test_tight_lepton_veto_from_fractions_equals_the_stored_jet_id(nanoaod):
     stored = (flat["jetId"][0][central] & 4) != 0
     assert central.sum() > 300 and stored.sum() > 100
     assert (computed == stored).mean() > 0.99, f"{(computed != stored).sum()} of {central.sum()} jets disagree"
+
+
+# Every shared file in one campaign: simulation by process (Run 3 simulation with its era in the spec), collision
+# data (no xsec) of Run 2 and Run 3 together.
+CAMPAIGN = {
+    "ttbar": ["nanoAOD_2015_CMS_Open_Data_ttbar.root", RNTUPLE_2015, "nano_dy.root", "nano_dy_rntuple.root",
+              "pfnano.root", "ttH_M125_2017.root"],
+    "ggH": ["ggH_M125_amcatnlo_v13.root"],
+    "tt_run3": ["nano_tt_v15.root"],
+    "data": ["nano_dimuon.root", "EGamma_F_Skim.root", "DYto2E.root"],
+}
+XSEC = {"ttbar": 729.84, "ggH": 48.6, "tt_run3": 923.6}
+
+
+@pytest.mark.parametrize("recompress", ["off", "zstd:5"])
+def test_a_campaign_over_every_shared_file_gives_coffeas_histograms(nanoaod, bench, snakemake, tmp_path,
+                                                                     recompress):
+    """The workflow end to end (Snakemake, the per-batch index, the merge tree, the report) over every file of
+    ../shared/nanoaod, as they are and recompressed to ZSTD: every file counted once, and each histogram of
+    histograms.root equal, bin by bin with flow, to the sum of coffea's recomputations of its process's files."""
+    assert sorted(n for names in CAMPAIGN.values() for n in names) == sorted(FILES)
+    spec, entries = {}, {}
+    for process, names in CAMPAIGN.items():
+        files = []
+        for name in names:
+            entries[name] = uproot.open(nanoaod / name)["Events"].num_entries
+            files.append({"path": str(nanoaod / name), "nevts": entries[name]})
+        spec[process] = {"nominal": {"nevts_total": sum(entries[n] for n in names), "files": files}}
+        if process in XSEC:
+            spec[process]["xsec"] = XSEC[process]
+        forced = {FILES[n][0] for n in names} - {None}
+        if forced:
+            (spec[process]["era"],) = forced
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+
+    done = snakemake(tmp_path, f"dataset={tmp_path / 'spec.json'}", "campaign=real", f"recompress={recompress}")
+    assert done.returncode == 0, done.stderr[-4000:]
+    out = tmp_path / "results" / "real"
+    report = json.loads((out / "report.json").read_text())
+    assert report["complete"] and report["files"] == {"total": 11, "ok": 11, "failed": 0}, report["failed_files"]
+    assert report["events"] == sum(entries.values())
+    if recompress != "off":
+        assert all(r["recompress"]["codec"] == "zstd:5" and "recompressed" in r["read_from"]
+                   for r in report["inputs"]), report["inputs"]
+
+    with uproot.open(out / "histograms.root") as got:
+        expected = {f"{region}_{process}_{variation}" for process in CAMPAIGN for region in analysis.REGIONS
+                    for variation in analysis.variations(process, "nominal", data=process not in XSEC)}
+        assert {k.split(";")[0] for k in got.keys() if not k.startswith("events_")} == expected
+        assert all(got[f"{region}_ttbar_nominal"].values().sum() > 0 for region in analysis.REGIONS)  # ttH fills
+        for process, names in CAMPAIGN.items():
+            weight = analysis.event_weight(XSEC.get(process), 3378, spec[process]["nominal"]["nevts_total"])
+            reference = None
+            for name in names:
+                _, era, jet_id = FILES[name]
+                h, events, _ = bench.coffea_histogram(nanoaod / name, process, weight,
+                                                      eras.Selection(eras.ERAS[era], "test", jet_id))
+                assert events == entries[name]
+                reference = h if reference is None else reference + h
+            for name in expected:
+                region, rest = name.split("_", 1)
+                if not rest.startswith(f"{process}_"):
+                    continue
+                want = contents(reference, region, rest[len(process) + 1:], process)
+                have = np.stack([got[name].values(flow=True), got[name].variances(flow=True)])
+                np.testing.assert_allclose(have, want, rtol=1e-9, atol=0, err_msg=name)
