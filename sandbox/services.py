@@ -51,6 +51,9 @@ START_TIMEOUT_S = 90
 # daemons and every process they started.
 STOP_TIMEOUT_S = 30
 STOP_WAIT_S = 60
+# The checkout these services belong to: their daemons (HTCondor's jobs among them) see the mounts of the session that
+# started them, so a worker of services started from another checkout cannot see this one's workflow.
+CHECKOUT = str(Path(__file__).resolve().parents[1])
 
 
 def port_free(port: int) -> bool:
@@ -278,8 +281,12 @@ def start_xrootd(name: str, config: str, user: str) -> dict:
 
 def start() -> None:
     if SERVICES_JSON.exists() and all(running().values()):
-        print("services: already running", file=sys.stderr)
-        return
+        started_from = json.loads(SERVICES_JSON.read_text()).get("checkout")
+        if started_from == CHECKOUT:
+            print("services: already running", file=sys.stderr)
+            return
+        print(f"services: running for the checkout {started_from}, whose mounts their workers see, not {CHECKOUT}'s: "
+              "restarting them for this one", file=sys.stderr)
     stop(quiet=True)
     # Daemons leave files in their working directory (the catalog's history, XRootD's instance directory).
     STATE.mkdir(parents=True, exist_ok=True)
@@ -323,6 +330,7 @@ def start_all() -> None:
     origin_admin = STATE / "xrootd" / "origin" / "admin"
     info = {
         "state_dir": str(STATE),
+        "checkout": CHECKOUT,
         "ports_file": str(PORTS_JSON),
         "user": ANALYSIS_USER,
         "condor": {

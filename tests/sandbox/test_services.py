@@ -69,6 +69,27 @@ def test_running_services_listen_on_the_kept_ports(services, monkeypatch):
             assert s.connect_ex(("127.0.0.1", port)) == 0, f"{name} does not listen on its kept port {port}"
     low, high = services_module(Path(services["state_dir"]), monkeypatch).PORT_RANGE
     assert all(low <= port <= high for port in kept.values()), kept
+    assert services["checkout"] == str(SERVICES_PY.parents[1])  # started for this checkout
+
+
+@pytest.mark.parametrize("started_from, restarted", [("this", False), ("/elsewhere/hepvine", True)])
+def test_services_of_another_checkout_are_restarted(tmp_path, monkeypatch, capsys, started_from, restarted):
+    """Running services are kept only if they were started for this checkout: HTCondor's jobs see the mounts of the
+    session that started the pool, so workers of another checkout's services cannot import this one's workflow."""
+    module = services_module(tmp_path, monkeypatch)
+    checkout = module.CHECKOUT if started_from == "this" else started_from
+    module.SERVICES_JSON.write_text(json.dumps({"checkout": checkout}))
+    calls = []
+    monkeypatch.setattr(module, "running", lambda: {"condor_master": True})
+    monkeypatch.setattr(module, "stop", lambda quiet=False: calls.append("stop"))
+    monkeypatch.setattr(module, "start_all", lambda: calls.append("start"))
+    monkeypatch.chdir(tmp_path)
+    module.start()
+    err = capsys.readouterr().err
+    if restarted:
+        assert calls == ["stop", "start"] and f"running for the checkout {checkout}" in err, err
+    else:
+        assert calls == [] and "already running" in err, err
 
 
 def test_ports_are_chosen_once_and_kept(tmp_path, monkeypatch):
