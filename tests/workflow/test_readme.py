@@ -156,7 +156,7 @@ README_COMMANDS = commands(README.read_text())
 HOST_MAKE = ("a host-level make target: it enters the sandbox itself (root, mount namespaces), and this test already "
              "runs inside the sandbox under `make test`")
 EXEMPT = {
-    "make demo": "runs the whole demo campaign (generates 24 files of 1.08 M events once, then 3-8 min): too slow "
+    "make demo": "runs the whole demo campaign (generates 24 real-layout files once, ~4 min, then ~1.5 min): too slow "
                  "for every `make test`; tests/workflow/test_campaign.py runs campaigns on the same services. Also: "
                  f"{HOST_MAKE}",
     "make test": "it is the suite this test runs in (.ci/run runs it)",
