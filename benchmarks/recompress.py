@@ -1,11 +1,13 @@
 """``make bench`` (recompression part): how fast ``hepvine.recompress`` copies real CMSSW NanoAOD, step by step, with
 each of its two engines side by side in one run: the basket transcoder (``hepvine.transcode``) and hadd.
 
-For every file of ``../shared/nanoaod`` as it is (10–1,000 events: fixed costs dominate), and for a bigger input made
+For every file of ``../shared/nanoaod`` as it is (10–1,000 events: fixed costs dominate), for a bigger input made
 from one of them (``--enlarge N`` copies of ``ttH_M125_2017.root`` merged by ROOT into one LZMA-9 file with ROOT's
-own basket sizes: real branch layout and per-event cost; its repeated events compress better than real data, so its
-MB/s understate the rate on real data: read its events/s, or its MB/s at the source's density, ``ttH_M125_2017``'s
-own bytes per event), times the steps one by one in this process, each engine on its own staged copy:
+own basket sizes: real branch layout, but its repeated events compress far better than real data, so it costs far
+less to decompress than real data of its size would), and for a generated input of real density (``--generated N``
+events of ttbar in the real layout, ``hepvine generate --schema nanoaod``, LZMA-9: ~2.9 kB an event, values drawn
+from a real file's distributions, the input that says what a production file costs), times the steps one by one in
+this process, each engine on its own staged copy:
 
 - hadd: stage (read the source to local disk), plan (uproot opens it, sorts its objects), hadd+rootcp (ROOT writes the
   copy: CPU of the child processes), verify (uproot reads source and copy in bulk);
@@ -13,7 +15,9 @@ own bytes per event), times the steps one by one in this process, each engine on
   -- the floor of any engine that recompresses --, hash, compress, other), verify (the copy's tree records read for
   the compared members, its baskets in bulk from one memory map, decompressed by uproot and hashed).
 
-Files the transcoder leaves to hadd say why and have no transcode row. Rates are of the input's size per core (each
+The transcoder is also timed with each codec of ``--other-codecs`` (the choice a campaign's ``recompress`` setting
+makes between copy size and rate). Files the transcoder leaves to hadd say why and have no transcode row. Rates are
+of the input's size per core (each
 step runs on one core): by wall time, and by CPU time (this process's and its children's: on a machine shared with
 other work, the CPU time is the closer measure of one free core). Writes results/bench/recompress.json.
 """
@@ -28,7 +32,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from hepvine import recompress, transcode
+import uproot
+
+from hepvine import generate, recompress, transcode
 
 OUT = Path("results/bench")
 NANOAOD = Path(__file__).resolve().parents[1].parent / "shared" / "nanoaod"
@@ -107,18 +113,26 @@ def measure_transcode(source: Path, codec: recompress.Codec, work: Path) -> tupl
     return steps.seconds, extra
 
 
-def rates(size: int, seconds: dict, cpu_seconds: float, events: int | None,
-          bytes_per_event: float | None) -> dict:
-    """Input MB (and events) per second of wall time and of CPU time, and at the source's density if given."""
+def rates(size: int, seconds: dict, cpu_seconds: float, events: int | None) -> dict:
+    """Input MB (and events) per second of wall time and of CPU time."""
     total = sum(seconds.values())
     row = {"total_seconds": round(total, 3), "mb_per_s": round(size / 1e6 / total, 2),
            "mb_per_cpu_s": round(size / 1e6 / cpu_seconds, 2)}
     if events:
         row["events_per_s"] = round(events / total)
-        if bytes_per_event:
-            row["mb_per_s_at_source_density"] = round(events / total * bytes_per_event / 1e6, 2)
-            row["mb_per_cpu_s_at_source_density"] = round(events / cpu_seconds * bytes_per_event / 1e6, 2)
     return row
+
+
+def transcoded(source: Path, codec: recompress.Codec, work: Path) -> dict:
+    """The transcoder's row for SOURCE at CODEC."""
+    measured = measure_transcode(source, codec, work)
+    if isinstance(measured, str):
+        return {"fallback": measured}
+    seconds, extra = measured
+    floor = extra["transcoder_seconds"]["inflate"]
+    size = source.stat().st_size
+    return {"seconds": seconds, **extra, **rates(size, seconds, extra["cpu_seconds"], extra["events"]),
+            "decompress_only_mb_per_s": round(size / 1e6 / floor, 2) if floor else None}
 
 
 def enlarged(copies: int, work: Path) -> Path:
@@ -133,13 +147,26 @@ def enlarged(copies: int, work: Path) -> Path:
     return path
 
 
+def generated(events: int) -> Path:
+    """EVENTS of ttbar in the real NanoAOD layout, LZMA-9, written by hepvine generate the first time."""
+    path = OUT / "inputs" / f"generated_nanoaod_ttbar_{events}.root"
+    if not path.exists():
+        generate.write_file(path, "ttbar", events, seed=7, compression=uproot.LZMA(9), schema="nanoaod")
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--codec", default="zstd:5")
     parser.add_argument("--enlarge", type=int, default=100, help="copies merged into the bigger input (0: none)")
+    parser.add_argument("--generated", type=int, default=10_000,
+                        help="events of the generated real-density input (0: none; written once, ~1 min)")
+    parser.add_argument("--other-codecs", default="zstd:1,lz4:1",
+                        help="comma-separated codecs the transcoder is also timed with ('' for none)")
     parser.add_argument("--only", nargs="*", help="file names of ../shared/nanoaod to time (default: all)")
     args = parser.parse_args(argv)
     codec = recompress.parse_codec(args.codec)
+    others = [recompress.parse_codec(c) for c in args.other_codecs.split(",") if c.strip()]
     sources = [p for p in sorted(NANOAOD.glob("*.root")) if not args.only or p.name in args.only]
     transcode.program()  # built before any timing
     rows = []
@@ -147,42 +174,35 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         if args.enlarge:
             sources.append(enlarged(args.enlarge, work))
+        if args.generated:
+            sources.append(generated(args.generated))
         for source in sources:
             size = source.stat().st_size
-            per_event = DENSE.stat().st_size / 100 if source.name.startswith(DENSE.stem + "_x") else None
             row = {"file": source.name, "mb": round(size / 1e6, 3)}
             seconds, extra = measure_hadd(source, codec, work)
-            row["hadd"] = {"seconds": seconds, **extra,
-                           **rates(size, seconds, extra["cpu_seconds"], extra["events"], per_event)}
-            measured = measure_transcode(source, codec, work)
-            if isinstance(measured, str):
-                row["transcode"] = {"fallback": measured}
-            else:
-                seconds, extra = measured
-                floor = extra["transcoder_seconds"]["inflate"]
-                row["transcode"] = {"seconds": seconds, **extra,
-                                    **rates(size, seconds, extra["cpu_seconds"], extra["events"], per_event),
-                                    "decompress_only_mb_per_s": round(size / 1e6 / floor, 2) if floor else None}
+            row["hadd"] = {"seconds": seconds, **extra, **rates(size, seconds, extra["cpu_seconds"], extra["events"])}
+            row["transcode"] = transcoded(source, codec, work)
+            row["transcode_other_codecs"] = {str(other): transcoded(source, other, work) for other in others}
             rows.append(row)
             print(line(row), flush=True)
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "recompress.json").write_text(json.dumps({"codec": str(codec), "files": rows}, indent=2) + "\n")
+    (OUT / "recompress.json").write_text(json.dumps({"codec": str(codec), "other_codecs": [str(c) for c in others],
+                                                     "files": rows}, indent=2) + "\n")
     return 0
 
 
 def line(row: dict) -> str:
     """ROW in one line: each engine's steps and rate."""
     said = [f"{row['file']:<42.42} {row['mb']:7.2f} MB"]
-    for engine in ("hadd", "transcode"):
-        r = row[engine]
+    engines = [("hadd", row["hadd"]), ("transcode", row["transcode"]),
+               *((f"transcode {c}", r) for c, r in row["transcode_other_codecs"].items())]
+    for engine, r in engines:
         if "fallback" in r:
             said.append(f"{engine}: not used ({r['fallback']})")
             continue
         steps = " ".join(f"{k} {v:.2f}" for k, v in r["seconds"].items())
-        dense = f", {r['mb_per_s_at_source_density']:.1f} MB/s ({r['mb_per_cpu_s_at_source_density']:.1f} per " \
-            "CPU-s) at real density" if "mb_per_s_at_source_density" in r else ""
         said.append(f"{engine}: {steps} = {r['total_seconds']:.2f} s (CPU {r['cpu_seconds']:.2f} s), "
-                    f"{r['mb_per_s']:.2f} MB/s{dense}")
+                    f"{r['mb_per_s']:.2f} MB/s, copy {r['copy_mb']:.1f} MB")
     return " | ".join(said)
 
 
