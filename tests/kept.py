@@ -107,14 +107,14 @@ def generator_sources() -> str:
 
 
 def generated_file(path: Path, process: str, n_events: int, index: int = 0, seed: int = 1, compression=QUICK,
-                   schema: str = "compact") -> dict:
+                   schema: str = "compact", physics: str | None = None) -> dict:
     """generate.write_file(PATH, ...), its result and its file, from the cache: a copy of the file the same
     arguments and sources made before (the copy is the test's to change). COMPRESSION: an uproot compression
     (default ZLIB-1; None: write_file's own default, LZMA-9)."""
-    arguments = json.dumps([process, n_events, index, seed, repr(compression), schema]).encode()
+    arguments = json.dumps([process, n_events, index, seed, repr(compression), schema, physics or schema]).encode()
     kept = _keep("generated", generator_sources(), _digest(arguments), ".root",
                  lambda tmp: WRITE_FILE(tmp, process, n_events, index=index, seed=seed, compression=compression,
-                                        schema=schema))
+                                        schema=schema, physics=physics))
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(kept, path)
     return {"path": str(path), "nevts": n_events}

@@ -18,8 +18,8 @@ def writes(tmp_path, monkeypatch) -> list[list]:
     monkeypatch.setattr(kept, "CACHE", tmp_path / "cache")
     calls: list[list] = []
 
-    def fake_write(path, process, n_events, index=0, seed=1, compression=None, schema="compact"):
-        calls.append([process, n_events, index, seed, schema])
+    def fake_write(path, process, n_events, index=0, seed=1, compression=None, schema="compact", physics=None):
+        calls.append([process, n_events, index, seed, schema, physics])
         path.write_text(json.dumps(calls[-1]))
         return {"path": str(path), "nevts": n_events}
 
@@ -33,11 +33,13 @@ def test_an_entry_is_made_once_and_each_test_gets_its_own_copy(tmp_path, writes)
     assert a == {"path": str(tmp_path / "a" / "x.root"), "nevts": 100} and len(writes) == 1
     (tmp_path / "a" / "x.root").write_text("changed by a test")
     c = kept.generated_file(tmp_path / "c.root", "ttbar", 100, index=1, seed=2)
-    assert json.loads((tmp_path / "c.root").read_text()) == ["ttbar", 100, 1, 2, "compact"]
+    assert json.loads((tmp_path / "c.root").read_text()) == ["ttbar", 100, 1, 2, "compact", None]
     assert (tmp_path / "b.root").read_text() == (tmp_path / "c.root").read_text() and b["nevts"] == c["nevts"]
     kept.generated_file(tmp_path / "d.root", "ttbar", 100, index=1, seed=3)
     kept.generated_file(tmp_path / "e.root", "ttbar", 100, index=1, seed=2, schema="nanoaod")
-    assert len(writes) == 3 and len(list((tmp_path / "cache").glob("generated-*.root"))) == 3
+    kept.generated_file(tmp_path / "f.root", "ttbar", 100, index=1, seed=2, schema="nanoaod", physics="compact")
+    kept.generated_file(tmp_path / "g.root", "ttbar", 100, index=1, seed=2, schema="nanoaod", physics="nanoaod")
+    assert len(writes) == 4 and len(list((tmp_path / "cache").glob("generated-*.root"))) == 4
 
 
 def test_an_unused_entry_of_other_sources_is_removed_when_a_new_one_is_made(tmp_path, writes, monkeypatch):
@@ -73,6 +75,7 @@ def test_generated_dataset_gives_generates_spec_with_its_files_from_the_cache(tm
     assert spec["ttbar"]["nominal"] == {"nevts_total": 600, "files": [
         {"path": str(tmp_path / "data" / "ttbar" / f"ttbar_000{i}.root"), "nevts": 300} for i in range(2)]}
     assert "xsec" in spec["ttbar"] and "xsec" not in spec["data"]
-    assert writes == [["ttbar", 300, 0, 4, "compact"], ["ttbar", 300, 1, 4, "compact"], ["data", 300, 0, 4, "compact"]]
+    assert writes == [["ttbar", 300, 0, 4, "compact", None], ["ttbar", 300, 1, 4, "compact", None],
+                      ["data", 300, 0, 4, "compact", None]]
     again = kept.generated_dataset(tmp_path / "again", {"ttbar": 2, "data": 1}, 300, seed=4)
     assert len(writes) == 3 and json.dumps(again).replace("again", "data") == json.dumps(spec)
