@@ -51,6 +51,7 @@ START_TIMEOUT_S = 90
 # daemons and every process they started.
 STOP_TIMEOUT_S = 30
 STOP_WAIT_S = 60
+PORT_WAIT_S = 65  # a kept port that no process holds is waited for this long (TCP's TIME_WAIT is 60 s)
 # The checkout these services belong to: their daemons (HTCondor's jobs among them) see the mounts of the session that
 # started them, so a worker of services started from another checkout cannot see this one's workflow.
 CHECKOUT = str(Path(__file__).resolve().parents[1])
@@ -120,6 +121,15 @@ def kept_ports() -> dict[str, int]:
         ports = {name: ports[name] for name in PORT_NAMES}
         PORTS_JSON.write_text(json.dumps(ports, indent=2) + "\n")
     taken = [(name, port) for name, port in ports.items() if not port_free(port)]
+    # A port no process holds is closing: a connection that used it as its local port (this machine's ephemeral
+    # range, /proc/sys/net/ipv4/ip_local_port_range, may cover PORT_RANGE) lingers in TIME_WAIT for up to a minute.
+    deadline = time.monotonic() + PORT_WAIT_S
+    if taken and not any(port_holder(port) for _, port in taken):
+        print(f"services: port(s) {', '.join(str(port) for _, port in taken)} still closing; waiting up to "
+              f"{PORT_WAIT_S} s", file=sys.stderr)
+    while taken and time.monotonic() < deadline and not any(port_holder(port) for _, port in taken):
+        time.sleep(1)
+        taken = [(name, port) for name, port in taken if not port_free(port)]
     if taken:
         raise SystemExit("services: " + "; ".join(
             f"port {port}, kept for {name} in {PORTS_JSON}, is taken"

@@ -122,6 +122,27 @@ def test_a_taken_port_stops_the_start_with_the_fix(tmp_path, monkeypatch):
         module.kept_ports()
 
 
+def test_a_kept_port_that_no_process_holds_is_waited_for(tmp_path, monkeypatch, capsys):
+    """A port left in TIME_WAIT by a closed connection (no process holds it) is free again within a minute: the
+    start waits for it, then goes on; past the wait it stops with the fix, as for a held port."""
+    module = services_module(tmp_path, monkeypatch)
+    ports = module.kept_ports()
+    closing = {ports["rack-b"]: 3}  # port -> checks that still find it taken
+    monkeypatch.setattr(module, "port_holder", lambda port: None)
+    monkeypatch.setattr(module.time, "sleep", lambda s: None)
+
+    def port_free(port):
+        closing[port] = closing.get(port, 0) - 1
+        return closing[port] < 0
+    monkeypatch.setattr(module, "port_free", port_free)
+    assert module.kept_ports() == ports
+    assert f"port(s) {ports['rack-b']} still closing; waiting up to {module.PORT_WAIT_S} s" in capsys.readouterr().err
+    monkeypatch.setattr(module, "PORT_WAIT_S", 0)
+    closing[ports["rack-b"]] = 3
+    with pytest.raises(SystemExit, match=f"port {ports['rack-b']}, kept for rack-b .* is taken by another program"):
+        module.kept_ports()
+
+
 def start_daemon(module, child_mode: str) -> tuple[subprocess.Popen, int]:
     """A stand-in daemon registered under the catalog server's pidfile, and the pid of its child."""
     daemon = subprocess.Popen([sys.executable, "-c", DAEMON, CHILD, child_mode], stdout=subprocess.PIPE, text=True)
