@@ -44,7 +44,8 @@ CONDOR_MEMORY_MB = 8192
 # The services' ports, by name in ports.json.
 PORT_NAMES = ("collector", "catalog", "origin", *RACKS)
 # New ports are drawn from below Linux's default ephemeral range (32768-60999), so that outgoing connections do not
-# take them while the services are down.
+# take them while the services are down -- where the machine's range is the default (this VM's is 1024-65535: a
+# connection may then hold a kept port for a while, which kept_ports waits out).
 PORT_RANGE = (20000, 32767)
 START_TIMEOUT_S = 90
 # How long a daemon may take to exit after SIGTERM before it is killed, and how long `stop` waits in all for the
@@ -58,8 +59,9 @@ CHECKOUT = str(Path(__file__).resolve().parents[1])
 
 
 def port_free(port: int) -> bool:
-    """Whether a daemon could listen on PORT now (on every address, as XRootD does; a closed connection's
-    TIME_WAIT does not count, the daemons reuse addresses)."""
+    """Whether a daemon could listen on PORT now (on every address, as XRootD does). The TIME_WAIT of a connection
+    the daemon itself accepted does not count (the daemons reuse addresses); that of an outgoing connection which used
+    PORT as its local port does, until it ends."""
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -295,7 +297,8 @@ def start() -> None:
         if started_from == CHECKOUT:
             print("services: already running", file=sys.stderr)
             return
-        print(f"services: running for the checkout {started_from}, whose mounts their workers see, not {CHECKOUT}'s: "
+        owner = f"the checkout {started_from}" if started_from else "a checkout this hepvine did not record"
+        print(f"services: running for {owner}, whose mounts their workers see, not {CHECKOUT}'s: "
               "restarting them for this one", file=sys.stderr)
     stop(quiet=True)
     # Daemons leave files in their working directory (the catalog's history, XRootD's instance directory).

@@ -11,16 +11,26 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root_pass=0
 if [ "${1:-}" = --pytest-root-pass ]; then root_pass=1; shift; fi
-stop_services() { "$here/enter.sh" --root --no-build -- python3 "$here/services.py" stop; }
-"$here/enter.sh" --root -- python3 "$here/services.py" start || exit 1
+# One session at a time: a session of another checkout would restart the services (for its own mounts) under this
+# one. The lock is held on fd 8, which no child inherits (8>&-: the daemons outlive the session).
+session_lock="${HEPVINE_SANDBOX_HOME:-/var/tmp/hepvine-sandbox}/session.lock"
+mkdir -p "$(dirname "$session_lock")"
+exec 8>"$session_lock"
+if ! flock -n 8; then
+    echo "sandbox: another session (make test, demo, chaos or bench, maybe of another checkout) is using the" \
+         "services; waiting for it to end ($session_lock)" >&2
+    flock 8
+fi
+stop_services() { "$here/enter.sh" --root --no-build -- python3 "$here/services.py" stop 8>&-; }
+"$here/enter.sh" --root -- python3 "$here/services.py" start 8>&- || exit 1
 trap stop_services EXIT
 trap 'exit 130' INT TERM
 if [ "$root_pass" = 0 ]; then
-    "$here/enter.sh" -- "$@"
+    "$here/enter.sh" -- "$@" 8>&-
     exit $?
 fi
-"$here/enter.sh" -- "$@" -m "not root"; user_status=$?
-"$here/enter.sh" --root -- "$@" -m root; root_status=$?
+"$here/enter.sh" -- "$@" -m "not root" 8>&-; user_status=$?
+"$here/enter.sh" --root -- "$@" -m root 8>&-; root_status=$?
 if [ "$user_status" = 5 ] && [ "$root_status" = 5 ]; then exit 5; fi
 [ "$user_status" = 5 ] && user_status=0
 [ "$root_status" = 5 ] && root_status=0
