@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import uproot
 
-from hepvine import analysis, driver, eras, fetch, generate, nanoschema, recompress
+from hepvine import analysis, demo, driver, eras, fetch, generate, nanoschema, recompress
 from kept import generated_file
 
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -177,8 +177,9 @@ def test_ttbar_selection_stages_match_the_real_ttbar_file():
 def test_the_demos_physics_in_the_real_layout_fills_the_selection():
     """The demo's files (nanoaod layout, compact physics): the layout's branches, types and counters are those of the
     realistic files, and the selection fills ~50x as densely (3.9% of ttbar events; realistic 0.08-0.16%)."""
+    assert demo.SCHEMA == "nanoaod"
     rng = np.random.default_rng(5)
-    dense, realistic = (generate.nanoaod_events("ttbar", 5_000, rng, 0, physics=p) for p in ("compact", "nanoaod"))
+    dense, realistic = (generate.nanoaod_events("ttbar", 5_000, rng, 0, physics=p) for p in (demo.PHYSICS, "nanoaod"))
     assert list(dense) == list(realistic)
     assert all(ak.type(dense[name]) == ak.type(realistic[name]) if isinstance(dense[name], ak.Array)
                else dense[name].dtype == realistic[name].dtype for name in dense)
@@ -197,5 +198,11 @@ def test_command_writes_the_chosen_schema(tmp_path):
     (entry,) = spec["wjets"]["nominal"]["files"]
     with uproot.open(entry["path"]) as f:
         assert f["Events"].num_entries == 300 and "Jet_filler0" in f["Events"].keys()
+        assert f.file.compression == uproot.LZMA(9)
+    assert generate.main([str(tmp_path / "one"), "--files", "1", "--events", "300", "--processes", "wjets",
+                          "--lzma-level", "1", "--spec", str(spec_path)]) == 0
+    (entry,) = json.loads(spec_path.read_text())["wjets"]["nominal"]["files"]
+    with uproot.open(entry["path"]) as f:
+        assert f.file.compression == uproot.LZMA(1)
     with pytest.raises(SystemExit):
         generate.main([str(tmp_path / "x"), "--schema", "nano"])

@@ -1,11 +1,13 @@
 """``make demo``: the campaign end to end on the sandbox's real services.
 
-The first time, it generates the demo dataset straight into the XRootD origin's /store/demo-nanoaod and keeps it: 24
-files of 10,000 events in the layout of a real CMS NanoAOD file (1,590 branches, ~3 kB an event), so that the
-campaign pays what real files cost to open and decompress, with the compact schema's physics, which fills the
-selection densely (``hepvine generate --schema nanoaod --physics compact``). They are LZMA level 1, not CMS's level
-9: LZMA decompresses at the same speed at either level (uproot read a 20,000-event file in 6.0 s at level 1, 6.4 s
-at level 9), the files are 7% bigger, and level 9 would take ~12 min instead of ~4.5 to write them.
+The first time, it generates the demo dataset straight into the XRootD origin and keeps it: 24 files of 10,000
+events in the layout of a real CMS NanoAOD file (1,590 branches, ~3 kB an event), so that the campaign pays what real
+files cost to open and decompress, with the compact schema's physics, which fills the selection densely (``hepvine
+generate --schema nanoaod --physics compact --lzma-level 1``). They are LZMA level 1, not CMS's level 9: LZMA
+decompresses at the same speed at either level (uproot read a 20,000-event file in 6.0 s at level 1, 6.4 s at level
+9), the files are 7% bigger, and level 9 would take ~12 min instead of ~4.5 to write them on 2 cores. The directory
+(/store/demo-<schema>-<physics>-<events>-lzma<level>) names what its files are, so that a change of any of these
+writes a new dataset rather than mixing with the old one or with what the caches kept of it.
 
 Then it runs the campaign workflow with the sandbox profile — every job a TaskVine task on workers that HTCondor runs
 in two racks, each file read with uproot through its home XCache (the sandbox site config) by a worker in that
@@ -33,7 +35,7 @@ EVENTS_PER_FILE = 10_000
 SCHEMA = "nanoaod"
 PHYSICS = "compact"  # the real layout's own physics selects 0.16% of ttbar events: the plots would hold a few events
 COMPRESSION_LEVEL = 1  # LZMA
-STORE_DIR = "demo-nanoaod"
+STORE_DIR = f"demo-{SCHEMA}-{PHYSICS}-{EVENTS_PER_FILE}-lzma{COMPRESSION_LEVEL}"
 WRITE_S = 22  # seconds to generate one file on one core of this 2-core VM (2026-11-25), for the progress message
 
 
@@ -67,12 +69,19 @@ def ensure_dataset(services: dict, workers: int) -> dict:
     return spec
 
 
+def positive(text: str) -> int:
+    """An argparse type: an integer of at least 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return int(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hepvine demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--campaign", default="demo")
     parser.add_argument("--profile", default="profiles/sandbox")
     parser.add_argument("--site", default="site-configs/sandbox.yaml")
-    parser.add_argument("--generate-workers", type=int, default=2)
+    parser.add_argument("--generate-workers", type=positive, default=2, help="processes generating the dataset")
     parser.add_argument("--recompress", default="zstd:5", help="codec for the copies the analysis reads, or off")
     args = parser.parse_args(argv)
     spec = ensure_dataset(hepvine.services.load(), args.generate_workers)
