@@ -76,6 +76,8 @@ def depth_run(depth: int, window: int, workers: int, cores: int, inputs: int, ta
         if window_start is None or done < WARMUP + window:
             raise SystemExit(f"depth {depth}: only {done} of {WARMUP + window} tasks ended within {timeout_s:.0f} s; "
                              f"worker logs under {scratch}")
+        if failed:  # failed tasks end quickly: their rate would look like dispatch
+            raise SystemExit(f"depth {depth}: {failed} of {done} tasks failed; worker logs under {scratch}")
         wall, cpu = time.perf_counter() - window_start[0], time.process_time() - window_start[1]
         queued = sum(manager.is_waiting(t) for t in live)
         cancel0 = time.perf_counter()
@@ -85,7 +87,8 @@ def depth_run(depth: int, window: int, workers: int, cores: int, inputs: int, ta
     finally:
         for worker in started:
             worker.stop()
-    return {"depth": depth, "inputs": inputs, "task_s": task_s, "workers": workers, "worker_cores": cores, "window_tasks": window, "failed": failed,
+    return {"depth": depth, "inputs": inputs, "task_s": task_s, "workers": workers, "worker_cores": cores,
+            "window_tasks": window,
             "submit_s": round(submit_wall, 3), "submit_cpu_ms_per_task": round(1e3 * submit_cpu / depth, 3),
             "tasks_per_s": round(window / wall, 1), "cpu_ms_per_task": round(1e3 * cpu / window, 2),
             "queued_at_end": queued, "cancel_s": round(cancel_s, 3)}

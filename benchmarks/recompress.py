@@ -38,7 +38,7 @@ from hepvine import generate, recompress, transcode
 
 OUT = Path("results/bench")
 NANOAOD = Path(__file__).resolve().parents[1].parent / "shared" / "nanoaod"
-DENSE = NANOAOD / "ttH_M125_2017.root"  # the file the bigger input is made of: its bytes per event are real
+DENSE = NANOAOD / "ttH_M125_2017.root"  # the file the bigger input is made of: real layout, 100 events
 
 
 def children_cpu() -> float:
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--codec", default="zstd:5")
     parser.add_argument("--enlarge", type=int, default=100, help="copies merged into the bigger input (0: none)")
     parser.add_argument("--generated", type=int, default=10_000,
-                        help="events of the generated real-density input (0: none; written once, ~1 min)")
+                        help="events of the generated real-density input (0: none; written once: ~1 min a 10,000)")
     parser.add_argument("--other-codecs", default="zstd:1,lz4:1",
                         help="comma-separated codecs the transcoder is also timed with ('' for none)")
     parser.add_argument("--only", nargs="*", help="file names of ../shared/nanoaod to time (default: all)")

@@ -6,7 +6,7 @@ localrules: resolve_spec
 wildcard_constraints:
     batch=hv_index.BATCH_PATTERN,
     level=r"\d+",
-    index=r"\d\d\d/\d\d\d",
+    index=r"\d\d\d+/\d\d\d",  # <thousands>/<n>, as hepvine.index.merge_tree names its nodes
 
 
 if HAS_SITE:
