@@ -174,6 +174,8 @@ def real_files(directory: Path, repeat: int, codec: str) -> dict:
     and RNTuple, LZMA and ZLIB), and on their copies recompressed by hepvine to CODEC (results/bench/real-<codec>/,
     made once): per-file costs (opening a tree of 1,000-2,700 branches, deciding the era) dominate."""
     sources = sorted(directory.glob("*.root"))
+    if not sources:
+        raise SystemExit(f"--real: no .root file in {directory}: give the directory of ../shared/nanoaod")
     copies = [OUT / f"real-{codec.replace(':', '-')}" / p.name for p in sources]
     copies[0].parent.mkdir(parents=True, exist_ok=True)
     for source, copy in zip(sources, copies):

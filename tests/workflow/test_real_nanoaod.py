@@ -74,7 +74,7 @@ def test_every_shared_file_is_covered(nanoaod, bench):
 def test_hepvine_equals_coffea(nanoaod, bench, name):
     forced, expected_era, jet_id = FILES[name]
     path = nanoaod / name
-    entries = uproot.open(path)["Events"].num_entries
+    entries = num_entries(path)
     record, h = driver.run_file(entry(path, forced, entries), "test", lumi_pb=3378)
     assert record.failure is None, record.error
     assert record.events == entries
@@ -102,7 +102,13 @@ def contents(h, region: str, variation: str, process: str = "real") -> np.ndarra
 
 
 def read(path: Path, branches: list[str]) -> ak.Array:
-    return uproot.open(path)["Events"].arrays(branches, library="ak")
+    with uproot.open(path) as f:
+        return f["Events"].arrays(branches, library="ak")
+
+
+def num_entries(path: Path) -> int:
+    with uproot.open(path) as f:
+        return f["Events"].num_entries
 
 
 def test_rntuple_reads_the_same_events_as_the_ttree(nanoaod):
@@ -156,7 +162,7 @@ def test_a_campaign_over_every_shared_file_gives_coffeas_histograms(nanoaod, ben
     for process, names in CAMPAIGN.items():
         files = []
         for name in names:
-            entries[name] = uproot.open(nanoaod / name)["Events"].num_entries
+            entries[name] = num_entries(nanoaod / name)
             files.append({"path": str(nanoaod / name), "nevts": entries[name]})
         spec[process] = {"nominal": {"nevts_total": sum(entries[n] for n in names), "files": files}}
         if process in XSEC:
