@@ -3,6 +3,7 @@
 SANDBOX := sandbox
 ENTER := $(SANDBOX)/enter.sh
 SERVICES := python3 $(SANDBOX)/services.py
+WITH_SERVICES := $(SANDBOX)/with-services.sh
 PYTEST_ARGS ?=
 CMD ?=
 # make run CMD='...': the command reaches the shell as typed. Make would expand `$` in CMD when it exports it to the
@@ -36,29 +37,30 @@ services-stop:
 services-status: sandbox
 	@$(ENTER) --root -- $(SERVICES) status
 
-shell: services-start
+# shell and run hold the session lock while they run (with-services.sh) and leave the services up after.
+shell: sandbox
 	@echo "sandbox: services stay up after the shell ends; 'make services-stop' stops them" >&2
-	@$(ENTER) -- bash -l
+	@$(WITH_SERVICES) --keep-services bash -l
 
 run: export HEPVINE_RUN_CMD = $(value CMD)
-run: services-start
+run: sandbox
 	@[ -n "$$HEPVINE_RUN_CMD" ] || { echo "usage: make run CMD='command ...'" >&2; exit 2; }
-	@$(ENTER) -- bash -c "$$HEPVINE_RUN_CMD"
+	@$(WITH_SERVICES) --keep-services bash -c "$$HEPVINE_RUN_CMD"
 
 test: sandbox
-	@$(SANDBOX)/with-services.sh --pytest-root-pass python -m pytest --durations=30 $(PYTEST_ARGS)
+	@$(WITH_SERVICES) --pytest-root-pass python -m pytest --durations=30 $(PYTEST_ARGS)
 
 # The slow fault tests (marked `chaos`: tests/chaos and a few plugin tests): not part of `make test` (the tests'
 # pytest plugin, plugins/snakemake-executor-plugin-taskvine/tests/taskvine_fixtures.py, deselects them without
 # --chaos). Both run the testpaths of pyproject.toml: tests/ and plugins/snakemake-executor-plugin-taskvine/tests/.
 chaos: sandbox
-	@$(SANDBOX)/with-services.sh python -m pytest --chaos -m chaos $(PYTEST_ARGS)
+	@$(WITH_SERVICES) python -m pytest --chaos -m chaos $(PYTEST_ARGS)
 
 demo: sandbox
-	@$(SANDBOX)/with-services.sh python -m hepvine.demo
+	@$(WITH_SERVICES) python -m hepvine.demo
 
 bench: sandbox
-	@$(SANDBOX)/with-services.sh sh -c "python benchmarks/analysis.py && python benchmarks/recompress.py && python benchmarks/dispatch.py && python benchmarks/manager_rate.py"
+	@$(WITH_SERVICES) sh -c "python benchmarks/analysis.py && python benchmarks/recompress.py && python benchmarks/dispatch.py && python benchmarks/manager_rate.py"
 
 clean-sandbox: services-stop
 	@$(SANDBOX)/clean.sh

@@ -2,9 +2,10 @@
 when CMD reached the recipe through make's exported environment: ``echo $HOME`` printed ``OME``, and ``$(...)``
 was evaluated by make itself).
 
-The run target's own recipe is exercised, with its sandbox parts stubbed out: ``-o services-start`` keeps make from
-starting the services, and ``ENTER=env`` runs the command here instead of entering the sandbox (we already are
-inside it, and entering needs root). What is left is make's handling of CMD and the recipe's ``bash -c``.
+The run target's own recipe is exercised, with its sandbox parts stubbed out: ``-o sandbox`` keeps make from
+building the sandbox, and WITH_SERVICES names a stand-in for sandbox/with-services.sh that runs the command here
+(we already are inside the sandbox, and entering it needs root) after checking that the recipe asked to keep the
+services up. What is left is make's handling of CMD and the recipe's ``bash -c``.
 """
 
 from __future__ import annotations
@@ -36,8 +37,19 @@ COMMANDS = [
 ]
 
 
+# with-services.sh --keep-services COMMAND...: make run holds the session lock and leaves the services up.
+STAND_IN = """#!/bin/sh
+[ "$1" = --keep-services ] || { echo "make run did not pass --keep-services: $1" >&2; exit 97; }
+shift
+exec "$@"
+"""
+
+
 def make_run(cmd: str | None, tmp_path: Path) -> subprocess.CompletedProcess:
-    args = [MAKE, "--no-print-directory", "-o", "services-start", "run", "ENTER=env"]
+    stand_in = tmp_path / "with-services.sh"
+    stand_in.write_text(STAND_IN)
+    stand_in.chmod(0o755)
+    args = [MAKE, "--no-print-directory", "-o", "sandbox", "run", f"WITH_SERVICES={stand_in}"]
     # A clean environment of make's own variables: the suite itself may run under a make.
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "CMD")}
     return subprocess.run(args + ([f"CMD={cmd}"] if cmd is not None else []), cwd=REPO, env=env,
