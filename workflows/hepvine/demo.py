@@ -98,9 +98,14 @@ def main(argv: list[str] | None = None) -> int:
         # Nothing to run when the campaign is complete and up to date: say so, and that the figures are its last run's.
         ran = (f"in {time.time() - start:.0f} s" if report.stat().st_mtime >= start else
                f"is up to date, nothing ran (remove results/{args.campaign}/ to run it again); its last run")
+        # bytes_read counts what the analysis read (its branches, of the recompressed copies when there are some);
+        # the cache section what came through the caches (whole files, read once for the copies).
+        fetched = r.get("cache", {}).get("bytes_read_through_caches")
+        through = f" ({fetched / 1e6:.0f} MB through the caches)" if fetched else ""
         print(f"demo: campaign {args.campaign} {ran}: {r['files']['ok']}/{r['files']['total']}"
-              f" files, {r['events']} events, {r['bytes_read'] / 1e6:.0f} MB read, {r['event_rate_hz']:.0f} Hz, "
-              f"{r['data_rate_gbps']:.3f} Gbps; complete: {r['complete']}. Products in results/{args.campaign}/")
+              f" files, {r['events']} events, {r['bytes_read'] / 1e6:.0f} MB read by the analysis{through}, "
+              f"{r['event_rate_hz']:.0f} Hz, {r['data_rate_gbps']:.3f} Gbps; complete: {r['complete']}. "
+              f"Products in results/{args.campaign}/")
     return done.returncode
 
 
