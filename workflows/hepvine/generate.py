@@ -325,12 +325,13 @@ def write_file(path: Path, process: str, n_events: int, index: int = 0, seed: in
     own); returns its entry for a dataset spec (``path``, ``nevts``)."""
     if process not in PROCESSES:
         raise ValueError(f"unknown process {process!r}: choose one of {', '.join(PROCESSES)}")
-    for what, value in (("schema", schema), ("physics", physics or schema)):
+    physics = physics or schema
+    for what, value in (("schema", schema), ("physics", physics)):
         if value not in WRITERS:
             raise ValueError(f"unknown {what} {value!r}: choose one of {', '.join(SCHEMAS)}")
     rng = np.random.default_rng(seed_for(process, index, seed))
     with atomic.replacing(path) as tmp, uproot.recreate(tmp, compression=compression or uproot.LZMA(9)) as f:
-        WRITERS[schema](f, process, n_events, index * 10_000_000, rng, physics or schema)
+        WRITERS[schema](f, process, n_events, index * 10_000_000, rng, physics)
     return {"path": str(path), "nevts": n_events}
 
 
