@@ -1,6 +1,6 @@
 # hepvine: an analysis campaign over a dataset of ROOT files.
-#   snakemake --cores 2 --config dataset=<spec.json|yaml> [campaign=<name>] [site=...] [recompress=zstd:5]
-#             [files_per_job=...] [lumi_pb=...] [merge_fan_in=...]
+#   snakemake --cores 2 --config dataset=<fileset.json|spec.yaml> [analysis=<file.py>:<Processor>] [campaign=<name>]
+#             [site=...] [recompress=zstd:5] [files_per_job=...] [chunksize=...] [merge_fan_in=...]
 #   snakemake --profile profiles/sandbox --config dataset=...      # on TaskVine workers run by HTCondor
 from snakemake.utils import min_version, validate
 
@@ -27,6 +27,7 @@ if workflow.is_main_process:
 rule all:
     input:
         f"{OUT}/report.json",
+        f"{OUT}/output.coffea",
         f"{OUT}/histograms.root",
         rules.plots.output,
         [f"{OUT}/dataset.{RECOMPRESS_CODEC}.json"] if RECOMPRESS else [],

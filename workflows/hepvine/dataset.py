@@ -12,7 +12,12 @@ path listed twice anywhere in the spec is refused, naming both places (it would 
 schema and each file entry through a fast check that asks the schema only about an entry it does not pass.
 
 ``tasks`` flattens a spec into one ``FileTask`` per input file, identified by ``<process>/<variation>/<index>`` —
-unique (names cannot contain ``/``), stable while the spec's order is, and readable.
+unique (names cannot contain ``/``), stable while the spec's order is, and readable. Each AGC sample is the coffea
+dataset ``<process>__<variation>`` (the AGC's own fileset names) whose metadata are its ``process``, ``variation``,
+``xsec``, ``nevts_total`` and ``era``: what an analysis finds in ``events.metadata``.
+
+A coffea fileset (``hepvine.fileset``) is accepted wherever a spec is: ``load`` tells the two shapes apart and
+``tasks`` and ``updated`` take either.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from pathlib import Path
 
 import yaml
 
+from hepvine import fileset as hv_fileset
 from hepvine.eras import ERAS
 
 PROCESS_KEYS = ("xsec", "era")  # a process's keys that are not variations
@@ -44,11 +50,16 @@ class FileTask:
     variation: str
     index: int
     path: str
-    nevts: int
-    nevts_total: int
+    nevts: int | None  # None: a plain fileset does not say (then nothing checks the events read)
+    nevts_total: int | None
     xsec: float | None
     era: str | None = None  # the spec's era for the file's process (hepvine.eras); None: decided from the file
     bytes: int | None = None  # the file's size, if the spec gives it (hepvine.limits estimates it otherwise)
+    dataset: str = ""  # the coffea dataset (fileset key, as written): events.metadata["dataset"]
+    treename: str = hv_fileset.DEFAULT_TREE
+    metadata: dict | None = None  # the dataset's metadata (in events.metadata beside coffea's own keys)
+    uuid: str | None = None  # the file's uuid when a preprocessed fileset gives it (events.metadata["fileuuid"])
+    steps: list | None = None  # its chunks ([start, stop] entry ranges) when a preprocessed fileset gives them
 
 
 def _read(path: Path):
@@ -162,6 +173,13 @@ def load(path: str | Path) -> dict:
     """The validated spec at PATH (JSON, or YAML by its suffix)."""
     path = Path(path)
     spec = _read(path)
+    if hv_fileset.is_fileset(spec):
+        found = hv_fileset.problems(spec)
+        if found:
+            raise DatasetError(f"fileset {path} has {len(found)} problem(s):\n  - " + "\n  - ".join(found)
+                               + "\n(a coffea fileset: {dataset: {\"files\": {path: treename}, \"metadata\": {...}}}"
+                               ", or the preprocessed form of coffea.dataset_tools)")
+        return spec
     found = problems(spec)
     if found:
         raise DatasetError(f"dataset spec {path} has {len(found)} problem(s):\n  - " + "\n  - ".join(found)
@@ -170,7 +188,9 @@ def load(path: str | Path) -> dict:
 
 
 def tasks(spec: dict) -> list[FileTask]:
-    """One task per input file, in a stable order."""
+    """One task per input file, in a stable order (an AGC spec's or a fileset's)."""
+    if hv_fileset.is_fileset(spec):
+        return _fileset_tasks(spec)
     out = []
     for process in sorted(spec):
         xsec, era = spec[process].get("xsec"), spec[process].get("era")
@@ -180,5 +200,43 @@ def tasks(spec: dict) -> list[FileTask]:
                 out.append(FileTask(fid=f"{process}/{variation}/{i}", process=process, variation=variation,
                                     index=i, path=entry["path"], nevts=entry["nevts"],
                                     nevts_total=sample["nevts_total"], xsec=xsec, era=era,
-                                    bytes=entry.get("bytes")))
+                                    bytes=entry.get("bytes"), dataset=f"{process}__{variation}",
+                                    metadata={"process": process, "variation": variation, "xsec": xsec,
+                                              "nevts_total": sample["nevts_total"], "era": era}))
     return out
+
+
+def _fileset_tasks(doc: dict) -> list[FileTask]:
+    out = []
+    for key, index, path, about, metadata, tree in hv_fileset.entries(doc):
+        name = hv_fileset.safe_name(key)
+        about = {"object_path": about} if isinstance(about, str) else (about or {})
+        out.append(FileTask(fid=f"{name}/{hv_fileset.VARIATION}/{index}", process=name,
+                            variation=hv_fileset.VARIATION, index=index, path=path,
+                            nevts=about.get("num_entries"), nevts_total=None, xsec=None,
+                            bytes=hv_fileset.local_bytes(path), dataset=key,
+                            treename=about.get("object_path") or tree, metadata=metadata,
+                            uuid=about.get("uuid"), steps=about.get("steps")))
+    return out
+
+
+def updated(spec: dict, fields) -> dict:
+    """A copy of SPEC (an AGC spec or a fileset) in which each file's entry is updated with FIELDS(task, entry) (a
+    dict; empty: unchanged); ``path`` in it moves the file. A fileset's files come out as mappings of path to the
+    preprocessed form (object_path, num_entries, uuid, steps where known), with the fields beside them."""
+    changed = json.loads(json.dumps(spec))
+    if not hv_fileset.is_fileset(spec):
+        for task in tasks(spec):
+            entry = changed[task.process][task.variation]["files"][task.index]
+            entry.update(fields(task, entry) or {})
+        return changed
+    by_dataset: dict[str, dict] = {}
+    for task in tasks(spec):
+        entry = {"object_path": task.treename, **({"num_entries": task.nevts} if task.nevts is not None else {}),
+                 **({"uuid": task.uuid} if task.uuid else {}), **({"steps": task.steps} if task.steps else {})}
+        entry.update(fields(task, {"path": task.path, **entry}) or {})
+        by_dataset.setdefault(task.dataset, {})[entry.pop("path", task.path)] = entry
+    for key, files in by_dataset.items():
+        value = changed[key] if isinstance(changed[key], dict) else {}
+        changed[key] = {**value, "files": files}
+    return changed

@@ -1,22 +1,22 @@
 """One job of a campaign: the files of one batch, each read over its route (home cache first, then its fail-overs),
-optionally recompressed first, and analysed — one ``FileRecord`` per file, ok or failed with its class, and the sum
-of the histograms of the files that succeeded.
+optionally recompressed first, and analysed by the user's analysis (``hepvine.processor``: a coffea processor or a
+function, loaded once per job) — one ``FileRecord`` per file, ok or failed with its class, and the accumulated
+output of the files that succeeded.
 
 A file's failure never fails or hides its batch-mates: each file is tried on its own and recorded, in a process of
 its own that is ended at the file's time limit (``hepvine.limits``: a hung or crawling file is a transient
-``timeout``, a crashed one a transient ``crashed``). Only failures of the file or its access are records
-(``failures.classify``); anything else is a bug in hepvine and fails the job with its traceback. Output: a pickle
-``{"records": [dict, ...], "hist": Hist | None, "events": {"<process>/<variation>": events}, "variations":
-{"<process>": [histogram variation, ...]}}``, written atomically: ``variations`` names the histogram variations that
-the batch's spec samples fill (``analysis.variations``; every file's, failed or not), so that the report writes each
-expected TH1 even where nothing was selected. Recompressed copies go to ``--copies DIR/<index>.root`` with
-``manifest.json``.
+``timeout``, a crashed one a transient ``crashed``). Only failures of the file, its access or the user's analysis
+on it are records (``failures.classify``); anything else is a bug in hepvine and fails the job with its traceback.
+Output: a pickle ``{"records": [dict, ...], "output": the analysis's output accumulated over the ok files (coffea's
+``accumulate``; None if none), "events": {dataset: events analysed}}``, written atomically. Recompressed copies go
+to ``--copies DIR/<index>.root`` with ``manifest.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import multiprocessing
 import os
 import signal
@@ -26,29 +26,9 @@ import time
 import traceback
 from pathlib import Path
 
-import uproot
-
-from hepvine import analysis, atomic, eras, failures, fetch, index, records
+from hepvine import atomic, failures, fetch, index, processor, records
 from hepvine.limits import Limits
 from hepvine.recompress import parse_codec, recompress, remove_leftovers
-
-# In entries: a size in bytes ("200 MB") fails in uproot 5.7 for root:// files (TypeError in the basket lookup).
-STEP_SIZE = 200_000
-
-
-def histogram(url: str, task, weight: float) -> tuple:
-    """(histogram, events, bytes read, era) of the file at URL. Its ``Events`` may be a TTree or an RNTuple (uproot
-    reads both; RNTuple fields have the TTree's branch names, e.g. ``Jet_pt``); its era is the spec's (TASK.era)
-    or the file's (``hepvine.eras``)."""
-    h = analysis.new_histogram()
-    events = 0
-    with uproot.open(url) as f:
-        tree = f["Events"]
-        selection = eras.for_file(url, f, tree, task.era)
-        for chunk in tree.iterate(selection.branches, step_size=STEP_SIZE, library="ak"):
-            analysis.fill(h, chunk, task.process, weight, selection, task.variation, task.xsec is None)
-            events += int(len(chunk))
-        return h, events, int(f.file.source.num_requested_bytes), selection.describe()
 
 
 def new_record(task, batch: str) -> records.FileRecord:
@@ -57,13 +37,12 @@ def new_record(task, batch: str) -> records.FileRecord:
                               analysis_worker_rack=os.environ.get(fetch.WORKER_GROUP_ENV) or None)
 
 
-def run_file(entry: dict, batch: str, lumi_pb: float, codec: str | None = None, copies: Path | None = None,
-             retry: fetch.Retry = fetch.Retry()) -> tuple[records.FileRecord, object]:
-    """One file of a batch: (its record, its histogram or None)."""
+def run_file(entry: dict, batch: str, analysis: processor.Analysis, codec: str | None = None,
+             copies: Path | None = None, retry: fetch.Retry = fetch.Retry()) -> tuple[records.FileRecord, object]:
+    """One file of a batch: (its record, the analysis's output or None)."""
     task = index.task(entry)
     record = new_record(task, batch)
     wall0, cpu0 = time.perf_counter(), time.process_time()
-    weight = analysis.event_weight(task.xsec, lumi_pb, task.nevts_total)
     route = entry["route"]
     copy = copies / f"{task.index}.root" if codec else None
     h = None
@@ -79,16 +58,17 @@ def run_file(entry: dict, batch: str, lumi_pb: float, codec: str | None = None, 
                                  "seconds": round(seconds, 3),
                                  "source_mb_per_s": round(source_bytes / 1e6 / seconds, 2) if seconds else None,
                                  **how}  # engine: transcode, or hadd with the fallback's reason
-            h, record.events, record.bytes_read, record.era = histogram(str(copy), task, weight)
+            h, record.events, record.bytes_read = processor.run_file(str(copy), task, analysis)
             record.read_from = str(copy)
         else:
-            (h, record.events, record.bytes_read, record.era), record.fetch = fetch.read(
-                route, lambda url: histogram(url, task, weight), retry)
+            (h, record.events, record.bytes_read), record.fetch = fetch.read(
+                route, lambda url: processor.run_file(url, task, analysis), retry)
             record.fetch["bytes"] = record.bytes_read
             record.read_from = record.fetch["url"]
-        if record.events != task.nevts:
+        if task.nevts is not None and record.events != task.nevts:
             raise records.FileProblem("event-count", f"{record.read_from} has {record.events} events in 'Events', "
-                                      f"the spec says {task.nevts}", "correct nevts (and nevts_total) in the spec")
+                                      f"the dataset says {task.nevts}", "correct nevts (and nevts_total) in the spec, or "
+                                      "num_entries in the fileset")
     except Exception as e:  # the one boundary where a file's failure becomes its record; bugs propagate
         record.failure = failures.classify(e)
         if record.failure is None:
@@ -164,13 +144,12 @@ def run_file_limited(entry: dict, batch: str, limit_s: float, args: tuple) -> tu
     return record, None
 
 
-def run_batch(shard: dict, lumi_pb: float, codec: str | None = None, copies: Path | None = None,
+def run_batch(shard: dict, analysis: processor.Analysis, codec: str | None = None, copies: Path | None = None,
               retry: fetch.Retry = fetch.Retry(), limits: Limits | None = None) -> dict:
-    """Every file of SHARD's batch: {"records", "hist", "events", "variations"} (see the module's docstring). With
-    LIMITS each file runs in a process of its own, ended at its time limit (``hepvine.limits``)."""
-    # A batch is one spec sample. Before any file: a sample named like a systematic fails the job, naming it.
-    variations = {t.process: list(analysis.variations(t.process, t.variation, t.xsec is None))
-                  for t in map(index.task, shard["files"])}
+    """Every file of SHARD's batch: {"records", "output", "events"} (see the module's docstring). With LIMITS each
+    file runs in a process of its own, ended at its time limit (``hepvine.limits``)."""
+    from coffea.processor import accumulate
+
     # The site's XRootD client settings, set before the first XRootD read (never through a shell), over hepvine's
     # defaults (fetch.XROOTD_DEFAULTS) where the job's environment has none.
     for name, value in fetch.XROOTD_DEFAULTS.items():
@@ -181,17 +160,17 @@ def run_batch(shard: dict, lumi_pb: float, codec: str | None = None, copies: Pat
     results, total, events = [], None, {}
     for entry in shard["files"]:
         if limits is None:
-            record, h = run_file(entry, shard["batch"], lumi_pb, codec, copies, retry)
+            record, h = run_file(entry, shard["batch"], analysis, codec, copies, retry)
         else:
             limit_s = limits.file_limit_s(entry["nevts"], entry.get("bytes"))
-            record, h = run_file_limited(entry, shard["batch"], limit_s, (lumi_pb, codec, copies, retry))
+            record, h = run_file_limited(entry, shard["batch"], limit_s, (analysis, codec, copies, retry))
             if record.failure is not None and copies is not None:
                 remove_leftovers(copies / f"{entry['index']}.root")
         results.append(record.to_dict())
-        if h is not None:
-            total = h if total is None else total + h
-            key = f"{record.process}/{record.variation}"
-            events[key] = events.get(key, 0) + record.events
+        if record.failure is None:
+            total = h if total is None else accumulate([h], total)
+            dataset = entry["dataset"]
+            events[dataset] = events.get(dataset, 0) + record.events
         status = f"FAILED ({record.failure.failure_class}, {record.failure.kind}): {record.error}" if record.failure \
             else f"{record.events} events"
         print(f"{record.fid}: {record.path}: {status}", file=sys.stderr)
@@ -199,13 +178,17 @@ def run_batch(shard: dict, lumi_pb: float, codec: str | None = None, copies: Pat
         atomic.write_json(copies / "manifest.json", {
             "batch": shard["batch"], "codec": codec,
             "copies": {r["fid"]: f"{Path(r['read_from']).name}" for r in results if r["failure"] is None}})
-    return {"records": results, "hist": total, "events": events, "variations": variations}
+    return {"records": results, "output": total, "events": events}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shard", required=True, type=Path, help="the batch's shard of the campaign's index")
-    parser.add_argument("--lumi-pb", type=float, required=True)
+    parser.add_argument("--analysis", required=True, help="<file.py>:<Name> or <module>:<Name> (hepvine.processor)")
+    parser.add_argument("--analysis-args", default="{}", help="a JSON mapping: the processor's constructor arguments")
+    parser.add_argument("--schema", default=processor.DEFAULT_SCHEMA, help="the NanoEvents schema")
+    parser.add_argument("--chunksize", type=int, default=processor.DEFAULT_CHUNKSIZE,
+                        help="entries per chunk (coffea's Runner's chunksize)")
     parser.add_argument("--recompress", help="<codec>:<level>: recompress each file first and analyse the copy")
     parser.add_argument("--copies", type=Path, help="with --recompress: the directory for the copies")
     parser.add_argument("--read-attempts", type=int, default=fetch.Retry.attempts,
@@ -224,7 +207,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--recompress needs --copies DIR")
     limits = (Limits(args.rate_floor_mb_s, args.file_time_base_s, args.bytes_per_event)
               if args.rate_floor_mb_s else None)
-    result = run_batch(index.read(args.shard), args.lumi_pb, args.recompress, args.copies,
+    try:
+        analysis = processor.load(args.analysis, json.loads(args.analysis_args), args.schema, args.chunksize)
+    except processor.AnalysisSpecError as e:
+        print(f"hepvine.driver: {e}", file=sys.stderr)
+        return 2
+    result = run_batch(index.read(args.shard), analysis, args.recompress, args.copies,
                        fetch.Retry(args.read_attempts, args.read_backoff_s), limits)
     atomic.write_pickle(args.output, result)
     return 0

@@ -11,7 +11,7 @@ import zlib
 
 import uproot
 
-from hepvine.records import PERMANENT, TRANSIENT, Failure, FileProblem
+from hepvine.records import PERMANENT, TRANSIENT, AnalysisError, Failure, FileProblem
 
 
 def _first_line(exc: BaseException) -> str:
@@ -25,6 +25,10 @@ def classify(exc: BaseException) -> Failure | None:
     rerun = "run the same command again: transient failures are retried"
     if isinstance(exc, FileProblem):
         return Failure(exc.kind, PERMANENT, cause, exc.fix)
+    if isinstance(exc, AnalysisError):
+        return Failure("analysis-error", PERMANENT, cause,
+                       f"the analysis raised this at {exc.where}: fix it there (or in analysis_args) and run the same "
+                       "command again: a changed analysis file or analysis_args reruns the campaign's jobs")
     if isinstance(exc, uproot.KeyInFileError):
         return Failure("missing-branch", PERMANENT, cause,
                        "the file lacks a tree or branch the analysis needs: if it is of another era, set `era` for "

@@ -67,7 +67,9 @@ def shard(batch: Batch, xrootd_client: dict) -> dict:
     return {"batch": batch.id, "rack": batch.rack, "xrootd_client": xrootd_client,
             "files": [{"fid": t.fid, "path": t.path, "process": t.process, "variation": t.variation,
                        "index": t.index, "nevts": t.nevts, "nevts_total": t.nevts_total, "xsec": t.xsec,
-                       "era": t.era, "bytes": t.bytes, "route": r} for t, r in zip(batch.files, batch.routes)]}
+                       "era": t.era, "bytes": t.bytes, "dataset": t.dataset, "treename": t.treename,
+                       "metadata": t.metadata, "uuid": t.uuid, "steps": t.steps, "route": r}
+                      for t, r in zip(batch.files, batch.routes)]}
 
 
 def shard_path(directory: Path | str, batch: str) -> Path:
@@ -100,7 +102,8 @@ def task(entry: dict) -> FileTask:
     """The FileTask of one entry of a shard."""
     return FileTask(fid=entry["fid"], process=entry["process"], variation=entry["variation"], index=entry["index"],
                     path=entry["path"], nevts=entry["nevts"], nevts_total=entry["nevts_total"], xsec=entry["xsec"],
-                    era=entry.get("era"), bytes=entry.get("bytes"))
+                    era=entry.get("era"), bytes=entry.get("bytes"), dataset=entry["dataset"],
+                    treename=entry["treename"], metadata=entry["metadata"], uuid=entry["uuid"], steps=entry["steps"])
 
 
 def merge_tree(leaves: list[str], fan_in: int, directory: str) -> tuple[dict[str, list[str]], list[str]]:

@@ -19,6 +19,9 @@ START_S = 300  # a job's own start (interpreter, imports, its shard) and end, on
 COPY_GROWTH = 1.3
 BASE_DISK_MB = 500  # a recompressing job's scratch besides staged sources and copies: its shard, logs, result
 MB = 1_000_000
+# A file whose size nothing says (a root:// URL in a plain fileset): a large NanoAOD file. A preprocessed fileset
+# (num_entries) gives better limits.
+UNKNOWN_FILE_BYTES = 4_000 * MB
 
 
 @dataclass(frozen=True)
@@ -29,19 +32,22 @@ class Limits:
     file_time_base_s: float
     bytes_per_event: int
 
-    def file_bytes(self, nevts: int, nbytes: int | None) -> int:
-        """A file's size: NBYTES as the spec gives it, else NEVTS x bytes_per_event."""
-        return nbytes if nbytes else nevts * self.bytes_per_event
+    def file_bytes(self, nevts: int | None, nbytes: int | None) -> int:
+        """A file's size: NBYTES as the spec gives it (or a local file's size), else NEVTS x bytes_per_event, else
+        (a plain fileset's remote file: neither is known) UNKNOWN_FILE_BYTES."""
+        if nbytes:
+            return nbytes
+        return nevts * self.bytes_per_event if nevts is not None else UNKNOWN_FILE_BYTES
 
-    def file_limit_s(self, nevts: int, nbytes: int | None) -> float:
+    def file_limit_s(self, nevts: int | None, nbytes: int | None) -> float:
         """How long one file may take, read, recompressed and analysed, before it is a transient timeout."""
         return self.file_time_base_s + self.file_bytes(nevts, nbytes) / (self.rate_floor_mb_s * MB)
 
-    def job_runtime_min(self, files: Iterable[tuple[int, int | None]]) -> int:
+    def job_runtime_min(self, files: Iterable[tuple[int | None, int | None]]) -> int:
         """A job's time limit in minutes (Snakemake's ``runtime``) for FILES, (nevts, bytes) pairs."""
         return math.ceil((START_S + sum(self.file_limit_s(n, b) for n, b in files)) / 60)
 
-    def recompress_disk_mb(self, files: Iterable[tuple[int, int | None]], copies_on_worker: bool) -> int:
+    def recompress_disk_mb(self, files: Iterable[tuple[int | None, int | None]], copies_on_worker: bool) -> int:
         """The disk (MB) a recompressing job of FILES needs on its worker: its largest staged source and, when the
         copies stay on the worker until the job ends (COPIES_ON_WORKER: no shared filesystem), all its copies."""
         sizes = [self.file_bytes(n, b) for n, b in files]

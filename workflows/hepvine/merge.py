@@ -1,6 +1,7 @@
-"""One node of the merge tree: sum the histograms and event counts of several batch (or already merged) results, keep
-every file's record and join the histogram variations each process fills. The tree (fan-in ``merge_fan_in``) is laid
-out by the workflow; this merges one group."""
+"""One node of the merge tree: the analysis's outputs of several batch (or already merged) results added with
+coffea's own ``processor.accumulate`` (dicts key by key, histograms added, sets united, numbers summed), their event
+counts summed and every file's record kept. The tree (fan-in ``merge_fan_in``) is laid out by the workflow; this
+merges one group."""
 
 from __future__ import annotations
 
@@ -13,32 +14,29 @@ from hepvine import atomic
 
 
 def merge(results: list[dict]) -> dict:
-    """{"records": every file's record, "hist": the sum of the histograms (None if none), "events": the summed
-    events per "<process>/<variation>" of the files that succeeded, "variations": per process, the histogram
-    variations any of its files fills}."""
-    records, total, events, variations = [], None, {}, {}
+    """{"records": every file's record, "output": the analysis's outputs accumulated (None if none), "events": the
+    summed events per dataset of the files that succeeded}."""
+    from coffea.processor import accumulate
+
+    records, events = [], {}
     for result in results:
         records += result["records"]
-        if result["hist"] is not None:
-            total = result["hist"].copy() if total is None else total + result["hist"]
         for key, n in result["events"].items():
             events[key] = events.get(key, 0) + n
-        for process, names in result["variations"].items():
-            variations[process] = sorted({*variations.get(process, ()), *names})
-    return {"records": records, "hist": total, "events": events, "variations": variations}
+    return {"records": records, "output": accumulate(r["output"] for r in results), "events": events}
 
 
 class OldResult(Exception):
-    """A batch result written by an hepvine from before the AGC variation conventions (it lists no variations)."""
+    """A batch result written by an hepvine from before analyses were plug-ins (it holds no "output")."""
 
 
 def load(path: Path) -> dict:
     with open(path, "rb") as f:
         result = pickle.load(f)
-    if "variations" not in result:
-        raise OldResult(f"{path}: this result was made by an older hepvine, whose histograms filled every spec sample "
-                        "into 'nominal' and 'pt_scale_up' (it lists no variations); make the campaign's batch results "
-                        "again: rerun the same snakemake command with --forcerun analyse")
+    if "output" not in result:
+        raise OldResult(f"{path}: this result was made by an older hepvine, before analyses were plug-ins (it holds "
+                        "a histogram, not the analysis's output); make the campaign's batch results again: rerun the "
+                        "same snakemake command with --forcerun analyse")
     return result
 
 

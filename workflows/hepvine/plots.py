@@ -1,7 +1,8 @@
-"""The campaign's plots from the merged result: per region, data points over the stacked simulation (mplhep style),
-and a timeline of the campaign — the data rate and the number of file tasks running, over time.
+"""The campaign's plots: a default plot of every 1-D and 2-D histogram of the analysis's output (``output.coffea``,
+after its postprocess; a histogram with category axes gets one line per category of a 1-D remainder, or is skipped
+when more remains), and a timeline of the campaign — the data rate and the number of file tasks running, over time.
 
-Written as PNG files into one directory: ``<region>.png`` for each region and ``timeline.png``.
+Written as PNG files into one directory: ``<path in the output, '/' as '__'>.png`` and ``timeline.png``.
 """
 
 from __future__ import annotations
@@ -18,35 +19,33 @@ import matplotlib.pyplot as plt  # noqa: E402 (the backend is chosen first)
 import mplhep  # noqa: E402
 import numpy as np  # noqa: E402
 
-from hepvine import analysis  # noqa: E402
+from hepvine import output as hv_output  # noqa: E402
 from hepvine.merge import load  # noqa: E402
 
-DATA = "data"
-OBSERVABLE_LABEL = {"4j1b": r"$H_T$ [GeV]", "4j2b": r"$m_{bjj}$ [GeV]"}
 
+def histogram(h, title: str, path: Path) -> bool:
+    """A default plot of H (1-D: steps; 2-D: colour map; category axes: one 1-D line per category, up to a 1-D
+    remainder) at PATH; False when H has no such view."""
+    import hist
 
-def stacked(h, region: str, path: Path) -> None:
-    """REGION's nominal histograms: simulation stacked (largest at the bottom), data as points, log scale."""
-    mplhep.style.use("CMS")
-    fig, ax = plt.subplots(figsize=(10, 8))
-    processes = list(h.axes["process"]) if h is not None else []
-    simulation = [p for p in processes if p != DATA]
-    if simulation:
-        hists = [h[{"region": region, "process": p, "variation": "nominal"}] for p in simulation]
-        order = np.argsort([x.sum().value for x in hists])[::-1]
-        mplhep.histplot([hists[i] for i in order], stack=True, histtype="fill", ax=ax,
-                        label=[simulation[i] for i in order])
-    if DATA in processes:
-        mplhep.histplot(h[{"region": region, "process": DATA, "variation": "nominal"}], histtype="errorbar",
-                        color="black", label=DATA, ax=ax)
-    ax.set_xlabel(OBSERVABLE_LABEL.get(region, "observable [GeV]"))
-    ax.set_ylabel("events / 20 GeV")
-    ax.set_yscale("log")  # weighted simulation and unweighted data differ by orders of magnitude in the demo
-    ax.set_title(f"region {region}", loc="left", fontsize="medium")
-    if processes:
-        ax.legend()
-    fig.savefig(path, dpi=80)
+    categories = [a for a in h.axes if isinstance(a, (hist.axis.StrCategory, hist.axis.IntCategory))]
+    numeric = [a for a in h.axes if a not in categories]
+    if len(numeric) not in (1, 2) or (categories and len(numeric) != 1) or len(categories) > 1:
+        return False
+    fig, ax = plt.subplots(figsize=(8, 6))
+    if categories:
+        axis = categories[0]
+        for value in list(axis)[:20]:
+            mplhep.histplot(h[{axis.name: value}], ax=ax, label=f"{axis.name}={value}")
+        ax.legend(fontsize="small")
+    elif len(numeric) == 1:
+        mplhep.histplot(h, ax=ax)
+    else:
+        mplhep.hist2dplot(h, ax=ax)
+    ax.set_title(title, loc="left", fontsize="medium")
+    fig.savefig(path, dpi=72)
     plt.close(fig)
+    return True
 
 
 def timeline_series(records: list[dict], bins: int = 100) -> dict:
@@ -85,14 +84,17 @@ def timeline(records: list[dict], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--merged", required=True, type=Path)
+    parser.add_argument("--merged", required=True, type=Path, help="the merged result (its records: the timeline)")
+    parser.add_argument("--output", type=Path, help="output.coffea: one plot per 1-D/2-D histogram")
     parser.add_argument("--outdir", required=True, type=Path)
     args = parser.parse_args(argv)
-    merged = load(args.merged)
     args.outdir.mkdir(parents=True, exist_ok=True)
-    for region in analysis.REGIONS:
-        stacked(merged["hist"], region, args.outdir / f"{region}.png")
-    timeline(merged["records"], args.outdir / "timeline.png")
+    if args.output is not None:
+        from coffea.util import load as coffea_load
+
+        for name, h in hv_output.histograms(coffea_load(str(args.output))):
+            histogram(h, name, args.outdir / f"{name.replace('/', '__')}.png")
+    timeline(load(args.merged)["records"], args.outdir / "timeline.png")
     return 0
 
 

@@ -2,9 +2,9 @@
 
 Collected in two places. The main Snakemake process (on the login node) is the only one that knows the command
 line, the profile, the configuration and the checkout: ``collect_run`` gathers those with the software versions and
-the SHA-256 of the spec, the config, the site config and the workflow's rules, and the Snakefile writes them to
-``results/<campaign>/index/run.json`` (rewritten only when they change, so an unchanged rerun reruns nothing; a dry
-run keeps the file of the last real run). The report job, which may run on a worker, reads that file and adds where
+the SHA-256 of the spec, the config, the site config, the workflow's rules and the analysis file, and the Snakefile
+writes them to ``results/<campaign>/index/run.json`` (rewritten only when they change, so an unchanged rerun reruns
+nothing; a dry run keeps the file of the last real run). The report job, which may run on a worker, reads that file and adds where
 and when (``section``): its own host and software, and the campaign's start and end taken from its records.
 
 Everything here is cheap: a few ``importlib.metadata`` look-ups, ``git``, ``condor_version`` and ``vine_worker
@@ -187,7 +187,10 @@ def collect_run(*, config: dict, argv: list[str], environ: dict[str, str], workf
             "config": sha256_bytes(json.dumps(config, sort_keys=True, separators=(",", ":")).encode()),
             "site": sha256_file(config["site"]) if config.get("site") else None,
             "rules": sha256_tree(workflow_dir, rules),
-            "hepvine_package": sha256_tree(package, package.glob("*.py")),
+            "hepvine_package": sha256_tree(package, sorted(package.rglob("*.py"))),
+            # The user's analysis file (analysis=<file.py>:<Name>); a module's code is in its installed package.
+            "analysis": (sha256_file(config["analysis"].rpartition(":")[0])
+                         if config.get("analysis", "").rpartition(":")[0].endswith(".py") else None),
         },
     }
 

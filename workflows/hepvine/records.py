@@ -6,7 +6,8 @@ has one of two classes (``hepvine.failures.classify`` decides which, once, from 
 
 - ``transient``: the file may well be read next time (a network error, a timeout, a cache or the origin down, a full
   disk on the worker). Retried inside the run (``hepvine.fetch``) and again by running the same command.
-- ``permanent``: the file itself is wrong for this campaign (not a ROOT file, a tree or branch it lacks, an era
+- ``permanent``: the analysis failed on the file (``analysis-error``: an exception in the user's code, with its
+  frame), or the file itself is wrong for this campaign (not a ROOT file, a tree or branch it lacks, an era
   that cannot be decided or whose branches it lacks — ``hepvine.eras`` —, a corrupt basket, a spec entry that
   disagrees with the file). Never retried automatically; the fix says what to do.
 
@@ -27,6 +28,15 @@ class FileProblem(ValueError):
     def __init__(self, kind: str, message: str, fix: str):
         super().__init__(message)
         self.kind, self.fix = kind, fix
+
+
+class AnalysisError(RuntimeError):
+    """An exception raised by the user's analysis on one file (permanent: the analysis must change, not the file);
+    WHERE is the user's frame that raised it (file:line in function)."""
+
+    def __init__(self, message: str, where: str):
+        super().__init__(f"{message} (at {where})")
+        self.where = where
 
 
 @dataclass(frozen=True)

@@ -2,14 +2,13 @@
 --report`` the same outcome as ``summary.html`` (throughput figures, caches, accounting, failed files) and
 ``failures.tsv`` (one row per failed file: identity, path, rule, output, class, kind, cause, fix).
 
-``histograms.root`` has one TH1 per region, process and histogram variation that the process's spec samples fill
-(``<region>_<process>_<variation>``, the AGC's names: ``hepvine.analysis``, ``variations``; empty where nothing was
-selected) and one single-bin TH1 per process and spec variation (``events_<process>_<variation>``) holding the events
-analysed. ``report.json`` reconciles the records with the
-spec: ``complete`` is true only if every file of the spec has exactly one record and none failed; it lists failed
-files with their failure class, cause, fix and output, and the events, bytes and rates. The report is checked
-before it is written: the events in histograms.root must equal the sum of the ok records. Its ``provenance`` says
-what made the products (``hepvine.provenance``: software, checkout, command line, profile, checksums, times).
+The analysis's products (``hepvine.output``): the merged output goes through the processor's ``postprocess`` once,
+as coffea's Runner does, into ``output.coffea``, and its histograms into ``histograms.root``. ``report.json``
+reconciles the records with the dataset: ``complete`` is true only if every file has exactly one record and none
+failed; it lists failed files with their failure class, cause, fix and output, and the events, bytes and rates, and
+which histograms went to ``histograms.root``. The report is checked before it is written: the events the merged
+result counts must equal the sum of the ok records. Its ``provenance`` says what made the products
+(``hepvine.provenance``: software, checkout, command line, profile, the analysis and its SHA-256, checksums, times).
 
 Retries (``hepvine.retries``): transient failures are retried by running the same command again; permanent ones are
 not retried by themselves: the report says what to fix and which output to ``--forcerun``.
@@ -25,54 +24,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import hist
-import numpy as np
-import uproot
-
-from hepvine import analysis, atomic, cachestats, provenance
+from hepvine import atomic, cachestats, output, processor, provenance
 from hepvine import index as hv_index
 from hepvine.merge import load
 
 
 class ReportError(RuntimeError):
     """The merged results disagree with themselves (a bug, never a file's problem): no report is written."""
-
-
-def check_variations(variations: dict[str, list[str]], expected: list[tuple[str, str, str]], merged: Path) -> None:
-    """Every spec sample of EXPECTED has its histogram variations in VARIATIONS (the merged result's), or the merge
-    lost a batch's result: a bug, raised as ReportError."""
-    samples = {tuple(fid.split("/")[:2]) for fid, _, _ in expected}
-    lost = sorted(f"{p}/{v}" for p, v in samples if v not in variations.get(p, ()))
-    if lost:
-        raise ReportError(f"{merged}: no histogram variations for the spec sample(s) {', '.join(lost[:5])}: the merge "
-                          "lost a batch's result; this is a bug in hepvine, please report it")
-
-
-def histograms(h, events: dict[str, int], variations: dict[str, list[str]], path: Path) -> list[str]:
-    """Write every region/process/variation TH1 of VARIATIONS ({process: its histogram variations}; empty TH1s where
-    H has nothing) and the event counts."""
-    observable = analysis.new_histogram().axes["observable"]
-    names = []
-    with atomic.replacing(path) as tmp, uproot.recreate(tmp) as f:
-        for region in analysis.REGIONS:
-            for process in sorted(variations):
-                for variation in variations[process]:
-                    name = f"{region}_{process}_{variation}"
-                    if h is not None and process in h.axes["process"] and variation in h.axes["variation"]:
-                        f[name] = h[{"region": region, "process": process, "variation": variation}]
-                    else:
-                        f[name] = hist.Hist(observable, storage=hist.storage.Weight())
-                    names.append(name)
-        for key, n in sorted(events.items()):
-            process, variation = key.split("/")
-            f[f"events_{process}_{variation}"] = (np.array([float(n)]), np.array([0.0, 1.0]))
-    return names
-
-
-def events_in(path: Path) -> int:
-    """The events analysed according to histograms.root (its events_* TH1s)."""
-    with uproot.open(path) as f:
-        return int(round(sum(f[k].values().sum() for k in f.keys(cycle=False) if k.startswith("events_"))))
 
 
 def reconcile(records: list[dict], expected: list[tuple[str, str, str]]) -> dict:
@@ -190,7 +148,7 @@ def summary_line(report: dict, where: Path | str) -> str:
         lines.append(f"  ... and {len(report['failed_files']) - 5} more failed files (report.json: failed_files)")
     transient = sum(f["class"] == "transient" for f in report["failed_files"])
     permanent = len(report["failed_files"]) - transient
-    lines.append(f"  products: {where}/histograms.root, {where}/plots/, {where}/report.json, {where}/summary.html, "
+    lines.append(f"  products: {where}/output.coffea, {where}/histograms.root, {where}/plots/, {where}/report.json, {where}/summary.html, "
                  f"{where}/failures.tsv" + ("" if report["complete"] else " — INCOMPLETE"))
     lines.append("  all in one page: the same command with --report report.html")
     if transient:
@@ -270,6 +228,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--merged", required=True, type=Path)
     parser.add_argument("--expected", required=True, type=Path, help="the index's expected.json: every file")
+    parser.add_argument("--analysis", required=True, help="<file.py>:<Name> or <module>:<Name>: its postprocess "
+                        "runs once on the merged output")
+    parser.add_argument("--analysis-args", default="{}", help="a JSON mapping: the processor's constructor arguments")
+    parser.add_argument("--output", required=True, type=Path, help="output.coffea (coffea.util.save)")
     parser.add_argument("--histograms", required=True, type=Path)
     parser.add_argument("--report", required=True, type=Path)
     parser.add_argument("--summary", required=True, type=Path, help="summary.html: the figures and failed files")
@@ -285,12 +247,19 @@ def main(argv: list[str] | None = None) -> int:
     merged = load(args.merged)
     expected = hv_index.expected(args.expected)
     report = summarise(merged["records"], expected, str(args.report.parent))
-    check_variations(merged["variations"], expected, args.merged)
-    histograms(merged["hist"], merged["events"], merged["variations"], args.histograms)
-    analysed = events_in(args.histograms)
+    analysed = sum(merged["events"].values())
     if analysed != report["events"]:
-        raise ReportError(f"{args.histograms} counts {analysed} events, the ok records {report['events']}: the merge "
+        raise ReportError(f"{args.merged} counts {analysed} events, the ok records {report['events']}: the merge "
                           "lost or doubled a result; this is a bug in hepvine, please report it")
+    try:
+        analysis = processor.load(args.analysis, json.loads(args.analysis_args))
+    except processor.AnalysisSpecError as e:
+        print(f"hepvine.report: {e}", file=sys.stderr)
+        return 2
+    result = merged["output"] if merged["output"] is None else analysis.postprocess(merged["output"])
+    output.save(result, args.output)
+    report["histograms"] = output.write_root(result, args.histograms)
+    report["events_per_dataset"] = dict(sorted(merged["events"].items()))
     if args.site and args.cache_stats:
         stats = json.loads(args.cache_stats.read_text())
         report["cache"] = cache_section(merged["records"], stats["start"], stats["end"],

@@ -46,13 +46,15 @@ rule resolve_spec:
         from hepvine import atomic
 
         routes = {t.fid: r for b in BATCHES for t, r in zip(b.files, b.routes)}  # computed once, when planning
-        atomic.write_json(output.spec, spec_with(SPEC, lambda task, entry: {"route": routes[task.fid]}), indent=None)
+        atomic.write_json(output.spec, hv_dataset.updated(SPEC, lambda task, entry: {"route": routes[task.fid]}),
+                          indent=None)
 
 
 # A batch's result, and with recompression the directory of its copies. (Parameters are plain strings where they
 # can be: Snakemake inspects a function's signature for every job, ~0.1 ms each, 58,000 jobs at 219,000 files.)
 ANALYSE_OUTPUTS = {"result": f"{OUT}/files/{{batch}}.pkl"}
-ANALYSE_OPTIONS = (f"--read-attempts {config['read_attempts']} --read-backoff-s {config['read_backoff_s']}"
+ANALYSE_OPTIONS = (f"--schema {config['schema']} --chunksize {config['chunksize']}"
+                   f" --read-attempts {config['read_attempts']} --read-backoff-s {config['read_backoff_s']}"
                    f" --rate-floor-mb-s {LIMITS.rate_floor_mb_s} --file-time-base-s {LIMITS.file_time_base_s}"
                    f" --bytes-per-event {LIMITS.bytes_per_event}")
 # Its time limit (the executor's, the last guard: each file has its own inside the job) and, with recompression, its
@@ -67,19 +69,20 @@ if RECOMPRESS:
 rule analyse:
     input:
         shard=f"{INDEX}/{{batch}}.json",
+        analysis=ANALYSIS_FILE,
     output:
         **ANALYSE_OUTPUTS,
     log:
         f"{OUT}/logs/analyse/{{batch}}.log",
     params:
-        lumi=config["lumi_pb"],
+        analysis_args=ANALYSIS_ARGS,
         # The batch's transient failures so far: a new count reruns the job (see hepvine.retries).
         retry=lambda wildcards: BATCH_RETRY.get(wildcards.batch, 0),
     resources:
         taskvine_prefer=home_rack,
         **ANALYSE_RESOURCES,
     shell:
-        "python -m hepvine.driver --shard {input.shard:q} --lumi-pb {params.lumi} " + ANALYSE_OPTIONS +
+        "python -m hepvine.driver --shard {input.shard:q} " + ANALYSIS_OPTIONS + " " + ANALYSE_OPTIONS +
         " --output {output.result:q} 2> {log:q}"
 
 
@@ -106,7 +109,7 @@ if RECOMPRESS:
                 manifest = json.loads(Path(f"{directory}/manifest.json").read_text())
                 copies.update({fid: f"{directory}/{name}" for fid, name in manifest["copies"].items()})
             # A file whose copy failed keeps its original path (its record says why), so the spec stays usable.
-            atomic.write_json(output.spec, spec_with(SPEC, lambda task, entry: (
+            atomic.write_json(output.spec, hv_dataset.updated(SPEC, lambda task, entry: (
                 {"source": entry["path"], "path": copies[task.fid]} if task.fid in copies else {})), indent=None)
 
 
@@ -151,7 +154,11 @@ rule report:
         # What the main process recorded of this run (hepvine.provenance; written by the Snakefile): an input, so it
         # reaches a report job on a worker, and a changed command line, profile, config or checkout remakes the report.
         run=f"{INDEX}/run.json",
+        # Its postprocess runs here, once, on the merged output.
+        analysis=ANALYSIS_FILE,
     output:
+        # What coffea's processor.Runner returns for the same analysis and dataset (coffea.util.load reads it).
+        output=f"{OUT}/output.coffea",
         histograms=f"{OUT}/histograms.root",
         report=f"{OUT}/report.json",
         # The same outcome for `snakemake --report report.html` (captions in workflows/report/).
@@ -160,25 +167,25 @@ rule report:
     log:
         f"{OUT}/logs/report.log",
     params:
+        analysis_args=ANALYSIS_ARGS,
         cache=lambda wildcards, input: (f"--site {shlex.quote(input.site)} --cache-stats {shlex.quote(input.cache_stats)}"
                                         if HAS_SITE else ""),
     shell:
-        "python -m hepvine.report --merged {input.merged:q} --expected {input.expected:q} --run {input.run:q}"
-        " --histograms {output.histograms:q} --report {output.report:q} --summary {output.summary:q}"
+        "python -m hepvine.report --merged {input.merged:q} --expected {input.expected:q} --run {input.run:q} "
+        + ANALYSIS_OPTIONS + " --output {output.output:q} --histograms {output.histograms:q} --report {output.report:q} --summary {output.summary:q}"
         " --failures {output.failures:q} {params.cache} 2> {log:q}"
 
 
 rule plots:
     input:
         merged=MERGED,
+        output=rules.report.output.output,
     output:
-        [report(f"{OUT}/plots/{region}.png", category="Plots", subcategory="Regions", labels={"region": region},
-                caption="../report/region.rst") for region in REGIONS],
-        timeline=report(f"{OUT}/plots/timeline.png", category="Plots", subcategory="Timeline",
-                        caption="../report/timeline.rst"),
+        plots=report(directory(f"{OUT}/plots"), patterns=["{name}.png"], category="Plots",
+                     caption="../report/plots.rst"),
     log:
         f"{OUT}/logs/plots.log",
     params:
-        outdir=f"{OUT}/plots",
+        histograms=lambda wildcards, input: f"--output {shlex.quote(input.output)}" if config["plots"] else "",
     shell:
-        "python -m hepvine.plots --merged {input.merged:q} --outdir {params.outdir:q} 2> {log:q}"
+        "python -m hepvine.plots --merged {input.merged:q} {params.histograms} --outdir {output.plots:q} 2> {log:q}"

@@ -6,6 +6,7 @@ import json
 import shlex
 from pathlib import Path
 
+import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake_interface_executor_plugins.settings import SharedFSUsage
 
@@ -26,9 +27,29 @@ CACHE_STATS = f"{OUT}/cache-stats"
 # Each file's transient failures so far (written when a run ends): a batch's sum is a parameter of its job, so a
 # new run reruns exactly the batches that had a transient failure (Snakemake reruns jobs whose parameters changed).
 RETRIES_FILE = f"{OUT}/retries.json"
-# The analysis's regions (hepvine.analysis.REGIONS, not imported: every job parses this file, and importing the
-# analysis costs awkward and hist; a test checks the two agree). One plot each.
-REGIONS = ("4j1b", "4j2b")
+# The analysis (hepvine.processor loads it in the jobs; never imported here: every job parses this file). A file of
+# the user's is an input of the jobs that run it: shipped to workers without a shared filesystem, and a change of it
+# reruns them. Its arguments are a parameter (a change reruns them too).
+ANALYSIS = config["analysis"]
+ANALYSIS_FILE = [ANALYSIS.rpartition(":")[0]] if ANALYSIS.rpartition(":")[0].endswith(".py") else []
+
+
+def typed(value):
+    """VALUE with its text leaves read as YAML scalars: Snakemake hands a mapping given on the command line
+    (--config analysis_args="{pt_min: 25.0}") over with every value as text ('25.0')."""
+    if isinstance(value, dict):
+        return {k: typed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [typed(v) for v in value]
+    return yaml.safe_load(value) if isinstance(value, str) and value else value
+
+
+ANALYSIS_ARGS = json.dumps(typed(config["analysis_args"]), sort_keys=True, separators=(",", ":"))
+# (Rules that use it have the parameter analysis_args = ANALYSIS_ARGS.)
+ANALYSIS_OPTIONS = f"--analysis {shlex.quote(ANALYSIS)} --analysis-args {{params.analysis_args:q}}"
+if ANALYSIS_FILE and not Path(ANALYSIS_FILE[0]).is_file() and not workflow.remote_exec:
+    raise WorkflowError(f"analysis={ANALYSIS}: no such file {ANALYSIS_FILE[0]} (relative to {Path.cwd()}); give "
+                        "<file.py>:<Name> or <module>:<Name>")
 # The files the main process reads to plan the campaign; inputs of the rules that re-read them.
 PARSED = [config["dataset"]] + ([config["site"]] if HAS_SITE else [])
 
@@ -87,12 +108,3 @@ def batch_recompress_disk_mb(wildcards):
     filesystem its copies go there, not to the worker's disk."""
     copies_on_worker = SharedFSUsage.INPUT_OUTPUT not in workflow.storage_settings.shared_fs_usage
     return LIMITS.recompress_disk_mb(_sizes(wildcards.batch), copies_on_worker) if wildcards.batch in BATCH else 0
-
-
-def spec_with(spec, fields):
-    """A copy of SPEC in which each file's entry is updated with FIELDS(task, entry) (a dict; empty: unchanged)."""
-    changed = json.loads(json.dumps(spec))
-    for task in hv_dataset.tasks(spec):
-        entry = changed[task.process][task.variation]["files"][task.index]
-        entry.update(fields(task, entry) or {})
-    return changed

@@ -1,4 +1,10 @@
-"""The per-file analysis: the Analysis Grand Challenge CMS ttbar selection, columnar with uproot and awkward.
+"""The Analysis Grand Challenge CMS ttbar selection as a coffea processor (``TtbarProcessor``), columnar with numpy
+on the flat branches (read through NanoEvents of any schema: ``BaseSchema`` or ``NanoAODSchema``).
+
+Its output has today's histograms.root names: one 1-D histogram ``<region>_<process>_<variation>`` for each region and
+histogram variation a sample fills, and ``events_<process>_<variation>`` (one bin: the events analysed). The sample's
+``process``, ``variation``, ``xsec``, ``nevts_total`` and ``era`` come from ``events.metadata`` (what hepvine puts
+there for an AGC spec; a fileset gives them as its datasets' metadata); ``lumi_pb`` is the processor's argument.
 
 Objects: electrons (pt > 30, |eta| < 2.1, cutBased == 4, sip3d < 4), muons (pt > 30, |eta| < 2.1, tightId,
 sip3d < 4, pfRelIso04_all < 0.15), jets (pt > 30, |eta| < 2.4, TightLeptonVeto jet ID), b tag: the era's
@@ -43,6 +49,7 @@ from typing import NamedTuple
 import awkward as ak
 import hist
 import numpy as np
+from coffea import processor
 
 from hepvine import eras
 
@@ -232,3 +239,79 @@ def fill(h: hist.Hist, events: dict, process: str, weight: float, selection: era
 def event_weight(xsec_pb: float | None, lumi_pb: float, nevts_total: int) -> float:
     """xsec × lumi / nevts_total for simulation; 1 for data (no xsec)."""
     return 1.0 if xsec_pb is None else xsec_pb * lumi_pb / nevts_total
+
+
+class Branches:
+    """NanoEvents seen as flat NanoAOD branches by name (``Jet_pt``): a field of the events (``BaseSchema``, or a
+    flat branch such as ``run``) or a collection's field (``NanoAODSchema``: ``events.Jet.pt``)."""
+
+    def __init__(self, events):
+        self.events = events
+        self.fields = set(events.fields)
+
+    def __getitem__(self, name: str):
+        if name in self.fields:
+            return self.events[name]
+        collection, _, field = name.partition("_")
+        return self.events[collection][field]
+
+    def names(self) -> set[str]:
+        """Every branch name the events hold (a collection's fields as ``<collection>_<field>``)."""
+        found = set(self.fields)
+        for name in self.fields:
+            fields = getattr(self.events[name], "fields", None) or []
+            found.update(f"{name}_{f}" for f in fields)
+        return found
+
+
+def _tag(filename: str) -> str | None:
+    """The file's ``tag`` object (a TObjString naming its campaign), if it has one."""
+    import uproot
+
+    with uproot.open(filename) as f:
+        return str(f["tag"]) if "tag" in f.keys(cycle=False) else None
+
+
+def file_selection(events, branches: Branches) -> eras.Selection:
+    """The era's selection for the file of EVENTS (``hepvine.eras``: the metadata's era, else the file's tag, run
+    or branches)."""
+    filename, forced = events.metadata["filename"], events.metadata.get("era")
+    names = branches.names()
+    tag = first_run = None
+    if forced is None:
+        tag = _tag(filename)
+        if "genWeight" not in names and "run" in names and len(events):
+            first_run = int(branches["run"][0])
+    return eras.select(filename, names, *eras.era_of(filename, names, forced, tag, first_run))
+
+
+def events_histogram(n: int) -> hist.Hist:
+    """The events analysed, as a one-bin histogram (histograms.root's ``events_<process>_<variation>``)."""
+    h = hist.Hist(hist.axis.Regular(1, 0.0, 1.0, name="events"), storage=hist.storage.Weight())
+    h.fill(events=np.full(1, 0.5), weight=float(n))
+    return h
+
+
+class TtbarProcessor(processor.ProcessorABC):
+    """The AGC ttbar selection (this module's docstring) as a coffea processor."""
+
+    def __init__(self, lumi_pb: float = 3378.0):
+        self.lumi_pb = lumi_pb
+
+    def process(self, events):
+        meta = events.metadata
+        process, variation, xsec = meta["process"], meta["variation"], meta.get("xsec")
+        branches = Branches(events)
+        selection = file_selection(events, branches)
+        fills = variations(process, variation, xsec is None)
+        h = new_histogram()
+        fill(h, branches, process, event_weight(xsec, self.lumi_pb, meta.get("nevts_total") or 1), selection,
+             variation, xsec is None)
+        # Every histogram variation the sample fills, empty ones too (today's histograms.root has them all).
+        filled = process in h.axes["process"]
+        out = {f"{region}_{process}_{name}": h[{"region": region, "process": process, "variation": name}]
+               if filled and name in h.axes["variation"] else hist.Hist(h.axes["observable"],
+                                                                         storage=hist.storage.Weight())
+               for region in REGIONS for name in fills}
+        out[f"events_{process}_{variation}"] = events_histogram(len(events))
+        return out

@@ -1,0 +1,212 @@
+"""The user's analysis as a plug-in (``hepvine.processor``), checked against coffea itself: chunks cut with coffea's
+own arithmetic; a processor hepvine has never seen, over a coffea fileset of real NanoAOD (Run 2 and 3, MC and data,
+TTree and RNTuple, a DAS name with slashes), gives ``output.coffea`` equal to coffea's ``processor.Runner`` on the
+same files, while a file coffea cannot read is named as failed; an exception in the user's ``process`` is that
+file's ``analysis-error`` naming the user's line, and fixing the file reruns the jobs and completes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import uproot
+from coffea import processor as coffea_processor
+from coffea import util
+from coffea.nanoevents import NanoAODSchema
+
+from hepvine import processor
+
+NANOAOD = Path(__file__).resolve().parents[3] / "shared" / "nanoaod"
+DAS = "/TTHtoGG_M125/RunIIFall17NanoAODv7-PU2017_12Apr2018/NANOAODSIM"
+# Run 2 MC (LZMA), Run 3 MC v13, RNTuple, NanoAOD v15, Run 2 and Run 3 collision data.
+FILESET = {
+    DAS: {"files": {"ttH_M125_2017.root": "Events"}, "metadata": {"xsec": 0.5, "kind": "mc"}},
+    "run3_mc": {"files": {"ggH_M125_amcatnlo_v13.root": "Events", "nano_tt_v15.root": "Events"},
+                "metadata": {"kind": "mc"}},
+    "rntuple": {"files": {"nano_dy_rntuple.root": "Events"}},
+    "data": ["nano_dimuon.root", "EGamma_F_Skim.root"],
+}
+CHUNKSIZE = 30  # several chunks per file (the files hold 40 to 200 events)
+
+# A processor hepvine has never seen: collections, metadata, a 1-D, a 2-D and a category histogram, sets, numbers.
+NEW_PROCESSOR = '''
+import awkward as ak
+import hist
+from coffea import processor
+
+
+class JetsAndMuons(processor.ProcessorABC):
+    def __init__(self, pt_min=20.0, fail_on=None):
+        self.pt_min = pt_min
+        self.fail_on = fail_on
+
+    def process(self, events):
+        meta = events.metadata
+        if self.fail_on and meta["filename"].endswith(self.fail_on):
+            raise RuntimeError("this file breaks my analysis")
+        jets = events.Jet[events.Jet.pt > self.pt_min]
+        pt = hist.Hist(hist.axis.Regular(20, 0, 400, name="pt"), storage=hist.storage.Weight())
+        pt.fill(pt=ak.flatten(jets.pt))
+        etaphi = hist.Hist(hist.axis.Regular(10, -2.5, 2.5, name="eta"), hist.axis.Regular(8, -3.2, 3.2, name="phi"))
+        etaphi.fill(eta=ak.flatten(jets.eta), phi=ak.flatten(jets.phi))
+        njets = hist.Hist(hist.axis.StrCategory([], name="dataset", growth=True), hist.axis.Integer(0, 10, name="n"))
+        njets.fill(dataset=meta["dataset"], n=ak.num(jets))
+        return {meta["dataset"]: {"jet_pt": pt, "jet_etaphi": etaphi, "events": len(events),
+                                  "muons": int(ak.sum(ak.num(events.Muon))),
+                                  "chunks": {(meta["filename"].rsplit("/", 1)[-1], meta["entrystart"],
+                                              meta["entrystop"], meta.get("kind", "-"))}},
+                "njets": njets}
+
+    def postprocess(self, accumulator):
+        accumulator["datasets"] = sorted(k for k in accumulator if k != "njets")
+        return accumulator
+'''
+
+
+def assert_same(ours, theirs, where="output"):
+    """OURS equals THEIRS (coffea's): same keys and types; histograms bin by bin (flow included), numbers, sets."""
+    import hist
+
+    assert type(ours) is type(theirs), where
+    if isinstance(theirs, dict):
+        assert sorted(map(str, ours)) == sorted(map(str, theirs)), where
+        for key in theirs:
+            assert_same(ours[key], theirs[key], f"{where}[{key!r}]")
+    elif isinstance(theirs, hist.Hist):
+        assert ours.axes == theirs.axes, where
+        np.testing.assert_allclose(ours.values(flow=True), theirs.values(flow=True), rtol=1e-12, err_msg=where)
+        if theirs.variances() is not None:
+            np.testing.assert_allclose(ours.variances(flow=True), theirs.variances(flow=True), rtol=1e-12,
+                                       err_msg=where)
+    else:
+        assert ours == theirs, where
+
+
+def fileset_in(directory: Path, doc: dict) -> dict:
+    """DOC with its file names as paths in DIRECTORY."""
+    out = {}
+    for key, value in doc.items():
+        if isinstance(value, list):
+            out[key] = [str(directory / name) for name in value]
+        else:
+            out[key] = {**value, "files": {str(directory / name): tree for name, tree in value["files"].items()}}
+    return out
+
+
+def coffea_runner(fileset: dict, instance, chunksize: int = CHUNKSIZE):
+    """coffea's own Runner (IterativeExecutor, NanoAODSchema) over FILESET."""
+    runner = coffea_processor.Runner(executor=coffea_processor.IterativeExecutor(), schema=NanoAODSchema,
+                                     chunksize=chunksize)
+    return runner(fileset, instance, treename="Events")
+
+
+@pytest.mark.parametrize("n", [0, 1, 29, 30, 31, 44, 45, 46, 100, 1000, 1001, 12345])
+@pytest.mark.parametrize("chunksize", [1, 7, 30, 100_000])
+def test_chunks_are_coffeas(n, chunksize):
+    meta = coffea_processor.executor.FileMeta("d", "f.root", "Events", {"numentries": n, "uuid": b""})
+    theirs = [(item.entrystart, item.entrystop) for item in meta.chunks(chunksize, False)]
+    assert processor.chunks(n, chunksize) == theirs
+
+
+def test_analysis_spec_errors_say_what_to_change(tmp_path):
+    (tmp_path / "mine.py").write_text("class NotAProcessor:\n    pass\n\nvalue = 3\n")
+    cases = {"nocolon": "name it as <file.py>:<Name>", f"{tmp_path}/missing.py:X": "no such file",
+             f"{tmp_path}/mine.py:Nope": "defines no 'Nope'", f"{tmp_path}/mine.py:NotAProcessor": "not a "
+             "coffea.processor.ProcessorABC", f"{tmp_path}/mine.py:value": "neither a processor class nor a function",
+             "no_such_module_hv:Name": "cannot import no_such_module_hv"}
+    for spec, words in cases.items():
+        with pytest.raises(processor.AnalysisSpecError, match=words.replace(".", r"\.").replace("(", r"\(")):
+            processor.load(spec)
+    (tmp_path / "f.py").write_text("def f(events):\n    return {}\n")
+    assert processor.load(f"{tmp_path}/f.py:f").process(None) == {}
+    with pytest.raises(processor.AnalysisSpecError, match="takes no analysis_args"):
+        processor.load(f"{tmp_path}/f.py:f", {"x": 1})
+    with pytest.raises(processor.AnalysisSpecError, match="correct analysis_args"):
+        processor.load("hepvine.examples.agc:TtbarProcessor", {"no_such_argument": 1})
+    with pytest.raises(processor.AnalysisSpecError, match="not a NanoEvents schema"):
+        processor.load("hepvine.examples.agc:TtbarProcessor", schema="NoSuchSchema")
+
+
+@pytest.fixture(scope="module")
+def new_campaign(tmp_path_factory):
+    """A workflow directory with the new processor's file, a fileset of every kind of real file above (by absolute
+    path) plus a file that is not ROOT (in DAS's dataset), and the campaign run there with the local executor."""
+    import subprocess
+    import sys
+
+    work = tmp_path_factory.mktemp("new-processor")
+    (work / "my_analysis.py").write_text(NEW_PROCESSOR)
+    doc = fileset_in(NANOAOD, FILESET)
+    bad = work / "not_root.root"
+    bad.write_bytes(b"this is not a ROOT file" * 100)
+    doc[DAS]["files"][str(bad)] = "Events"
+    (work / "fileset.json").write_text(json.dumps(doc))
+    repo = Path(__file__).resolve().parents[2]
+    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(repo / "Snakefile"), "--directory", str(work),
+           "--cores", "2", "--config", "dataset=fileset.json", "analysis=my_analysis.py:JetsAndMuons",
+           "analysis_args={pt_min: 25.0}", f"chunksize={CHUNKSIZE}", "campaign=new"]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    return work, doc, bad, cmd, run
+
+
+def test_a_new_processor_over_a_fileset_equals_coffeas_runner(new_campaign):
+    work, doc, bad, _, run = new_campaign
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = work / "results" / "new"
+    report = json.loads((out / "report.json").read_text())
+    # The file coffea cannot read is named, with its class; every other file is counted once.
+    assert report["files"] == {"total": 7, "ok": 6, "failed": 1} and report["complete"] is False
+    (failed,) = report["failed_files"]
+    assert failed["path"] == str(bad) and failed["kind"] == "not-root" and failed["class"] == "permanent"
+    assert report["accounting"]["missing"] == report["accounting"]["duplicated"] == []
+    # coffea's Runner over the same fileset without the bad file.
+    good = json.loads(json.dumps(doc))
+    del good[DAS]["files"][str(bad)]
+    theirs = coffea_runner(good, processor.load(str(work / "my_analysis.py") + ":JetsAndMuons",
+                                                {"pt_min": 25.0}).instance)
+    ours = util.load(str(out / "output.coffea"))
+    assert_same(ours, theirs)
+    assert ours["datasets"] == sorted(FILESET)  # postprocess ran once, on the merged output
+    assert ours[DAS]["events"] == 100 and ours["rntuple"]["events"] == 40
+    assert {kind for *_, kind in ours["run3_mc"]["chunks"]} == {"mc"}  # the dataset's metadata reached the events
+    # Every histogram ROOT can hold is in histograms.root under its path; the category one is listed as skipped.
+    safe = "_TTHtoGG_M125_RunIIFall17NanoAODv7-PU2017_12Apr2018_NANOAODSIM"
+    with uproot.open(out / "histograms.root") as f:
+        np.testing.assert_array_equal(f[f"{safe}/jet_pt"].values(), theirs[DAS]["jet_pt"].values())
+        np.testing.assert_array_equal(f["rntuple/jet_etaphi"].values(), theirs["rntuple"]["jet_etaphi"].values())
+    assert "njets" in report["histograms"]["skipped"] and f"{safe}/jet_pt" in report["histograms"]["written"]
+    assert report["events_per_dataset"] == {k: v["events"] for k, v in theirs.items() if isinstance(v, dict)}
+    plots = sorted(p.name for p in (out / "plots").iterdir())
+    assert "timeline.png" in plots and f"{safe}__jet_pt.png" in plots and "njets.png" in plots
+    assert report["provenance"]["sha256"]["analysis"] is not None
+
+
+def test_an_exception_in_process_is_that_files_analysis_error_and_the_fix_reruns(new_campaign):
+    import subprocess
+
+    work, doc, bad, cmd, _ = new_campaign
+    del doc[DAS]["files"][str(bad)]
+    (work / "fileset.json").write_text(json.dumps(doc))
+    breaking = [*cmd[:-1], "campaign=broken", "analysis_args={pt_min: 25.0, fail_on: nano_tt_v15.root}"]
+    run = subprocess.run(breaking, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads((work / "results" / "broken" / "report.json").read_text())
+    assert report["files"] == {"total": 6, "ok": 5, "failed": 1} and not report["complete"]
+    (failed,) = report["failed_files"]
+    assert failed["kind"] == "analysis-error" and failed["path"].endswith("nano_tt_v15.root")
+    line = NEW_PROCESSOR.splitlines().index('            raise RuntimeError("this file breaks my analysis")') + 1
+    assert f"my_analysis.py:{line} in process" in failed["error"], failed["error"]
+    assert "this file breaks my analysis" in failed["error"] and "fix it there" in failed["fix"]
+    # The fix: other arguments. The same command with them reruns the jobs and the campaign completes.
+    fixed = subprocess.run([*cmd[:-1], "campaign=broken"], capture_output=True, text=True, timeout=600)
+    assert fixed.returncode == 0, fixed.stderr[-3000:]
+    report = json.loads((work / "results" / "broken" / "report.json").read_text())
+    assert report["complete"] and report["files"]["ok"] == 6
+    # Unchanged: nothing to do. A changed analysis file: the analysis jobs run again.
+    dry = subprocess.run([*cmd[:-1], "campaign=broken", "-n"], capture_output=True, text=True, timeout=600)
+    assert "Nothing to be done" in dry.stdout + dry.stderr
+    (work / "my_analysis.py").write_text(NEW_PROCESSOR + "\n# changed\n")
+    dry = subprocess.run([*cmd[:-1], "campaign=broken", "-n"], capture_output=True, text=True, timeout=600)
+    assert "analyse" in dry.stdout and "reason: Updated input files: my_analysis.py" in dry.stdout, dry.stdout
