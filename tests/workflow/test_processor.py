@@ -14,9 +14,9 @@ import pytest
 import uproot
 from coffea import processor as coffea_processor
 from coffea import util
-from coffea.nanoevents import NanoAODSchema
 
 from hepvine import processor
+from processors import CHUNKSIZE, NEW_PROCESSOR, assert_same, coffea_runner, fileset_in
 
 NANOAOD = Path(__file__).resolve().parents[3] / "shared" / "nanoaod"
 DAS = "/TTHtoGG_M125/RunIIFall17NanoAODv7-PU2017_12Apr2018/NANOAODSIM"
@@ -28,78 +28,6 @@ FILESET = {
     "rntuple": {"files": {"nano_dy_rntuple.root": "Events"}},
     "data": ["nano_dimuon.root", "EGamma_F_Skim.root"],
 }
-CHUNKSIZE = 30  # several chunks per file (the files hold 40 to 200 events)
-
-# A processor hepvine has never seen: collections, metadata, a 1-D, a 2-D and a category histogram, sets, numbers.
-NEW_PROCESSOR = '''
-import awkward as ak
-import hist
-from coffea import processor
-
-
-class JetsAndMuons(processor.ProcessorABC):
-    def __init__(self, pt_min=20.0, fail_on=None):
-        self.pt_min = pt_min
-        self.fail_on = fail_on
-
-    def process(self, events):
-        meta = events.metadata
-        if self.fail_on and meta["filename"].endswith(self.fail_on):
-            raise RuntimeError("this file breaks my analysis")
-        jets = events.Jet[events.Jet.pt > self.pt_min]
-        pt = hist.Hist(hist.axis.Regular(20, 0, 400, name="pt"), storage=hist.storage.Weight())
-        pt.fill(pt=ak.flatten(jets.pt))
-        etaphi = hist.Hist(hist.axis.Regular(10, -2.5, 2.5, name="eta"), hist.axis.Regular(8, -3.2, 3.2, name="phi"))
-        etaphi.fill(eta=ak.flatten(jets.eta), phi=ak.flatten(jets.phi))
-        njets = hist.Hist(hist.axis.StrCategory([], name="dataset", growth=True), hist.axis.Integer(0, 10, name="n"))
-        njets.fill(dataset=meta["dataset"], n=ak.num(jets))
-        return {meta["dataset"]: {"jet_pt": pt, "jet_etaphi": etaphi, "events": len(events),
-                                  "muons": int(ak.sum(ak.num(events.Muon))),
-                                  "chunks": {(meta["filename"].rsplit("/", 1)[-1], meta["entrystart"],
-                                              meta["entrystop"], meta.get("kind", "-"))}},
-                "njets": njets}
-
-    def postprocess(self, accumulator):
-        accumulator["datasets"] = sorted(k for k in accumulator if k != "njets")
-        return accumulator
-'''
-
-
-def assert_same(ours, theirs, where="output"):
-    """OURS equals THEIRS (coffea's): same keys and types; histograms bin by bin (flow included), numbers, sets."""
-    import hist
-
-    assert type(ours) is type(theirs), where
-    if isinstance(theirs, dict):
-        assert sorted(map(str, ours)) == sorted(map(str, theirs)), where
-        for key in theirs:
-            assert_same(ours[key], theirs[key], f"{where}[{key!r}]")
-    elif isinstance(theirs, hist.Hist):
-        assert ours.axes == theirs.axes, where
-        np.testing.assert_allclose(ours.values(flow=True), theirs.values(flow=True), rtol=1e-12, err_msg=where)
-        if theirs.variances() is not None:
-            np.testing.assert_allclose(ours.variances(flow=True), theirs.variances(flow=True), rtol=1e-12,
-                                       err_msg=where)
-    else:
-        assert ours == theirs, where
-
-
-def fileset_in(directory: Path, doc: dict) -> dict:
-    """DOC with its file names as paths in DIRECTORY."""
-    out = {}
-    for key, value in doc.items():
-        if isinstance(value, list):
-            out[key] = [str(directory / name) for name in value]
-        else:
-            out[key] = {**value, "files": {str(directory / name): tree for name, tree in value["files"].items()}}
-    return out
-
-
-def coffea_runner(fileset: dict, instance, chunksize: int = CHUNKSIZE):
-    """coffea's own Runner (IterativeExecutor, NanoAODSchema) over FILESET."""
-    runner = coffea_processor.Runner(executor=coffea_processor.IterativeExecutor(), schema=NanoAODSchema,
-                                     chunksize=chunksize)
-    return runner(fileset, instance, treename="Events")
 
 
 @pytest.mark.parametrize("n", [0, 1, 29, 30, 31, 44, 45, 46, 100, 1000, 1001, 12345])
