@@ -28,7 +28,8 @@ import awkward as ak
 import numpy as np
 import uproot
 
-from hepvine import analysis, driver, eras, fetch, generate, recompress
+from hepvine.examples import agc as analysis
+from hepvine import driver, eras, fetch, generate, processor, recompress
 
 OUT = Path("results/bench")
 TARGETS = {"zstd_over_lzma": 3.0, "zstd_over_io_limit": 0.6, "hepvine_over_coffea": 1.5, "zstd_size_over_lzma": 1.3}
@@ -56,11 +57,26 @@ def timed(fn) -> tuple[float, float, object]:
     return time.perf_counter() - wall, time.process_time() - cpu, value
 
 
+def shard_entry(path: Path, process: str, n: int, xsec: float, era: str | None = None) -> dict:
+    """PATH as the only file of the spec sample PROCESS/nominal, a shard's entry as hepvine.index.shard writes it."""
+    metadata = {"process": process, "variation": "nominal", "xsec": xsec, "nevts_total": n, "era": era}
+    return {"fid": f"{process}/nominal/{path.stem}", "path": str(path), "process": process, "variation": "nominal",
+            "index": 0, "nevts": n, "nevts_total": n, "xsec": xsec, "era": era, "bytes": None,
+            "dataset": f"{process}__nominal", "treename": "Events", "metadata": metadata, "uuid": None, "steps": None,
+            "route": fetch.local_route(str(path))}
+
+
+def agc() -> processor.Analysis:
+    """The analysis a campaign runs by default (hepvine.examples.agc:TtbarProcessor, NanoAODSchema, chunks of
+    processor.DEFAULT_CHUNKSIZE entries)."""
+    return processor.load("hepvine.examples.agc:TtbarProcessor", {"lumi_pb": 3378})
+
+
 def read_only(paths: list[Path]) -> int:
     events = 0
     for path in paths:
         with uproot.open(path) as f:
-            for chunk in f["Events"].iterate(analysis.BRANCHES, step_size=driver.STEP_SIZE, library="ak"):
+            for chunk in f["Events"].iterate(analysis.BRANCHES, step_size=processor.DEFAULT_CHUNKSIZE, library="ak"):
                 events += len(chunk)
     return events
 
@@ -68,11 +84,9 @@ def read_only(paths: list[Path]) -> int:
 def hepvine_analysis(paths: list[Path], events_per_file: int) -> tuple[int, int]:
     """(events, bytes read) of the analysis of PATHS."""
     events = nbytes = 0
-    n = events_per_file
+    analysis_ = agc()
     for path in paths:
-        entry = {"fid": f"ttbar/nominal/{path.stem}", "path": str(path), "process": "ttbar", "variation": "nominal",
-                 "index": 0, "nevts": n, "nevts_total": n, "xsec": 833.9, "route": fetch.local_route(str(path))}
-        record, _ = driver.run_file(entry, "bench", lumi_pb=3378)
+        record, _ = driver.run_file(shard_entry(path, "ttbar", events_per_file, 833.9), "bench", analysis_)
         if record.failure:
             raise RuntimeError(record.error)
         events += record.events
@@ -191,18 +205,17 @@ def real_files(directory: Path, repeat: int, codec: str) -> dict:
         events = 0
         for path in paths:
             with uproot.open(path) as f:
-                for chunk in f["Events"].iterate(selections[path.name].branches, step_size=driver.STEP_SIZE):
+                for chunk in f["Events"].iterate(selections[path.name].branches,
+                                                 step_size=processor.DEFAULT_CHUNKSIZE):
                     events += len(chunk)
         return events
 
     def hepvine(paths: list[Path]) -> int:
         events = 0
+        analysis_ = agc()
         for path in paths:
-            n = entries[path.name]
-            entry = {"fid": f"real/nominal/{path.stem}", "path": str(path), "process": "real", "variation": "nominal",
-                     "index": 0, "nevts": n, "nevts_total": n, "xsec": 1.0, "era": REAL_SPEC_ERAS.get(path.name),
-                     "route": fetch.local_route(str(path))}
-            record, _ = driver.run_file(entry, "bench", lumi_pb=3378)
+            entry = shard_entry(path, "real", entries[path.name], 1.0, REAL_SPEC_ERAS.get(path.name))
+            record, _ = driver.run_file(entry, "bench", analysis_)
             if record.failure:
                 raise RuntimeError(record.error)
             events += record.events

@@ -175,13 +175,17 @@ def run(n: int, workdir: Path, before: Path | None, before_dry_max: int, files_p
 
 
 def products(n: int, workdir: Path) -> dict:
-    """The report and the plots of a campaign of N files (synthetic records, one histogram): seconds and RSS."""
+    """The report and the plots of a campaign of N files (synthetic records, the default analysis's output of one
+    filled histogram and the event count): seconds and RSS."""
     sys.path.insert(0, str(REPO / "workflows"))
-    from hepvine import analysis, atomic, records
+    from hepvine import atomic, records
+    from hepvine.examples import agc
 
     workdir.mkdir(parents=True, exist_ok=True)
-    h = analysis.new_histogram()
+    h = agc.new_histogram()
     h.fill(region="4j1b", process="ttbar", variation="nominal", observable=[100.0], weight=[1.0])
+    output = {"4j1b_ttbar_nominal": h[{"region": "4j1b", "process": "ttbar", "variation": "nominal"}],
+              "events_ttbar_nominal": agc.events_histogram(100_000 * n)}
     recs, expected = [], []
     for i in range(n):
         fid, batch = f"ttbar/nominal/{i}", f"ttbar/nominal/xcache-{i % 8}/{i // 4000:03d}/{(i // 4) % 1000:03d}"
@@ -194,15 +198,17 @@ def products(n: int, workdir: Path) -> dict:
                                        wall_seconds=2, cpu_seconds=2, fetch=route, cache=route["cache"], rack="r1",
                                        worker_rack="r1", analysis_worker_rack="r1").to_dict())
         expected.append([fid, recs[-1]["path"], batch])
-    atomic.write_pickle(workdir / "merged.pkl", {"records": recs, "hist": h, "events": {"ttbar/nominal": 100_000 * n},
-                                                 "variations": {"ttbar": ["nominal"]}})
+    atomic.write_pickle(workdir / "merged.pkl", {"records": recs, "output": output,
+                                                 "events": {"ttbar__nominal": 100_000 * n}})
     (workdir / "expected.json").write_text(json.dumps({"files": expected}))
     del recs, expected
     report = measured([sys.executable, "-m", "hepvine.report", "--merged", str(workdir / "merged.pkl"), "--expected",
-                       str(workdir / "expected.json"), "--histograms", str(workdir / "h.root"), "--report",
-                       str(workdir / "report.json")], REPO)
-    plots = measured([sys.executable, "-m", "hepvine.plots", "--merged", str(workdir / "merged.pkl"), "--outdir",
-                      str(workdir / "plots")], REPO)
+                       str(workdir / "expected.json"), "--analysis", "hepvine.examples.agc:TtbarProcessor",
+                       "--output", str(workdir / "output.coffea"), "--histograms", str(workdir / "h.root"),
+                       "--report", str(workdir / "report.json"), "--summary", str(workdir / "summary.html"),
+                       "--failures", str(workdir / "failures.tsv")], REPO)
+    plots = measured([sys.executable, "-m", "hepvine.plots", "--merged", str(workdir / "merged.pkl"), "--output",
+                      str(workdir / "output.coffea"), "--outdir", str(workdir / "plots")], REPO)
     return {"files": n, "report": {k: v for k, v in report.items() if k != "output"},
             "plots": {k: v for k, v in plots.items() if k != "output"},
             "report_json_mb": round((workdir / "report.json").stat().st_size / 1e6, 1)}

@@ -121,7 +121,8 @@ def events_in_histograms(path: Path, spec: dict) -> dict[str, float]:
 def assert_exact(report: dict, spec: dict, histograms: Path) -> dict:
     """REPORT (a campaign's report.json) is complete and exact for SPEC: every file of the spec has exactly one
     record, all ok, no file missing, duplicated or unexpected, and the events per process/variation in HISTOGRAMS
-    (its histograms.root) equal the sum of the ok records' and the spec's. Returns the report."""
+    (its histograms.root) and in the report's events_per_dataset equal the sum of the ok records' and the spec's.
+    Returns the report."""
     want = expected_events(spec)
     n = sum(len(block["files"]) for variations in spec.values() for v, block in variations.items() if v != "xsec")
     assert report["accounting"] == {"expected": n, "records": n, "missing": [], "duplicated": [], "unexpected": []}, \
@@ -137,5 +138,8 @@ def assert_exact(report: dict, spec: dict, histograms: Path) -> dict:
         from_records[key] = from_records.get(key, 0) + r["events"]
     assert from_records == want, (from_records, want)
     assert events_in_histograms(histograms, spec) == {k: float(v) for k, v in want.items()}
+    # The merged result's events per coffea dataset (<process>__<variation>) say the same.
+    assert report["events_per_dataset"] == {k.replace("/", "__"): v for k, v in want.items()}, \
+        report["events_per_dataset"]
     assert report["events"] == sum(want.values())
     return report

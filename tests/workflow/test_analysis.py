@@ -1,6 +1,7 @@
 """The columnar analysis equals an independent, event-by-event implementation of the same selection written here,
 bin by bin, on generated NanoAOD-like files (nominal and pt_scale_up); a jet whose discriminant equals the working
-point exactly is not b tagged (the AGC's ``> 0.5``)."""
+point exactly is not b tagged (the AGC's ``> 0.5``); the coffea processor (``TtbarProcessor``, read through NanoEvents
+of either schema, in chunks) fills exactly what ``fill`` fills, under histograms.root's names, empty ones too."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import numpy as np
 import pytest
 import uproot
 
-from hepvine import analysis, generate
+from hepvine.examples import agc as analysis
+from hepvine import dataset, generate, processor
 from kept import generated_file
 
 
@@ -111,3 +113,40 @@ def test_generated_file_is_deterministic_and_nanoaod_shaped(tmp_path):
     assert len(keys - set(analysis.BRANCHES)) >= 60
     assert set(uproot.open(a["path"]).keys(cycle=False)) == {"Events", "LuminosityBlocks", "Runs"}
     assert uproot.open(a["path"]).file.compression.__class__.__name__ == "LZMA"
+
+
+@pytest.mark.parametrize("schema, chunksize", [("NanoAODSchema", 100_000), ("BaseSchema", 700)])
+def test_the_processor_fills_what_fill_fills_under_the_th1_names(tmp_path, schema, chunksize):
+    """TtbarProcessor over a file (hepvine.processor.run_file, in chunks or not) equals ``fill`` over its arrays:
+    one 1-D histogram ``<region>_<process>_<variation>`` per variation the sample fills, and
+    ``events_<process>_<variation>`` holding the events analysed; a sample that selects nothing has them all, empty."""
+    path = str(generated_file(tmp_path / "t.root", "ttbar", 2000, index=2, seed=4)["path"])
+    (ttbar,) = dataset.tasks({"ttbar": {"xsec": 729.84, "nominal": {"nevts_total": 10_000, "files": [
+        {"path": path, "nevts": 2000}]}}})
+    agc = processor.load("hepvine.examples.agc:TtbarProcessor", {"lumi_pb": 1000.0}, schema, chunksize)
+    out, events, nbytes = processor.run_file(path, ttbar, agc)
+    assert events == 2000 and nbytes > 0
+    expected = analysis.new_histogram()
+    analysis.fill(expected, uproot.open(path)["Events"].arrays(analysis.BRANCHES), "ttbar",
+                  analysis.event_weight(729.84, 1000.0, 10_000))
+    fills = analysis.variations("ttbar", "nominal", data=False)
+    assert set(out) == {f"{r}_ttbar_{v}" for r in analysis.REGIONS for v in fills} | {"events_ttbar_nominal"}
+    for region in analysis.REGIONS:
+        for variation in fills:
+            want = expected[{"region": region, "process": "ttbar", "variation": variation}]
+            np.testing.assert_allclose(out[f"{region}_ttbar_{variation}"].values(flow=True), want.values(flow=True),
+                                       rtol=1e-12)
+            np.testing.assert_allclose(out[f"{region}_ttbar_{variation}"].variances(flow=True),
+                                       want.variances(flow=True), rtol=1e-12)
+    assert out["events_ttbar_nominal"].values().sum() == 2000
+    # A W+jets file of a few events selects nothing: every TH1 W+jets fills (scale_var too) is there, empty.
+    few = str(generated_file(tmp_path / "w.root", "wjets", 5, index=1, seed=4)["path"])
+    assert analysis.fill(analysis.new_histogram(), uproot.open(few)["Events"].arrays(analysis.BRANCHES), "wjets",
+                         1.0) == {"4j1b": 0, "4j2b": 0}
+    (wjets,) = dataset.tasks({"wjets": {"xsec": 1.0, "nominal": {"nevts_total": 5, "files": [
+        {"path": few, "nevts": 5}]}}})
+    empty, events, _ = processor.run_file(few, wjets, agc)
+    fills = analysis.variations("wjets", "nominal", data=False)
+    assert "scale_var_up" in fills and events == 5
+    assert set(empty) == {f"{r}_wjets_{v}" for r in analysis.REGIONS for v in fills} | {"events_wjets_nominal"}
+    assert all(empty[f"{r}_wjets_{v}"].values(flow=True).sum() == 0 for r in analysis.REGIONS for v in fills)

@@ -1,6 +1,7 @@
 """The campaign workflow end to end with Snakemake's local executor on generated files: every file counted once,
-a corrupt and a missing file reported as permanent failures (the rest completes), the merged histograms equal the
-per-file sum and their event counts equal the records', reruns retry exactly what failed (transient failures by
+a corrupt and a missing file reported as permanent failures (the rest completes), the merged histograms (output.coffea
+and histograms.root, from the default analysis, hepvine.examples.agc:TtbarProcessor) equal the per-file sum and their
+event counts equal the records', each histogram has its plot, reruns retry exactly what failed (transient failures by
 themselves, permanent ones with --forcerun), and a bad spec fails before any task starts. (The campaign and the
 snakemake runner are fixtures of conftest.py.)"""
 
@@ -14,8 +15,9 @@ from pathlib import Path
 import matplotlib.image
 import numpy as np
 import uproot
+from coffea.util import load
 
-from hepvine import analysis
+from hepvine.examples import agc as analysis
 from kept import generated_dataset, generated_file
 
 
@@ -45,9 +47,12 @@ def test_campaign_counts_every_file_once_and_reports_failures(campaign, snakemak
     assert "hepvine campaign results/t: 3/5 files ok, 9,000 events" in summary and "INCOMPLETE" in summary
     assert f"FAILED (permanent) {missing}" in summary and "2 permanent failure(s)" in summary
 
-    # One plot per region of the analysis (the workflow lists them without importing it) and the timeline.
+    # One plot per histogram of the output (named by its path) and the timeline.
+    with uproot.open(out / "histograms.root") as f:
+        names = set(f.keys(cycle=False))
+    assert set(report["histograms"]["written"]) == names and report["histograms"]["skipped"] == {}
     plots = {p.name: matplotlib.image.imread(p) for p in (out / "plots").glob("*.png")}
-    assert set(plots) == {f"{region}.png" for region in analysis.REGIONS} | {"timeline.png"}
+    assert set(plots) == {f"{name}.png" for name in names} | {"timeline.png"}
     assert all(img.shape[0] > 300 and img.shape[1] > 300 and img.std() > 0.01 for img in plots.values())
 
     # The merged histograms are the sum over the good files, computed here file by file; the events_* TH1s hold
@@ -68,6 +73,12 @@ def test_campaign_counts_every_file_once_and_reports_failures(campaign, snakemak
                     np.testing.assert_allclose(th1.values(), want.values(), rtol=1e-12)
         assert f["events_ttbar_nominal"].values().sum() == 6000 and f["events_data_nominal"].values().sum() == 3000
         assert sum(r["events"] for r in report["inputs"] if r["failure"] is None) == 9000
+        # output.coffea holds the same histograms (coffea.util.load reads it), and the report the events per dataset.
+        output = load(str(out / "output.coffea"))
+        assert set(output) == names
+        for name in names:
+            np.testing.assert_array_equal(output[name].values(flow=True), f[name].values(flow=True))
+    assert report["events_per_dataset"] == {"data__nominal": 3000, "ttbar__nominal": 6000}
 
     # Permanent failures are counted, not retried by themselves: the same command again runs nothing.
     assert json.loads((out / "retries.json").read_text())["files"] == {
@@ -166,22 +177,32 @@ def test_bad_spec_fails_before_any_task(tmp_path, snakemake):
 
 
 def test_colliding_names_and_a_path_listed_twice(tmp_path, snakemake):
-    """Process a__b/variation c and process a/variation b__c are two files (they once shared a task name); a path
-    listed under two processes is refused before any job, naming both places."""
+    """Process a_b/variation c and process a/variation b_c are two files (they once shared a task name) and two
+    datasets (events.metadata["dataset"], counted apart); a__b/c and a/b__c, whose coffea dataset names
+    (<process>__<variation>) would meet, are refused before any job, naming both; a path listed under two processes
+    is refused likewise."""
     data = tmp_path / "data"
     files = [generated_file(data / f"f{i}.root", "ttbar", 1000, index=i, seed=6)["path"] for i in range(2)]
-    spec = {"a__b": {"xsec": 1.0, "c": {"nevts_total": 1000, "files": [{"path": str(files[0]), "nevts": 1000}]}},
-            "a": {"xsec": 1.0, "b__c": {"nevts_total": 1000, "files": [{"path": str(files[1]), "nevts": 1000}]}}}
+    spec = {"a_b": {"xsec": 1.0, "c": {"nevts_total": 1000, "files": [{"path": str(files[0]), "nevts": 1000}]}},
+            "a": {"xsec": 1.0, "b_c": {"nevts_total": 1000, "files": [{"path": str(files[1]), "nevts": 1000}]}}}
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     done = snakemake(tmp_path, f"dataset={tmp_path / 'spec.json'}", "campaign=c")
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads((tmp_path / "results/c/report.json").read_text())
-    assert report["complete"] and sorted(r["fid"] for r in report["inputs"]) == ["a/b__c/0", "a__b/c/0"]
+    assert report["complete"] and sorted(r["fid"] for r in report["inputs"]) == ["a/b_c/0", "a_b/c/0"]
     assert report["events"] == 2000
+    assert report["events_per_dataset"] == {"a__b_c": 1000, "a_b__c": 1000}, report["events_per_dataset"]
 
-    spec["a"]["b__c"]["files"][0]["path"] = str(files[0])
+    meet = {"a__b": spec["a_b"], "a": {"xsec": 1.0, "b__c": spec["a"]["b_c"]}}
+    (tmp_path / "spec.json").write_text(json.dumps(meet))
+    refused = snakemake(tmp_path, f"dataset={tmp_path / 'spec.json'}", "campaign=e")
+    assert refused.returncode != 0 and not (tmp_path / "results" / "e").exists()
+    assert "a/b__c: its coffea dataset name a__b__c (<process>__<variation>) is also a__b/c's" in refused.stderr
+
+    spec = {"a__b": spec["a_b"], "a": {"xsec": 1.0, "b_c": spec["a"]["b_c"]}}
+    spec["a"]["b_c"]["files"][0]["path"] = str(files[0])
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     twice = snakemake(tmp_path, f"dataset={tmp_path / 'spec.json'}", "campaign=d")
     assert twice.returncode != 0
-    assert f"a/b__c/files[0]/path: {files[0]} is listed twice, here and at a__b/c/files[0]" in twice.stderr
+    assert f"a/b_c/files[0]/path: {files[0]} is listed twice, here and at a__b/c/files[0]" in twice.stderr
     assert not (tmp_path / "results" / "d").exists()

@@ -1,6 +1,7 @@
 """``hepvine compare``: byte-identical histograms compare identical (exit 0) even when their ROOT files' bytes differ
 (timestamps, UUIDs); one changed bin, variance, axis or missing histogram is named with its histogram and bin (exit
-1); a product that cannot be read exits 2 naming it. On merged-result pickles and on histograms.root files."""
+1); a product that cannot be read exits 2 naming it. On merged-result pickles (every histogram of the analysis's output,
+by its path in the output, and the events per dataset) and on histograms.root files."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import numpy as np
 import pytest
 import uproot
 
-from hepvine import analysis, atomic, cli, compare, report
+from hepvine.examples import agc as analysis
+from hepvine import atomic, cli, compare, output
 
 
 def merged(shift: float = 0.0, weight: float = 1.5) -> dict:
-    """A merged result; SHIFT changes the weights of region 4j2b only."""
+    """A merged result whose analysis output is one histogram with category axes, ``output["hist"]`` (as
+    hepvine.merge writes it); SHIFT changes the weights of region 4j2b only."""
     h = analysis.new_histogram()
     rng = np.random.default_rng(7)
     for process in ("ttbar", "data"):
@@ -20,14 +23,19 @@ def merged(shift: float = 0.0, weight: float = 1.5) -> dict:
         h.fill(region="4j1b", process=process, variation="nominal", observable=values, weight=np.full(400, weight))
         h.fill(region="4j2b", process=process, variation="pt_scale_up", observable=values,
                weight=np.full(400, weight + shift))
-    return {"records": [], "hist": h, "events": {"ttbar/nominal": 400, "data/nominal": 400}}
+    return {"records": [], "output": {"hist": h}, "events": {"ttbar__nominal": 400, "data__nominal": 400}}
 
 
 def write(tmp_path, name: str, result: dict, as_root: bool):
+    """RESULT as a merged.pkl, or AS_ROOT as a results directory whose histograms.root holds its histogram's 1-D
+    slices under the AGC processor's names (``<region>_<process>_<variation>``), as hepvine.output writes them."""
     if as_root:
         directory = tmp_path / name
-        report.histograms(result["hist"], result["events"], dict.fromkeys(["data", "ttbar"], analysis.SYSTEMATICS[:2]),
-                          directory / "histograms.root")
+        h = result["output"]["hist"]
+        flat = {f"{r}_{p}_{v}": h[{"region": r, "process": p, "variation": v}]
+                for r in analysis.REGIONS for p in ("data", "ttbar") for v in analysis.SYSTEMATICS[:2]}
+        directory.mkdir()
+        assert output.write_root(flat, directory / "histograms.root")["skipped"] == {}
         return directory
     atomic.write_pickle(tmp_path / f"{name}.pkl", result)
     return tmp_path / f"{name}.pkl"
@@ -44,7 +52,8 @@ def test_identical_contents_compare_identical(tmp_path, capsys, as_root):
 
 def test_one_changed_bin_is_named_in_a_pickle(tmp_path, capsys):
     changed = merged()
-    view = changed["hist"].view()  # region 4j1b, process data (filled second), variation nominal, observable bin 7
+    # region 4j1b, process data (filled second), variation nominal, observable bin 7
+    view = changed["output"]["hist"].view()
     view.value[0, 1, 0, 7], view.variance[0, 1, 0, 7] = 3.0, 2.0
     a, b = write(tmp_path, "a", merged(), False), write(tmp_path, "b", changed, False)
     assert compare.main([str(a), str(b)]) == 1
@@ -65,7 +74,7 @@ def test_one_changed_bin_is_named_in_histograms_root(tmp_path, capsys):
 
 def test_a_variance_alone_differs(tmp_path, capsys):
     changed = merged()
-    view = changed["hist"].view(flow=True)
+    view = changed["output"]["hist"].view(flow=True)
     view.variance[0, 0, 0, 3] += 1e-12
     a, b = write(tmp_path, "a", merged(), False), write(tmp_path, "b", changed, False)
     assert compare.main([str(a), str(b)]) == 1
@@ -75,28 +84,28 @@ def test_a_variance_alone_differs(tmp_path, capsys):
 
 def test_the_last_bit_counts(tmp_path):
     a, b = merged(), merged()
-    b["hist"].view(flow=True).value[1, 0, 1, 5] = np.nextafter(a["hist"].view(flow=True).value[1, 0, 1, 5], 1.0)
-    assert compare.compare({"h": compare.from_hist(a["hist"])}, {"h": compare.from_hist(b["hist"])}) is not None
-    zero, negative_zero = merged(weight=0.0), merged(weight=0.0)
-    negative_zero["hist"].view(flow=True).value[0, 0, 0, 0] = -0.0
-    assert compare.compare({"h": compare.from_hist(zero["hist"])},
-                           {"h": compare.from_hist(negative_zero["hist"])}) is not None
+    a, b = a["output"]["hist"], b["output"]["hist"]
+    b.view(flow=True).value[1, 0, 1, 5] = np.nextafter(a.view(flow=True).value[1, 0, 1, 5], 1.0)
+    assert compare.compare({"h": compare.from_hist(a)}, {"h": compare.from_hist(b)}) is not None
+    zero, negative_zero = merged(weight=0.0)["output"]["hist"], merged(weight=0.0)["output"]["hist"]
+    negative_zero.view(flow=True).value[0, 0, 0, 0] = -0.0
+    assert compare.compare({"h": compare.from_hist(zero)}, {"h": compare.from_hist(negative_zero)}) is not None
 
 
 def test_missing_histogram_events_and_axes_are_named(tmp_path):
     a = merged()
     fewer = merged()
-    del fewer["events"]["data/nominal"]
+    del fewer["events"]["data__nominal"]
     assert compare.compare(compare._from_pickle(write(tmp_path, "a", a, False)),
                            compare._from_pickle(write(tmp_path, "f", fewer, False))) == \
-        "histogram events/data/nominal only in the first"
+        "histogram events/data__nominal only in the first"
     more_events = merged()
-    more_events["events"]["ttbar/nominal"] += 1
+    more_events["events"]["ttbar__nominal"] += 1
     difference = compare.compare(compare._from_pickle(write(tmp_path, "a", a, False)),
                                  compare._from_pickle(write(tmp_path, "m", more_events, False)))
-    assert difference.startswith("histogram events/ttbar/nominal, its value: content 400.0 against 401.0")
+    assert difference.startswith("histogram events/ttbar__nominal, its value: content 400.0 against 401.0")
     other_processes = merged()
-    other_processes["hist"].fill(region="4j1b", process="wjets", variation="nominal", observable=[100.0])
+    other_processes["output"]["hist"].fill(region="4j1b", process="wjets", variation="nominal", observable=[100.0])
     difference = compare.compare(compare._from_pickle(write(tmp_path, "a", a, False)),
                                  compare._from_pickle(write(tmp_path, "o", other_processes, False)))
     assert difference == "histogram hist: axis 1 ('process') has different bins or categories"

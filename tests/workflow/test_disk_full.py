@@ -21,14 +21,17 @@ pytestmark = pytest.mark.root
 RUN = textwrap.dedent("""
     import json, sys
     from pathlib import Path
-    from hepvine import driver, fetch
+    from hepvine import driver, fetch, processor
     from hepvine.limits import Limits
     good, copies = sys.argv[1], Path(sys.argv[2])
+    metadata = {"process": "ttbar", "variation": "nominal", "xsec": 1.0, "nevts_total": 2000, "era": None}
     shard = {"batch": "ttbar/nominal/direct/000/000", "rack": None, "xrootd_client": {},
              "files": [{"fid": f"ttbar/nominal/{i}", "path": good, "process": "ttbar", "variation": "nominal",
-                        "index": i, "nevts": 1000, "nevts_total": 2000, "xsec": 1.0,
-                        "route": fetch.local_route(good)} for i in range(1)]}
-    result = driver.run_batch(shard, 3378, "zstd:5", copies / "batch", fetch.Retry(1, 0),
+                        "index": i, "nevts": 1000, "nevts_total": 2000, "xsec": 1.0, "era": None, "bytes": None,
+                        "dataset": "ttbar__nominal", "treename": "Events", "metadata": metadata, "uuid": None,
+                        "steps": None, "route": fetch.local_route(good)} for i in range(1)]}
+    analysis = processor.load("hepvine.examples.agc:TtbarProcessor")
+    result = driver.run_batch(shard, analysis, "zstd:5", copies / "batch", fetch.Retry(1, 0),
                               Limits(rate_floor_mb_s=1, file_time_base_s=120, bytes_per_event=1))
     print(json.dumps({"records": result["records"],
                       "left": sorted(p.name for p in (copies / "batch").iterdir())}))

@@ -1,5 +1,6 @@
 """A batch job: one bad file never fails or hides its batch-mates (each file its own record, classified); a bug in
-hepvine fails the job instead of turning into N failed files; reads go over the sources again after a back-off."""
+hepvine fails the job instead of turning into N failed files, while an exception in the user's analysis is that file's
+permanent analysis-error; reads go over the sources again after a back-off."""
 
 from __future__ import annotations
 
@@ -13,16 +14,22 @@ import psutil
 import pytest
 import uproot
 
-from hepvine import analysis, driver, failures, fetch, records
+from hepvine.examples import agc as analysis
+from hepvine import driver, failures, fetch, processor, records
 from kept import generated_file
-from hepvine.limits import Limits
+from hepvine.limits import UNKNOWN_FILE_BYTES, Limits
+
+AGC = processor.load("hepvine.examples.agc:TtbarProcessor", {"lumi_pb": 3378})
 
 
 def shard(paths: list[str], nevts: int = 1000) -> dict:
+    """A shard of one batch of ttbar/nominal files, as hepvine.index.shard writes it for an AGC spec."""
+    metadata = {"process": "ttbar", "variation": "nominal", "xsec": 1.0, "nevts_total": nevts * len(paths), "era": None}
     return {"batch": "ttbar/nominal/direct/000/000", "rack": None, "xrootd_client": {},
             "files": [{"fid": f"ttbar/nominal/{i}", "path": p, "process": "ttbar", "variation": "nominal",
-                       "index": i, "nevts": nevts, "nevts_total": nevts * len(paths), "xsec": 1.0,
-                       "route": fetch.local_route(p)} for i, p in enumerate(paths)]}
+                       "index": i, "nevts": nevts, "nevts_total": nevts * len(paths), "xsec": 1.0, "era": None,
+                       "bytes": None, "dataset": "ttbar__nominal", "treename": "Events", "metadata": metadata,
+                       "uuid": None, "steps": None, "route": fetch.local_route(p)} for i, p in enumerate(paths)]}
 
 
 @pytest.fixture
@@ -36,19 +43,29 @@ def files(tmp_path):
 @pytest.mark.parametrize("codec", [None, "zstd:5"])
 def test_a_bad_file_never_hides_its_batch_mates(tmp_path, files, codec):
     good, corrupt, missing = files
-    result = driver.run_batch(shard([good[0], corrupt, missing, good[1]]), 3378, codec,
+    result = driver.run_batch(shard([good[0], corrupt, missing, good[1]]), AGC, codec,
                               tmp_path / "copies" if codec else None, fetch.Retry(1, 0))
     by_path = {r["path"]: r for r in result["records"]}
     assert [r["fid"] for r in result["records"]] == [f"ttbar/nominal/{i}" for i in range(4)]
     assert by_path[good[0]]["failure"] is None and by_path[good[1]]["failure"] is None
     assert by_path[corrupt]["failure"]["kind"] == "not-root" and by_path[missing]["failure"]["kind"] == "missing-file"
     assert {by_path[p]["failure"]["failure_class"] for p in (corrupt, missing)} == {records.PERMANENT}
-    assert result["events"] == {"ttbar/nominal": 2000}
+    assert result["events"] == {"ttbar__nominal": 2000}
     expected = analysis.new_histogram()
     for path in good:
         analysis.fill(expected, uproot.open(path)["Events"].arrays(analysis.BRANCHES), "ttbar",
                       analysis.event_weight(1.0, 3378, 4000))
-    np.testing.assert_allclose(result["hist"].values(), expected.values())
+    # The output accumulates the two good files only: each histogram the sample fills, and the events analysed.
+    fills = analysis.variations("ttbar", "nominal", data=False)
+    assert set(result["output"]) == {f"{r}_ttbar_{v}" for r in analysis.REGIONS for v in fills} | {
+        "events_ttbar_nominal"}
+    for region in analysis.REGIONS:
+        for variation in fills:
+            want = expected[{"region": region, "process": "ttbar", "variation": variation}]
+            assert want.values().sum() > 0, f"{region} {variation} selected nothing"
+            np.testing.assert_allclose(result["output"][f"{region}_ttbar_{variation}"].values(flow=True),
+                                       want.values(flow=True), rtol=1e-12)
+    assert result["output"]["events_ttbar_nominal"].values().sum() == 2000
     if codec:
         copies = sorted(p.name for p in (tmp_path / "copies").iterdir())
         assert copies == ["0.root", "3.root", "manifest.json"]  # no partial copy of the bad ones is left
@@ -56,19 +73,41 @@ def test_a_bad_file_never_hides_its_batch_mates(tmp_path, files, codec):
 
 def test_wrong_event_count_in_the_spec_is_a_permanent_failure(files):
     good, _, _ = files
-    (record,) = driver.run_batch(shard([good[0]], nevts=999), 3378)["records"]
-    assert record["failure"]["kind"] == "event-count" and "the spec says 999" in record["failure"]["cause"]
+    (record,) = driver.run_batch(shard([good[0]], nevts=999), AGC)["records"]
+    assert record["failure"]["kind"] == "event-count" and "the dataset says 999" in record["failure"]["cause"]
+    assert record["failure"]["failure_class"] == records.PERMANENT
+
+
+def broken(*args, **kwargs):
+    raise TypeError("a bug in hepvine")
 
 
 def test_a_bug_fails_the_job_instead_of_every_file(files, monkeypatch):
+    """A bug in hepvine's own code (here: the chunking of a file, hepvine.processor) fails the job."""
+    good, _, _ = files
+    monkeypatch.setattr(processor, "chunks", broken)
+    with pytest.raises(TypeError, match="a bug in hepvine"):
+        driver.run_batch(shard(good), AGC)
+
+
+@pytest.mark.parametrize("limited", [False, True])
+def test_an_exception_in_the_analysis_is_the_files_permanent_analysis_error(files, monkeypatch, limited):
+    """An exception raised by the user's analysis (here: TtbarProcessor.process's fill) is each file's own permanent
+    analysis-error naming the user's frame; the job goes on, with or without a process per file."""
     good, _, _ = files
 
-    def broken(*args, **kwargs):
-        raise TypeError("a bug in hepvine")
+    def raising(*args, **kwargs):
+        raise ZeroDivisionError("a bug in the user's analysis")
 
-    monkeypatch.setattr(analysis, "fill", broken)
-    with pytest.raises(TypeError, match="a bug in hepvine"):
-        driver.run_batch(shard(good), 3378)
+    monkeypatch.setattr(analysis, "fill", raising)
+    limits = Limits(rate_floor_mb_s=1, file_time_base_s=60, bytes_per_event=1) if limited else None
+    result = driver.run_batch(shard(good), AGC, limits=limits)
+    assert result["output"] is None and result["events"] == {}
+    for record in result["records"]:
+        failure = record["failure"]
+        assert failure["kind"] == "analysis-error" and failure["failure_class"] == records.PERMANENT
+        assert "ZeroDivisionError: a bug in the user's analysis" in failure["cause"]
+        assert f"{analysis.__file__}:" in failure["fix"] and " in process" in failure["fix"], failure["fix"]
 
 
 def test_reads_retry_in_rounds_and_then_classify():
@@ -132,13 +171,13 @@ def test_a_hung_file_times_out_alone_and_leaves_nothing_behind(tmp_path, files, 
     limits = Limits(rate_floor_mb_s=1000, file_time_base_s=15, bytes_per_event=1)  # ~15 s a file
     copies = tmp_path / "copies" if codec else None
     before = {p.pid for p in psutil.Process().children(recursive=True)}  # what earlier tests left is not ours
-    result = driver.run_batch(shard([good[0], hung, good[1]]), 3378, codec, copies, fetch.Retry(1, 0), limits)
+    result = driver.run_batch(shard([good[0], hung, good[1]]), AGC, codec, copies, fetch.Retry(1, 0), limits)
     by_path = {r["path"]: r for r in result["records"]}
     assert by_path[hung]["failure"]["kind"] == "timeout"
     assert by_path[hung]["failure"]["failure_class"] == records.TRANSIENT
     assert "not done after 15 s" in by_path[hung]["failure"]["cause"] and hung in by_path[hung]["failure"]["cause"]
     assert by_path[good[0]]["failure"] is None and by_path[good[1]]["failure"] is None
-    assert result["events"] == {"ttbar/nominal": 2000}
+    assert result["events"] == {"ttbar__nominal": 2000}
     left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
     assert left == []  # the hung file's process (and all it started) is gone
     if codec:
@@ -147,20 +186,17 @@ def test_a_hung_file_times_out_alone_and_leaves_nothing_behind(tmp_path, files, 
 
 def test_a_bug_in_a_files_own_process_still_fails_the_job(files, monkeypatch):
     good, _, _ = files
-
-    def broken(*args, **kwargs):
-        raise TypeError("a bug in hepvine")
-
-    monkeypatch.setattr(analysis, "fill", broken)
+    monkeypatch.setattr(processor, "chunks", broken)
     limits = Limits(rate_floor_mb_s=1, file_time_base_s=60, bytes_per_event=1)
     with pytest.raises(RuntimeError, match="a bug, not the file's fault") as e:
-        driver.run_batch(shard(good), 3378, limits=limits)
+        driver.run_batch(shard(good), AGC, limits=limits)
     assert "TypeError: a bug in hepvine" in str(e.value) and good[0] in str(e.value)
 
 
 def test_limits_from_the_spec_size_or_the_events():
     limits = Limits(rate_floor_mb_s=0.5, file_time_base_s=300, bytes_per_event=4000)
     assert limits.file_bytes(1000, None) == 4_000_000 and limits.file_bytes(1000, 123) == 123
+    assert limits.file_bytes(None, None) == UNKNOWN_FILE_BYTES  # a plain fileset's remote file: nothing says
     assert limits.file_limit_s(1000, 870_000_000) == 300 + 1740
     assert limits.job_runtime_min([(1000, 870_000_000)] * 8) == -(-(300 + 8 * 2040) // 60)
     sizes = [(1000, 800_000_000), (1000, 600_000_000)]

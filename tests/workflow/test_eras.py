@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import uproot
 
-from hepvine import analysis, dataset, eras, failures, fetch, index, records
+from hepvine.examples import agc as analysis
+from hepvine import dataset, eras, failures, fetch, index, records
 from kept import generated_file
 from hepvine.records import FileProblem
 

@@ -236,6 +236,12 @@ WORKFLOW_FILLED = "the README shows placeholders; filled with a small spec and d
 GENERIC_FILLED = "generic plugin usage for any workflow: `...` filled with hepvine's config, and dry-run"
 
 
+OWN_PROCESSOR = {"dataset=fileset.json": "dataset={spec}", "campaign=mine": "campaign={campaign}",
+                 "analysis=my_analysis.py:MyProcessor": "analysis=workflows/hepvine/examples/dimuon.py:DimuonProcessor"}
+OWN_PROCESSOR_FILLED = ("the README's processor file and fileset are the reader's: filled with an example processor "
+                        "given as a file (a job input; it takes pt_min) and a small spec, and dry-run")
+
+
 def plan_after() -> str:
     return next((c.after for c in README_COMMANDS if c.text.startswith("hepvine plan ")), "")
 
@@ -248,6 +254,12 @@ RUN = {
         dry_run_plans_the_campaign("profiles/sandbox"), fill={"dataset=...": "dataset={spec}",
                                                               "campaign=...": "campaign={campaign}"},
         dry_run=True, sandbox=True, why=WORKFLOW_FILLED),
+    "snakemake --cores 2 --config dataset=fileset.json analysis=my_analysis.py:MyProcessor campaign=mine": Run(
+        dry_run_plans_the_campaign(), fill=OWN_PROCESSOR, dry_run=True, why=OWN_PROCESSOR_FILLED),
+    "snakemake --profile profiles/sandbox --config dataset=fileset.json analysis=my_analysis.py:MyProcessor "
+    'campaign=mine site=site-configs/sandbox.yaml analysis_args="{pt_min: 25.0}" chunksize=50000': Run(
+        dry_run_plans_the_campaign("profiles/sandbox"), fill=OWN_PROCESSOR, dry_run=True, sandbox=True,
+        why=OWN_PROCESSOR_FILLED),
     "hepvine plan --site site-configs/uchicago-af.yaml --dataset 219000:191TB [--codec lzma] [--cold]": Run(
         plan_table(plan_after())),
     "snakemake --executor taskvine --jobs unlimited ...": Run(

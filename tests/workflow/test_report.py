@@ -1,16 +1,20 @@
 """The report's arithmetic and accounting: cores are the most file tasks that ran at once; rates follow from events
 and bytes; records are reconciled with the spec (missing, duplicated, unexpected files make it incomplete); every
-process gets its TH1s, empty ones too; retries count failures by class, once per report."""
+histogram of the analysis's output goes to histograms.root under its path, empty ones too, and those ROOT cannot hold
+are listed with why; the merged events must equal the ok records' or no report is written; retries count failures by
+class, once per report."""
 
 from __future__ import annotations
 
 import json
 
+import hist
 import numpy as np
 import pytest
 import uproot
 
-from hepvine import analysis, plots, report, retries
+from hepvine.examples import agc as analysis
+from hepvine import atomic, output, plots, report, retries
 from hepvine.records import PERMANENT, TRANSIENT, Failure, FileRecord
 
 
@@ -58,19 +62,63 @@ def test_complete_only_when_every_file_has_one_ok_record():
     assert report.summarise([record("a", 0, 1), record("b", 0, 1)], expected("a", "b"))["complete"] is True
 
 
-def test_every_process_gets_its_th1s_and_event_counts(tmp_path):
+def test_every_histogram_of_the_output_goes_to_histograms_root_under_its_path(tmp_path):
+    """The AGC processor's flat output keeps today's TH1 names (empty ones too, and the one-bin event counts); a
+    nested output's histograms go under their path; what ROOT cannot hold (category axes) is listed with why."""
     h = analysis.new_histogram()
     h.fill(region="4j1b", process="ttbar", variation="nominal", observable=[100.0, 200.0], weight=[1.0, 1.0])
+    flat = {f"{region}_{process}_{variation}": h[{"region": region, "process": process, "variation": variation}]
+            if process in h.axes["process"] else hist.Hist(h.axes["observable"], storage=hist.storage.Weight())
+            for region in analysis.REGIONS for process in ("quiet", "ttbar")
+            for variation in analysis.variations(process, "nominal", data=False)}
+    events = {"events_ttbar_nominal": analysis.events_histogram(7),
+              "events_quiet_nominal": analysis.events_histogram(3)}
+    two_d = hist.Hist(hist.axis.Regular(4, 0, 4, name="x"), hist.axis.Regular(2, 0, 2, name="y"))
+    two_d.fill(x=[0.5, 3.5], y=[1.5, 1.5])
+    by_region = h[{"process": "ttbar", "variation": "nominal"}]  # region (a category) x observable
+    result = {**flat, **events, "nested": {"a b": two_d, "count": 12}, "categories": by_region, "all": h}
     path = tmp_path / "h.root"
-    variations = {p: list(analysis.variations(p, "nominal", data=False)) for p in ("quiet", "ttbar")}
-    names = report.histograms(h, {"ttbar/nominal": 7, "quiet/nominal": 3}, variations, path)
+    written = output.write_root(result, path)
+    assert sorted(written["written"]) == sorted([*flat, *events, "nested/a_b"])
+    assert sorted(written["skipped"]) == ["all", "categories"]
+    assert "category axis 'region'" in written["skipped"]["categories"] and "4 axes" in written["skipped"]["all"]
     with uproot.open(path) as f:
         for region in analysis.REGIONS:
-            for variation in variations["quiet"]:
+            for variation in analysis.variations("quiet", "nominal", data=False):
                 assert f[f"{region}_quiet_{variation}"].values().sum() == 0  # no selected event: an empty TH1
-        assert f["4j1b_ttbar_nominal"].values().sum() == 2
-        assert len(names) == 2 * 2 * len(variations["quiet"])
-    assert report.events_in(path) == 10
+        assert f["4j1b_ttbar_nominal"].values().sum() == 2 and f["4j2b_ttbar_nominal"].values().sum() == 0
+        assert f["events_ttbar_nominal"].values().sum() + f["events_quiet_nominal"].values().sum() == 10
+        assert f["nested/a_b"].classname.startswith("TH2") and f["nested/a_b"].values().sum() == 2
+        assert "categories" not in f and "all" not in f
+
+
+@pytest.mark.parametrize("events, written", [(200, True), (201, False)])
+def test_the_report_is_written_only_when_the_merged_events_equal_the_ok_records(tmp_path, events, written):
+    """The merged result's events per dataset must sum to the ok records' events, or the merge lost or doubled a
+    result: ReportError and no product. When they agree: output.coffea holds the (postprocessed) output, and
+    report.json lists the histograms written and skipped and the events per dataset."""
+    merged = tmp_path / "merged.pkl"
+    counts = {"ttbar_nominal": analysis.events_histogram(200)}
+    atomic.write_pickle(merged, {"records": [record("a", 0, 1), record("b", 0, 1)], "output": counts,
+                                 "events": {"ttbar__nominal": events}})
+    (tmp_path / "expected.json").write_text(json.dumps({"files": [list(e) for e in expected("a", "b")]}))
+    out = tmp_path / "out"
+    argv = ["--merged", str(merged), "--expected", str(tmp_path / "expected.json"), "--analysis",
+            "hepvine.examples.agc:TtbarProcessor", "--output", str(out / "output.coffea"), "--histograms",
+            str(out / "histograms.root"), "--report", str(out / "report.json"), "--summary", str(out / "summary.html"),
+            "--failures", str(out / "failures.tsv")]
+    if not written:
+        with pytest.raises(report.ReportError, match="counts 201 events, the ok records 200"):
+            report.main(argv)
+        assert not out.exists() or not any(out.iterdir())
+        return
+    assert report.main(argv) == 0
+    from coffea.util import load
+
+    assert load(str(out / "output.coffea"))["ttbar_nominal"].values().sum() == 200
+    result = json.loads((out / "report.json").read_text())
+    assert result["histograms"] == {"written": ["ttbar_nominal"], "skipped": {}}
+    assert result["events_per_dataset"] == {"ttbar__nominal": 200} and result["complete"] is True
 
 
 def test_back_to_back_tasks_share_a_core():
@@ -92,7 +140,7 @@ def test_summary_names_failures_and_where_the_products_are():
     text = report.summary_line(summary, "results/c")
     assert "1/2 files ok" in text and "FAILED (transient) /store/d.root: FetchError: gone" in text
     assert "INCOMPLETE" in text and "run the same command again" in text
-    assert "results/c/histograms.root" in text
+    assert "results/c/histograms.root" in text and "results/c/output.coffea" in text
 
 
 def test_retries_count_failures_by_class_once_per_report(tmp_path):

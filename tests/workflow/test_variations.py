@@ -1,8 +1,9 @@
 """The AGC's variation conventions, through the real driver, merge and report on generated files: a spec of ttbar
 {nominal, scaleup} and data fills ``nominal`` with the nominal sample's events only, ``scaleup`` with the scaleup
 sample's only (nominal selection), ``pt_scale_up`` and ``btag_var_*`` from the nominal sample only, data only
-``nominal``; histograms.root has exactly the TH1s those samples fill, empty ones too; a sample variation named like a
-systematic is refused before any file is read."""
+``nominal``; histograms.root (from the merged output of the AGC processor, TtbarProcessor) has exactly the TH1s those
+samples fill, empty ones too; a sample variation named like a systematic is each of its files' permanent
+analysis-error."""
 
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ import numpy as np
 import pytest
 import uproot
 
-from hepvine import analysis, atomic, dataset, driver, fetch, generate, index, merge, report
+from hepvine.examples import agc as analysis
+from hepvine import atomic, dataset, driver, fetch, generate, index, merge, processor, report
 
 EVENTS = 3000
 LUMI_PB = 3378
+AGC = "hepvine.examples.agc:TtbarProcessor"
 XSEC = 729.84
 BTAG = [f"btag_var_{i}_{d}" for i in range(4) for d in ("up", "down")]
 
@@ -37,13 +40,16 @@ def campaign(tmp_path_factory):
     spec = {"ttbar": {"xsec": XSEC, "nominal": sample("ttbar", 0, 2), "scaleup": sample("ttbar", 2, 1), "ME_var": gone},
             "data": {"nominal": sample("data", 0, 1)}}
     batches = index.plan(dataset.tasks(spec), 8, fetch.local_route)
-    results = [driver.run_batch(index.shard(b, {}), LUMI_PB, retry=fetch.Retry(1, 0)) for b in batches]
+    analysis_ = processor.load(AGC, {"lumi_pb": LUMI_PB})
+    results = [driver.run_batch(index.shard(b, {}), analysis_, retry=fetch.Retry(1, 0)) for b in batches]
     merged = merge.merge(results)
     index.write(where / "index", batches, {})
     merge_pkl = where / "merged.pkl"
     atomic.write_pickle(merge_pkl, merged)
     out = where / "out"
     assert report.main(["--merged", str(merge_pkl), "--expected", str(where / "index" / "expected.json"),
+                        "--analysis", AGC, "--analysis-args", json.dumps({"lumi_pb": LUMI_PB}),
+                        "--output", str(out / "output.coffea"),
                         "--histograms", str(out / "histograms.root"), "--report", str(out / "report.json"),
                         "--summary", str(out / "summary.html"), "--failures", str(out / "failures.tsv")]) == 0
     return spec, merged, out
@@ -90,8 +96,10 @@ def test_each_histogram_variation_holds_only_its_samples_events(campaign, region
         got = th1(path, name)
         np.testing.assert_allclose(got[0], want[0], rtol=1e-12, atol=0, err_msg=name)
         np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=0, err_msg=name)
-    # The missing ME_var file selected nothing: its TH1 exists, empty.
-    assert th1(path, f"{region}_ttbar_ME_var")[0].sum() == 0
+    # The missing ME_var file was never analysed: no TH1 of it (as coffea's Runner skipping a bad file), while the
+    # report names the file (test_histograms_root_has_exactly_the_th1s_each_sample_fills).
+    with uproot.open(path) as f:
+        assert f"{region}_ttbar_ME_var" not in f
 
 
 def first_jets_pt(events: ak.Array, region: str) -> np.ndarray:
@@ -130,20 +138,22 @@ def test_btag_variations_reweight_the_nominal_sample_by_its_ith_jet(campaign, re
 
 def test_histograms_root_has_exactly_the_th1s_each_sample_fills(campaign):
     spec, merged, out = campaign
-    ttbar = ["nominal", "pt_scale_up", *BTAG, "scaleup", "ME_var"]
+    ttbar = ["nominal", "pt_scale_up", *BTAG, "scaleup"]  # not ME_var: its only file failed, nothing analysed it
     want = {f"{r}_ttbar_{v}" for r in analysis.REGIONS for v in ttbar} | {f"{r}_data_nominal" for r in analysis.REGIONS}
     events = {"events_ttbar_nominal", "events_ttbar_scaleup", "events_data_nominal"}  # ME_var's file failed
     with uproot.open(out / "histograms.root") as f:
         assert set(f.keys(cycle=False)) == want | events
         assert f["events_ttbar_scaleup"].values().sum() == EVENTS
-    assert merged["variations"] == {"data": ["nominal"], "ttbar": sorted(ttbar)}
-    # The merged histogram's process data has nothing outside nominal.
-    h = merged["hist"]
-    for variation in h.axes["variation"]:
-        if variation != "nominal":
-            assert h[{"process": "data", "variation": variation}].values(flow=True).sum() == 0, variation
+    # The merged output holds the same histograms: process data has none outside nominal.
+    assert set(merged["output"]) == want | events
+    assert {name for name in merged["output"] if "_data_" in name} == {
+        *(f"{r}_data_nominal" for r in analysis.REGIONS), "events_data_nominal"}
     result = json.loads((out / "report.json").read_text())
-    assert result["files"] == {"total": 5, "ok": 4, "failed": 1}
+    assert result["files"] == {"total": 5, "ok": 4, "failed": 1} and result["complete"] is False
+    assert [f["fid"] for f in result["failed_files"]] == ["ttbar/ME_var/0"]
+    assert sorted(result["histograms"]["written"]) == sorted(want | events) and result["histograms"]["skipped"] == {}
+    assert result["events_per_dataset"] == {"data__nominal": EVENTS, "ttbar__nominal": 2 * EVENTS,
+                                            "ttbar__scaleup": EVENTS}
 
 
 def test_which_variations_a_sample_fills():
@@ -166,19 +176,26 @@ def test_wjets_scale_var_is_the_nominal_weight_times_1_plus_or_minus_0_025(campa
         np.testing.assert_allclose(varied.variances(), nominal.variances() * factor**2, rtol=1e-12)
 
 
-def test_a_sample_named_like_a_systematic_fails_the_job_before_any_file(tmp_path):
-    spec = {"ttbar": {"xsec": XSEC, "btag_var_0_up": {"nevts_total": 10, "files": [
-        {"path": str(tmp_path / "never-read.root"), "nevts": 10}]}}}
+def test_a_sample_named_like_a_systematic_is_each_of_its_files_permanent_analysis_error(tmp_path):
+    """The processor refuses the sample (it would be summed into the nominal sample's systematic): each of its files
+    is a permanent analysis-error that names the problem and where the processor raised it; nothing is filled."""
+    files = [generate.write_file(tmp_path / f"t{i}.root", "ttbar", 100, index=i, compression=uproot.ZSTD(1))
+             for i in range(2)]
+    spec = {"ttbar": {"xsec": XSEC, "btag_var_0_up": {"nevts_total": 200, "files": files}}}
     (batch,) = index.plan(dataset.tasks(spec), 8, fetch.local_route)
-    with pytest.raises(ValueError, match=r"ttbar/btag_var_0_up: a sample variation named like the systematic"):
-        driver.run_batch(index.shard(batch, {}), LUMI_PB)
+    result = driver.run_batch(index.shard(batch, {}), processor.load(AGC), retry=fetch.Retry(1, 0))
+    assert result["output"] is None and result["events"] == {} and len(result["records"]) == 2
+    for record in result["records"]:
+        assert record["failure"]["kind"] == "analysis-error" and record["failure"]["failure_class"] == "permanent"
+        assert "ttbar/btag_var_0_up: a sample variation named like the systematic" in record["failure"]["cause"]
+        assert f"{analysis.__file__}:" in record["failure"]["fix"]
 
 
 def test_merging_a_result_of_an_older_hepvine_says_to_make_it_again(tmp_path, capsys):
     from hepvine import atomic, merge
 
-    old = tmp_path / "old.pkl"  # a batch result as hepvine wrote it before the AGC variations: no "variations"
-    atomic.write_pickle(old, {"records": [], "hist": None, "events": {}})
+    old = tmp_path / "old.pkl"  # a batch result as hepvine wrote it before analyses were plug-ins: no "output"
+    atomic.write_pickle(old, {"records": [], "hist": None, "events": {}, "variations": {}})
     assert merge.main(["--output", str(tmp_path / "merged.pkl"), str(old)]) == 1
     err = capsys.readouterr().err
     assert str(old) in err and "--forcerun analyse" in err

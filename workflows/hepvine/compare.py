@@ -105,12 +105,12 @@ def _from_pickle(path: Path) -> dict[str, Histogram]:
             result = pickle.load(f)
     except (OSError, pickle.UnpicklingError, EOFError) as e:
         raise CompareError(f"{path}: cannot be unpickled ({e})") from e
-    if not isinstance(result, dict) or "hist" not in result:
-        raise CompareError(f"{path}: not a merged result (a dict with 'hist' and 'events'); pass merged.pkl or a "
+    if not isinstance(result, dict) or "output" not in result:
+        raise CompareError(f"{path}: not a merged result (a dict with 'output' and 'events'); pass merged.pkl or a "
                            "batch result (files/<batch>.pkl)")
-    found = {}
-    if result["hist"] is not None:
-        found["hist"] = from_hist(result["hist"])
+    from hepvine import output
+
+    found = {name: from_hist(h) for name, h in output.histograms(result["output"])}
     for key, n in sorted(result.get("events", {}).items()):
         found[f"events/{key}"] = Histogram(axes=(), values=np.asarray(float(n)), variances=None, labels=())
     return found

@@ -136,6 +136,7 @@ def problems(spec) -> list[str]:
     if not isinstance(spec, dict):
         return found
     seen: dict[str, str] = {}  # path → where it was first listed
+    datasets: dict[str, str] = {}  # coffea dataset name → the sample that has it
     for process, variations in spec.items():
         if not isinstance(variations, dict):
             continue
@@ -144,6 +145,11 @@ def problems(spec) -> list[str]:
             found.append(f"{process}/era: {era!r} is not an era of hepvine; use one of {', '.join(ERAS)} "
                          "(docs/eras.md), or leave it out to decide each file's era from the file")
         for variation, sample in variations.items():
+            if variation not in PROCESS_KEYS:
+                name = f"{process}__{variation}"
+                if (other := datasets.setdefault(name, f"{process}/{variation}")) != f"{process}/{variation}":
+                    found.append(f"{process}/{variation}: its coffea dataset name {name} (<process>__<variation>) is "
+                                 f"also {other}'s; rename one of them (e.g. without '__')")
             files = sample.get("files") if variation not in PROCESS_KEYS and isinstance(sample, dict) else None
             if not isinstance(files, list):
                 continue

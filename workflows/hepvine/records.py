@@ -70,7 +70,6 @@ class FileRecord:
     rack: str | None = None
     worker_rack: str | None = None
     analysis_worker_rack: str | None = None
-    era: str | None = None  # the era the analysis used and what decided it (hepvine.eras.Selection.describe)
     failure: Failure | None = None
     traceback: str | None = field(default=None, repr=False)
 
