@@ -115,10 +115,16 @@ def test_219000_files_make_the_fewest_batches_and_no_crowded_directory(uchicago)
 
 
 def test_identities_cannot_collide():
-    collide = {"a__b": {"c": {"nevts_total": 1, "files": [{"path": "x.root", "nevts": 1}]}},
-               "a": {"b__c": {"nevts_total": 1, "files": [{"path": "y.root", "nevts": 1}]}}}
+    """a_b/c and a/b_c are two identities, two batches and two coffea datasets; a__b/c and a/b__c, whose coffea
+    dataset names (<process>__<variation>) would meet, are refused, naming both."""
+    collide = {"a_b": {"c": {"nevts_total": 1, "files": [{"path": "x.root", "nevts": 1}]}},
+               "a": {"b_c": {"nevts_total": 1, "files": [{"path": "y.root", "nevts": 1}]}}}
     assert dataset.problems(collide) == []
-    fids = [t.fid for t in dataset.tasks(collide)]
-    assert sorted(fids) == ["a/b__c/0", "a__b/c/0"]
-    batches = index.plan(dataset.tasks(collide), 4, fetch.local_route)
+    tasks = dataset.tasks(collide)
+    assert sorted(t.fid for t in tasks) == ["a/b_c/0", "a_b/c/0"]
+    assert sorted(t.dataset for t in tasks) == ["a__b_c", "a_b__c"]
+    batches = index.plan(tasks, 4, fetch.local_route)
     assert len({b.id for b in batches}) == 2
+    meet = {"a__b": {"c": collide["a_b"]["c"]}, "a": {"b__c": collide["a"]["b_c"]}}
+    assert dataset.problems(meet) == ["a/b__c: its coffea dataset name a__b__c (<process>__<variation>) is also "
+                                      "a__b/c's; rename one of them (e.g. without '__')"]
