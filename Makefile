@@ -11,10 +11,12 @@ CMD ?=
 # its raw text, $(value CMD), in HEPVINE_RUN_CMD instead (tests/sandbox/test_make_run.py).
 unexport CMD
 
-.PHONY: help sandbox services-start services-stop services-status shell run test chaos demo bench clean-sandbox
+.PHONY: help check sandbox services-start services-stop services-status shell run test chaos demo bench clean-sandbox
 
 help:
 	@echo "make demo            run the demo campaign end to end on the sandbox"
+	@echo "make check           the fast check (~2 min, no services): ruff, snakefmt, snakemake --lint, and every"
+	@echo "                     test that needs neither the services nor root"
 	@echo "make test            the tests (tests/ and the executor plugin's own) on the sandbox's real services"
 	@echo "                     (PYTEST_ARGS='-k ...'), then those marked root as root"
 	@echo "make chaos           the slow fault tests (tests/chaos: workers killed, caches down) on the sandbox"
@@ -47,6 +49,14 @@ run: sandbox
 	@[ -n "$$HEPVINE_RUN_CMD" ] || { echo "usage: make run CMD='command ...'" >&2; exit 2; }
 	@$(WITH_SERVICES) --keep-services bash -c "$$HEPVINE_RUN_CMD"
 
+# The fast check, before a commit and before `make test` in CI: formatting and lint (ruff, snakefmt), and every test
+# that needs neither the sandbox's services nor root and runs no whole campaign (tests using a services fixture are
+# marked `sandbox` by taskvine_fixtures, those running campaigns `slow` by tests/conftest.py), Snakemake's own linter
+# on the workflow among them (tests/workflow/test_lint.py). No service starts; the userland is built or reused.
+check: sandbox
+	@$(ENTER) -- sh -c 'ruff format --check . && ruff check . && snakefmt --check Snakefile workflows/rules \
+		&& python -m pytest -q -m "not sandbox and not root and not slow" $(PYTEST_ARGS)'
+
 test: sandbox
 	@$(WITH_SERVICES) --pytest-root-pass python -m pytest --durations=30 $(PYTEST_ARGS)
 
@@ -57,7 +67,7 @@ chaos: sandbox
 	@$(WITH_SERVICES) python -m pytest --chaos -m chaos $(PYTEST_ARGS)
 
 demo: sandbox
-	@$(WITH_SERVICES) python -m hepvine.demo
+	@$(WITH_SERVICES) python -m hepvine.devtools.demo
 
 bench: sandbox
 	@$(WITH_SERVICES) sh -c "python benchmarks/analysis.py && python benchmarks/processor.py && python benchmarks/recompress.py && python benchmarks/dispatch.py && python benchmarks/manager_rate.py"

@@ -16,12 +16,20 @@ if workflow.is_main_process:
     import os
     import sys
 
-    from hepvine import provenance
+    from hepvine.products import provenance
 
     # Only this process knows the command line, the profile and the checkout: recorded for the report's provenance.
-    provenance.write_run(f"{INDEX}/run.json", provenance.collect_run(
-        config=config, argv=sys.argv, environ=dict(os.environ), workflow_dir=Path(workflow.basedir),
-        configfiles=workflow.config_settings.configfiles), sys.argv)
+    provenance.write_run(
+        f"{INDEX}/run.json",
+        provenance.collect_run(
+            config=config,
+            argv=sys.argv,
+            environ=dict(os.environ),
+            workflow_dir=Path(workflow.basedir),
+            configfiles=workflow.config_settings.configfiles,
+        ),
+        sys.argv,
+    )
 
 
 rule all:
@@ -34,12 +42,12 @@ rule all:
 
 
 onsuccess:
-    from hepvine.report import summary_line
-    from hepvine.retries import update as update_retries
+    from hepvine.products.report import process_age_s, summary_line
+    from hepvine.products.retries import update as update_retries
 
     if Path(f"{OUT}/report.json").exists():
         report = json.loads(Path(f"{OUT}/report.json").read_text())
         update_retries(report, Path(RETRIES_FILE))
         if report["complete"] and Path(f"{CACHE_STATS}/start.json").exists():
             Path(f"{CACHE_STATS}/start.json").unlink()
-        print(summary_line(report, OUT))
+        print(summary_line(report, OUT, process_age_s()))

@@ -1,17 +1,19 @@
 """``make bench`` (analysis part): per-core event rates, measured side by side in one process on the same events, of
 
 (a) uproot reading the analysis's branches and nothing else — the I/O limit — on LZMA-9 and on ZSTD-5 inputs;
-(b) the hepvine analysis of a file (``hepvine.driver.run_file``, what a campaign job runs per file) on the LZMA-9 inputs;
+(b) the hepvine analysis of a file (``hepvine.jobs.driver.run_file``, what a campaign job runs per file) on the LZMA-9
+    inputs;
 (c) the same on their ZSTD-5 copies;
 (d) the same selection written with coffea's NanoEvents, on the ZSTD-5 copies (checked to select the same events);
 
-plus the recompression's throughput (``hepvine.recompress``: copy, then verify every branch) and the ZSTD/LZMA size
+plus the recompression's throughput (``hepvine.work.recompress``: copy, then verify every branch) and the ZSTD/LZMA size
 ratio. Writes results/bench/analysis.json (``--schema compact``, whose rates ``hepvine plan`` reads) or
 results/bench/analysis-nanoaod.json. Everything runs in this one process, so "per core" is per process;
 each rate is the best of ``--repeat`` rounds, taken in turn so that machine noise hits every variant alike.
 
 The inputs (generated ttbar, LZMA-9, as in CMS NanoAOD; ``--schema compact``, the default, has hepvine's 94
-branches, ``nanoaod`` the layout of a real NanoAOD file, 1,590 branches: on small files opening them dominates) are made once and kept in results/bench/inputs-<schema>.
+branches, ``nanoaod`` the layout of a real NanoAOD file, 1,590 branches: on small files opening them dominates) are made
+once and kept in results/bench/inputs-<schema>.
 """
 
 from __future__ import annotations
@@ -28,8 +30,12 @@ import awkward as ak
 import numpy as np
 import uproot
 
+from hepvine.devtools import generate
 from hepvine.examples import agc as analysis
-from hepvine import driver, eras, fetch, generate, processor, recompress
+from hepvine.jobs import driver
+from hepvine.model import eras
+from hepvine.reading import fetch
+from hepvine.work import processor, recompress
 
 OUT = Path("results/bench")
 TARGETS = {"zstd_over_lzma": 3.0, "zstd_over_io_limit": 0.6, "hepvine_over_coffea": 1.5, "zstd_size_over_lzma": 1.3}
@@ -58,12 +64,27 @@ def timed(fn) -> tuple[float, float, object]:
 
 
 def shard_entry(path: Path, process: str, n: int, xsec: float, era: str | None = None) -> dict:
-    """PATH as the only file of the spec sample PROCESS/nominal, a shard's entry as hepvine.index.shard writes it."""
+    """PATH as the only file of the spec sample PROCESS/nominal, a shard's entry as
+    hepvine.routing.index.shard writes it."""
     metadata = {"process": process, "variation": "nominal", "xsec": xsec, "nevts_total": n, "era": era}
-    return {"fid": f"{process}/nominal/{path.stem}", "path": str(path), "process": process, "variation": "nominal",
-            "index": 0, "nevts": n, "nevts_total": n, "xsec": xsec, "era": era, "bytes": None,
-            "dataset": f"{process}__nominal", "treename": "Events", "metadata": metadata, "uuid": None, "steps": None,
-            "route": fetch.local_route(str(path))}
+    return {
+        "fid": f"{process}/nominal/{path.stem}",
+        "path": str(path),
+        "process": process,
+        "variation": "nominal",
+        "index": 0,
+        "nevts": n,
+        "nevts_total": n,
+        "xsec": xsec,
+        "era": era,
+        "bytes": None,
+        "dataset": f"{process}__nominal",
+        "treename": "Events",
+        "metadata": metadata,
+        "uuid": None,
+        "steps": None,
+        "route": fetch.local_route(str(path)),
+    }
 
 
 def agc() -> processor.Analysis:
@@ -102,19 +123,34 @@ def coffea_observables(events, scale: float, selection: eras.Selection = analysi
     era = selection.era
     btag = era.btag.removeprefix("Jet_")
     electron_id, tight = era.electron_id
-    electrons = events.Electron[(events.Electron.pt > 30) & (abs(events.Electron.eta) < 2.1)
-                                & (events.Electron[electron_id.removeprefix("Electron_")] == tight)
-                                & (events.Electron.sip3d < 4)]
-    muons = events.Muon[(events.Muon.pt > 30) & (abs(events.Muon.eta) < 2.1)
-                        & events.Muon[era.muon_id.removeprefix("Muon_")]
-                        & (events.Muon.sip3d < 4) & (events.Muon.pfRelIso04_all < 0.15)]
+    electrons = events.Electron[
+        (events.Electron.pt > 30)
+        & (abs(events.Electron.eta) < 2.1)
+        & (events.Electron[electron_id.removeprefix("Electron_")] == tight)
+        & (events.Electron.sip3d < 4)
+    ]
+    muons = events.Muon[
+        (events.Muon.pt > 30)
+        & (abs(events.Muon.eta) < 2.1)
+        & events.Muon[era.muon_id.removeprefix("Muon_")]
+        & (events.Muon.sip3d < 4)
+        & (events.Muon.pfRelIso04_all < 0.15)
+    ]
     jets = ak.with_field(events.Jet, events.Jet.pt * scale, "pt")
     if selection.jet_id == eras.JET_ID_BIT:
         jet_id = jets.isTightLeptonVeto
     else:
         multiplicity = ak.values_astype(jets.chMultiplicity, np.int64) + jets.neMultiplicity
-        jet_id = ((abs(jets.eta) <= 2.6) & (jets.neHEF < 0.99) & (jets.neEmEF < 0.9) & (multiplicity > 1)
-                  & (jets.chHEF > 0.01) & (jets.chMultiplicity > 0) & (jets.muEF < 0.8) & (jets.chEmEF < 0.8))
+        jet_id = (
+            (abs(jets.eta) <= 2.6)
+            & (jets.neHEF < 0.99)
+            & (jets.neEmEF < 0.9)
+            & (multiplicity > 1)
+            & (jets.chHEF > 0.01)
+            & (jets.chMultiplicity > 0)
+            & (jets.muEF < 0.8)
+            & (jets.chEmEF < 0.8)
+        )
     jets = jets[(jets.pt > 30) & (abs(jets.eta) < 2.4) & jet_id]
     nbtag = ak.sum(jets[btag] > era.btag_wp, axis=1)
     selected = (ak.num(electrons) + ak.num(muons) == 1) & (ak.num(jets) >= 4)
@@ -139,23 +175,28 @@ def coffea_weights(variation: str, jet_pt, weight: float) -> np.ndarray:
     return weights
 
 
-def coffea_histogram(path: Path | str, process: str, weight: float,
-                     selection: eras.Selection = analysis.RUN2) -> tuple[object, int, dict[str, int]]:
+def coffea_histogram(
+    path: Path | str, process: str, weight: float, selection: eras.Selection = analysis.RUN2
+) -> tuple[object, int, dict[str, int]]:
     """(histogram, events, nominal count per region) of the file at PATH (TTree or RNTuple ``Events``), a simulated
     nominal sample of PROCESS, with coffea: every histogram variation ``analysis.variations`` says it fills."""
     from coffea.nanoevents import NanoAODSchema, NanoEventsFactory
 
     with warnings.catch_warnings():  # generated files lack NanoAOD's cross-reference indices; harmless here
         warnings.simplefilter("ignore")
-        events = NanoEventsFactory.from_root({str(path): "Events"}, schemaclass=NanoAODSchema,
-                                             mode="virtual").events()
+        events = NanoEventsFactory.from_root({str(path): "Events"}, schemaclass=NanoAODSchema, mode="virtual").events()
     h = analysis.new_histogram()
     selected = {name: coffea_observables(events, scale, selection) for name, scale in analysis.VARIATIONS.items()}
     for region in analysis.REGIONS:
         for variation in analysis.variations(process, "nominal", data=False):
             values, jet_pt = selected[variation if variation in selected else "nominal"][region]
-            h.fill(region=region, process=process, variation=variation, observable=values,
-                   weight=coffea_weights(variation, jet_pt, weight))
+            h.fill(
+                region=region,
+                process=process,
+                variation=variation,
+                observable=values,
+                weight=coffea_weights(variation, jet_pt, weight),
+            )
     return h, len(events), {region: len(values) for region, (values, _) in selected["nominal"].items()}
 
 
@@ -179,7 +220,7 @@ def selected_by_hepvine(paths: list[Path]) -> dict:
     return counts
 
 
-# The real files' Run 3 simulation does not say its year (hepvine.eras): the era its spec would give.
+# The real files' Run 3 simulation does not say its year (hepvine.model.eras): the era its spec would give.
 REAL_SPEC_ERAS = {"ggH_M125_amcatnlo_v13.root": "run3-2022EE", "nano_tt_v15.root": "run3-2022"}
 
 
@@ -205,8 +246,7 @@ def real_files(directory: Path, repeat: int, codec: str) -> dict:
         events = 0
         for path in paths:
             with uproot.open(path) as f:
-                for chunk in f["Events"].iterate(selections[path.name].branches,
-                                                 step_size=processor.DEFAULT_CHUNKSIZE):
+                for chunk in f["Events"].iterate(selections[path.name].branches, step_size=processor.DEFAULT_CHUNKSIZE):
                     events += len(chunk)
         return events
 
@@ -230,32 +270,50 @@ def real_files(directory: Path, repeat: int, codec: str) -> dict:
     for round_ in range(repeat):
         for inputs_name, paths in sets.items():
             for name, fn in variants.items():
-                wall, _, read = timed(lambda: fn(paths))
-                print(f"bench: real files ({inputs_name}), round {round_ + 1}: {name}: {wall:.2f} s, {read} events",
-                      flush=True)
+                wall, _, read = timed(lambda fn=fn, paths=paths: fn(paths))
+                print(
+                    f"bench: real files ({inputs_name}), round {round_ + 1}: {name}: {wall:.2f} s, {read} events",
+                    flush=True,
+                )
                 best[inputs_name][name] = min(best[inputs_name].get(name, wall), wall)
     events = sum(entries.values())
-    return {"what": "every real NanoAOD file, as it is and recompressed, one process, best of the rounds",
-            "directory": str(directory), "files": len(sources), "events": events, "rounds": repeat,
-            "eras": {name: s.describe() for name, s in selections.items()},
-            "inputs": {inputs_name: {
+    return {
+        "what": "every real NanoAOD file, as it is and recompressed, one process, best of the rounds",
+        "directory": str(directory),
+        "files": len(sources),
+        "events": events,
+        "rounds": repeat,
+        "eras": {name: s.describe() for name, s in selections.items()},
+        "inputs": {
+            inputs_name: {
                 "bytes": sum(p.stat().st_size for p in sets[inputs_name]),
                 "seconds": {name: round(wall, 3) for name, wall in walls.items()},
                 "rates_hz_per_core": {name: round(events / wall, 1) for name, wall in walls.items()},
                 "hepvine_over_coffea": round(walls["coffea"] / walls["hepvine"], 3),
-                "hepvine_over_io_limit": round(walls["io_limit"] / walls["hepvine"], 3)}
-                for inputs_name, walls in best.items()}}
+                "hepvine_over_io_limit": round(walls["io_limit"] / walls["hepvine"], 3),
+            }
+            for inputs_name, walls in best.items()
+        },
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--real", type=Path, help="instead: the real NanoAOD files of this directory (e.g. "
-                        "../shared/nanoaod), as they are and recompressed to --codec; writes "
-                        "results/bench/analysis-real.json")
+    parser.add_argument(
+        "--real",
+        type=Path,
+        help="instead: the real NanoAOD files of this directory (e.g. "
+        "../shared/nanoaod), as they are and recompressed to --codec; writes "
+        "results/bench/analysis-real.json",
+    )
     parser.add_argument("--files", type=int, default=2)
     parser.add_argument("--events", type=int, default=100_000, help="events per file")
-    parser.add_argument("--schema", choices=generate.SCHEMAS, default="compact",
-                        help="of the generated inputs (compact: the rates hepvine plan uses; nanoaod: the real layout)")
+    parser.add_argument(
+        "--schema",
+        choices=generate.SCHEMAS,
+        default="compact",
+        help="of the generated inputs (compact: the rates hepvine plan uses; nanoaod: the real layout)",
+    )
     parser.add_argument("--repeat", type=int, default=5, help="rounds; each rate is the best of them")
     parser.add_argument("--codec", default="zstd:5")
     args = parser.parse_args(argv)
@@ -271,7 +329,11 @@ def main(argv: list[str] | None = None) -> int:
     zstd[0].parent.mkdir(parents=True, exist_ok=True)
     recompress_wall = recompress_cpu = 0.0
     for source, copy in zip(lzma, zstd):
-        wall, cpu, _ = timed(lambda: recompress.recompress(str(source), copy, recompress.parse_codec(args.codec)))
+        wall, cpu, _ = timed(
+            lambda source=source, copy=copy: recompress.recompress(
+                str(source), copy, recompress.parse_codec(args.codec)
+            )
+        )
         recompress_wall, recompress_cpu = recompress_wall + wall, recompress_cpu + cpu
     lzma_bytes, zstd_bytes = sum(p.stat().st_size for p in lzma), sum(p.stat().st_size for p in zstd)
 
@@ -305,29 +367,55 @@ def main(argv: list[str] | None = None) -> int:
     }
     result = {
         "what": "per-core (one process) event rates on the same events, best of the rounds",
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                    "load_average": os.getloadavg()},
-        "events": events, "files": args.files, "schema": args.schema, "codec": args.codec, "rounds": args.repeat,
+        "machine": {
+            "cpu": platform.processor() or platform.machine(),
+            "cores": os.cpu_count(),
+            "load_average": os.getloadavg(),
+        },
+        "events": events,
+        "files": args.files,
+        "schema": args.schema,
+        "codec": args.codec,
+        "rounds": args.repeat,
         "selected_events": hepvine_counts,
         "rates_hz_per_core": {name: round(rate, 1) for name, rate in rates.items()},
         "seconds": {name: {"wall": round(w, 3), "cpu": round(c, 3)} for name, (w, c) in best.items()},
-        "bytes": {"lzma_files": lzma_bytes, "zstd_files": zstd_bytes,
-                  "read_per_event_lzma": round(returned["hepvine_lzma"][1] / events, 1),
-                  "read_per_event_zstd": round(returned["hepvine_zstd"][1] / events, 1)},
-        "recompress": {"wall_seconds": round(recompress_wall, 2), "cpu_seconds": round(recompress_cpu, 2),
-                       "source_mb_per_s_per_core": round(lzma_bytes / 1e6 / recompress_wall, 2),
-                       "output_mb_per_s_per_core": round(zstd_bytes / 1e6 / recompress_wall, 2),
-                       "events_hz_per_core": round(events / recompress_wall, 1),
-                       "note": "copy every tree and branch, then verify entries and per-branch checksums"},
+        "bytes": {
+            "lzma_files": lzma_bytes,
+            "zstd_files": zstd_bytes,
+            "read_per_event_lzma": round(returned["hepvine_lzma"][1] / events, 1),
+            "read_per_event_zstd": round(returned["hepvine_zstd"][1] / events, 1),
+        },
+        "recompress": {
+            "wall_seconds": round(recompress_wall, 2),
+            "cpu_seconds": round(recompress_cpu, 2),
+            "source_mb_per_s_per_core": round(lzma_bytes / 1e6 / recompress_wall, 2),
+            "output_mb_per_s_per_core": round(zstd_bytes / 1e6 / recompress_wall, 2),
+            "events_hz_per_core": round(events / recompress_wall, 1),
+            "note": "copy every tree and branch, then verify entries and per-branch checksums",
+        },
         "ratios": {name: round(value, 3) for name, value in ratios.items()},
-        "targets": {name: {"target": target, "measured": round(ratios[name], 3),
-                           "met": ratios[name] <= target if name == "zstd_size_over_lzma" else ratios[name] >= target}
-                    for name, target in TARGETS.items()},
+        "targets": {
+            name: {
+                "target": target,
+                "measured": round(ratios[name], 3),
+                "met": ratios[name] <= target if name == "zstd_size_over_lzma" else ratios[name] >= target,
+            }
+            for name, target in TARGETS.items()
+        },
     }
     name = "analysis.json" if args.schema == "compact" else f"analysis-{args.schema}.json"
     (OUT / name).write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps({"rates_hz_per_core": result["rates_hz_per_core"], "targets": result["targets"],
-                      "recompress": result["recompress"]}, indent=2))
+    print(
+        json.dumps(
+            {
+                "rates_hz_per_core": result["rates_hz_per_core"],
+                "targets": result["targets"],
+                "recompress": result["recompress"],
+            },
+            indent=2,
+        )
+    )
     return 0
 
 

@@ -41,31 +41,111 @@ rule small:
 
 MACHINE_CORES = os.cpu_count() or 1
 POOL_CORES = 4  # the sandbox pool: two partitionable slots of 2 cores (sandbox/services.py)
-TASKVINE_WORKER = ["--taskvine-worker-memory-mb", "1000", "--taskvine-worker-disk-mb", "2000",
-                   "--default-resources", "mem_mb=100", "disk_mb=10"]
+TASKVINE_WORKER = [
+    "--taskvine-worker-memory-mb",
+    "1000",
+    "--taskvine-worker-disk-mb",
+    "2000",
+    "--default-resources",
+    "mem_mb=100",
+    "disk_mb=10",
+]
 
 # name → (snakemake arguments, cores the variant was given)
 VARIANTS = {
     "local": (["--cores", str(MACHINE_CORES)], MACHINE_CORES),
-    "taskvine-local": (["--executor", "taskvine", "--jobs", "100", "--taskvine-workers", "local",
-                        "--taskvine-min-workers", str(MACHINE_CORES), "--taskvine-max-workers", str(MACHINE_CORES),
-                        "--taskvine-worker-cores", "1", *TASKVINE_WORKER], MACHINE_CORES),
-    "taskvine-condor": (["--executor", "taskvine", "--jobs", "100", "--taskvine-workers", "condor",
-                         "--taskvine-min-workers", "2", "--taskvine-max-workers", "2",
-                         "--taskvine-worker-cores", str(POOL_CORES // 2), *TASKVINE_WORKER], POOL_CORES),
+    "taskvine-local": (
+        [
+            "--executor",
+            "taskvine",
+            "--jobs",
+            "100",
+            "--taskvine-workers",
+            "local",
+            "--taskvine-min-workers",
+            str(MACHINE_CORES),
+            "--taskvine-max-workers",
+            str(MACHINE_CORES),
+            "--taskvine-worker-cores",
+            "1",
+            *TASKVINE_WORKER,
+        ],
+        MACHINE_CORES,
+    ),
+    "taskvine-condor": (
+        [
+            "--executor",
+            "taskvine",
+            "--jobs",
+            "100",
+            "--taskvine-workers",
+            "condor",
+            "--taskvine-min-workers",
+            "2",
+            "--taskvine-max-workers",
+            "2",
+            "--taskvine-worker-cores",
+            str(POOL_CORES // 2),
+            *TASKVINE_WORKER,
+        ],
+        POOL_CORES,
+    ),
     # The same, each job a call of a TaskVine library on the workers (Snakemake imported once per worker).
-    "taskvine-local-library": (["--executor", "taskvine", "--jobs", "100", "--taskvine-workers", "local",
-                                "--taskvine-min-workers", str(MACHINE_CORES), "--taskvine-max-workers",
-                                str(MACHINE_CORES), "--taskvine-worker-cores", "1", "--taskvine-library",
-                                *TASKVINE_WORKER], MACHINE_CORES),
-    "taskvine-condor-library": (["--executor", "taskvine", "--jobs", "100", "--taskvine-workers", "condor",
-                                 "--taskvine-min-workers", "2", "--taskvine-max-workers", "2",
-                                 "--taskvine-worker-cores", str(POOL_CORES // 2), "--taskvine-library",
-                                 *TASKVINE_WORKER], POOL_CORES),
+    "taskvine-local-library": (
+        [
+            "--executor",
+            "taskvine",
+            "--jobs",
+            "100",
+            "--taskvine-workers",
+            "local",
+            "--taskvine-min-workers",
+            str(MACHINE_CORES),
+            "--taskvine-max-workers",
+            str(MACHINE_CORES),
+            "--taskvine-worker-cores",
+            "1",
+            "--taskvine-library",
+            *TASKVINE_WORKER,
+        ],
+        MACHINE_CORES,
+    ),
+    "taskvine-condor-library": (
+        [
+            "--executor",
+            "taskvine",
+            "--jobs",
+            "100",
+            "--taskvine-workers",
+            "condor",
+            "--taskvine-min-workers",
+            "2",
+            "--taskvine-max-workers",
+            "2",
+            "--taskvine-worker-cores",
+            str(POOL_CORES // 2),
+            "--taskvine-library",
+            *TASKVINE_WORKER,
+        ],
+        POOL_CORES,
+    ),
     # It checks job status every 10 s by default; every second here, so that it is not charged for polling.
-    "htcondor-plugin": (["--executor", "htcondor", "--jobs", str(POOL_CORES), "--envvars", "PATH",
-                         "--seconds-between-status-checks", "1",
-                         "--default-resources", "mem_mb=100", "disk_mb=10"], POOL_CORES),
+    "htcondor-plugin": (
+        [
+            "--executor",
+            "htcondor",
+            "--jobs",
+            str(POOL_CORES),
+            "--envvars",
+            "PATH",
+            "--seconds-between-status-checks",
+            "1",
+            "--default-resources",
+            "mem_mb=100",
+            "disk_mb=10",
+        ],
+        POOL_CORES,
+    ),
 }
 
 
@@ -81,7 +161,11 @@ def run_variant(name: str, workdir: Path, n: int, timeout_s: float) -> dict:
     fanin = workdir / "fanin.txt"
     ok = done.returncode == 0 and fanin.exists() and len(fanin.read_text().split()) == n
     record = {
-        "variant": name, "ok": ok, "jobs": n + 1, "cores": cores, "makespan_s": round(makespan, 2),
+        "variant": name,
+        "ok": ok,
+        "jobs": n + 1,
+        "cores": cores,
+        "makespan_s": round(makespan, 2),
         "jobs_per_s": round((n + 1) / makespan, 2),
         "overhead_core_s_per_job": round(makespan * cores / (n + 1), 3),
         # Every variant runs on the same machine, whatever cores it was given: its physical cost.
@@ -91,8 +175,11 @@ def run_variant(name: str, workdir: Path, n: int, timeout_s: float) -> dict:
     if not ok:
         record["error"] = done.stderr[-2000:]
     record.update(taskvine_profile(workdir))
-    print(f"bench: {name:16} {'ok' if ok else 'FAILED':6} makespan {makespan:7.1f} s, "
-          f"{record['overhead_core_s_per_job']:.2f} core-s/job", file=sys.stderr)
+    print(
+        f"bench: {name:16} {'ok' if ok else 'FAILED':6} makespan {makespan:7.1f} s, "
+        f"{record['overhead_core_s_per_job']:.2f} core-s/job",
+        file=sys.stderr,
+    )
     return record
 
 
@@ -138,9 +225,27 @@ def job_profile(workdir: Path) -> dict:
     shutil.rmtree(one, ignore_errors=True)
     one.mkdir(parents=True)
     (one / "Snakefile").write_text(SNAKEFILE.format(n=1))
-    job = [python, "-m", "snakemake", "--snakefile", str(one / "Snakefile"), "--directory", str(one),
-           "--target-jobs", "small:i=0", "--allowed-rules", "small", "--cores", "1", "--force",
-           "--nolock", "--quiet", "all", "--mode", "remote"]
+    job = [
+        python,
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(one / "Snakefile"),
+        "--directory",
+        str(one),
+        "--target-jobs",
+        "small:i=0",
+        "--allowed-rules",
+        "small",
+        "--cores",
+        "1",
+        "--force",
+        "--nolock",
+        "--quiet",
+        "all",
+        "--mode",
+        "remote",
+    ]
     return {
         "python_start_s": time_command([python, "-c", "pass"]),
         "import_snakemake_cli_s": time_command([python, "-c", "import snakemake.cli"]),
@@ -153,8 +258,9 @@ def job_profile(workdir: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=200, help="short jobs before the fan-in (default 200)")
-    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of: "
-                        + ", ".join(VARIANTS))
+    parser.add_argument(
+        "--variants", default=",".join(VARIANTS), help="comma-separated subset of: " + ", ".join(VARIANTS)
+    )
     parser.add_argument("--workdir", default="results/bench/dispatch-work")
     parser.add_argument("--output", default="results/bench/dispatch.json")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds allowed per variant")
@@ -171,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     for variant in ("taskvine-condor", "taskvine-condor-library"):
         if variant in by_name and "htcondor-plugin" in by_name:
             result[f"speedup_{variant.replace('-', '_')}_vs_htcondor_plugin"] = round(
-                by_name["htcondor-plugin"]["makespan_s"] / by_name[variant]["makespan_s"], 2)
+                by_name["htcondor-plugin"]["makespan_s"] / by_name[variant]["makespan_s"], 2
+            )
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

@@ -1,7 +1,8 @@
-"""Writes ``workflows/hepvine/nanoschema.py``, the committed description of a real NanoAOD file that ``hepvine
-generate --schema nanoaod`` follows: every TTree's branches in file order (name, numpy type, the counter of a jagged
-branch) with a compact summary of the values of each (the fraction true of a bool; the values and their frequencies
-when there are few; else seven quantiles and, for floats, the mantissa bits NanoAOD kept), and the ``tag`` string.
+"""Writes ``workflows/hepvine/devtools/nanoschema.json``, the committed description of a real NanoAOD file that
+``hepvine generate --schema nanoaod`` follows: every TTree's branches in file order (name, numpy type, the counter of a
+jagged branch) with a compact summary of the values of each (the fraction true of a bool; the values and their
+frequencies when there are few; else seven quantiles and, for floats, the mantissa bits NanoAOD kept), and the
+``tag`` string.
 
 Run once, by hand, on the file the description names (never at generate time, which may run where the real files
 are not)::
@@ -13,21 +14,20 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import pprint
-import textwrap
+import json
 from pathlib import Path
 
 import awkward as ak
 import numpy as np
 import uproot
 
-OUT = Path(__file__).resolve().parents[1] / "workflows" / "hepvine" / "nanoschema.py"
+OUT = Path(__file__).resolve().parents[1] / "workflows" / "hepvine" / "devtools" / "nanoschema.json"
 QUANTILES = (0.0, 0.05, 0.25, 0.5, 0.75, 0.95, 1.0)
 FEW = 8  # at most this many distinct values: kept with their frequencies
 SOURCE = {  # where the default file comes from (../shared/nanoaod/README.md)
     "ttH_M125_2017.root": "tiwariPC/DarkBottomLine tests/samples/skimmed_nano/ttH_M125_2017.root at "
-                          "14e9cd6aa4f7260104a6569284be3f63dfeedb48 (BSD-3-Clause; Run 2 2017 ttH simulation, NanoAOD "
-                          "post-processed with nanoAOD-tools, first 100 events)",
+    "14e9cd6aa4f7260104a6569284be3f63dfeedb48 (BSD-3-Clause; Run 2 2017 ttH simulation, NanoAOD "
+    "post-processed with nanoAOD-tools, first 100 events)",
 }
 
 
@@ -51,8 +51,13 @@ def summary(values: np.ndarray) -> tuple:
         return ("p", significant(values.mean()) if len(values) else 0.0)
     distinct, counts = np.unique(values, return_counts=True)
     if len(distinct) <= FEW:
-        return ("v", tuple((v.item() if values.dtype.kind in "iub" else significant(v), significant(c / len(values)))
-                           for v, c in zip(distinct, counts)))
+        return (
+            "v",
+            tuple(
+                (v.item() if values.dtype.kind in "iub" else significant(v), significant(c / len(values)))
+                for v, c in zip(distinct, counts)
+            ),
+        )
     quantiles = tuple(significant(q) for q in np.quantile(values.astype(np.float64), QUANTILES))
     return ("q", quantiles, mantissa_bits(values) if values.dtype.kind == "f" else None)
 
@@ -79,8 +84,9 @@ def describe(tree) -> list[tuple]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("source", type=Path, help="a real NanoAOD file (TTree Events), e.g. "
-                        "../shared/nanoaod/ttH_M125_2017.root")
+    parser.add_argument(
+        "source", type=Path, help="a real NanoAOD file (TTree Events), e.g. ../shared/nanoaod/ttH_M125_2017.root"
+    )
     args = parser.parse_args(argv)
     with uproot.open(args.source) as f:
         trees = {name: describe(f[name]) for name, cls in f.classnames(cycle=False).items() if cls == "TTree"}
@@ -88,24 +94,25 @@ def main(argv: list[str] | None = None) -> int:
         entries = f["Events"].num_entries
     digest = hashlib.sha256(args.source.read_bytes()).hexdigest()
     origin = SOURCE.get(args.source.name, "see the file's provenance")
-    body = pprint.pformat(trees, width=118, compact=True, sort_dicts=False)
-    provenance = textwrap.fill(f"{args.source.name} ({entries} events, sha256 {digest}), {origin}.", 118)
-    OUT.write_text(f'''"""The layout of a real NanoAOD file that ``hepvine generate --schema nanoaod`` follows, written
-by benchmarks/extract_nanoschema.py (do not edit by hand) from
-{provenance}
-
-TREES: per TTree, its branches in file order as (name, numpy type, counter, summary). The counter is None for a
-scalar branch, "counter" for a counter, else the name of the jagged branch's counter. The summary of the values
-(flattened for a jagged branch) is ("p", fraction true) for a bool, ("v", ((value, frequency), ...)) for at most
-{FEW} distinct values, else ("q", quantiles at QUANTILES, float mantissa bits kept or None). TAG is the file's
-``tag`` string. The CMSSW framework trees MetaData and ParameterSets (no uproot writer) are not described.
-"""
-
-SOURCE = {args.source.name!r}
-QUANTILES = {QUANTILES!r}
-TAG = {tag!r}
-TREES = {body}
-''')
+    about = (
+        f"The layout of {args.source.name} ({entries} events, sha256 {digest}), {origin}; branches with at most "
+        f"{FEW} distinct values keep them with their frequencies."
+    )
+    lines = [
+        f'{{"about":{json.dumps(about)},',
+        f'"source":{json.dumps(args.source.name)},',
+        f'"quantiles":{json.dumps(QUANTILES)},',
+        f'"tag":{json.dumps(tag)},',
+        '"trees":{',
+    ]
+    for i, (name, branches) in enumerate(trees.items()):  # one branch a line: a changed layout is a small diff
+        lines.append(f"{json.dumps(name)}:[")
+        lines += [
+            json.dumps(b, separators=(",", ":")) + ("," if j < len(branches) - 1 else "")
+            for j, b in enumerate(branches)
+        ]
+        lines.append("]" + ("," if i < len(trees) - 1 else ""))
+    OUT.write_text("\n".join([*lines, "}}"]) + "\n")
     print(f"wrote {OUT}: {', '.join(f'{k} {len(v)} branches' for k, v in trees.items())}")
     return 0
 

@@ -36,12 +36,21 @@ def spec(i: int, inputs: list[Path], task_s: float) -> taskvine.TaskSpec:
     sent to a worker once and cached there), so that the files scheduler has inputs to weigh."""
     files = ((str(inputs[i % len(inputs)]), "input.dat"),) if inputs else ()
     command = f"sleep {task_s}" if task_s else "true"
-    return taskvine.TaskSpec(command=command, tag=f"t{i}", category="noop", cores=1, memory_mb=10, disk_mb=10,
-                             env={"HEPVINE_BENCH": "1"}, inputs=files)
+    return taskvine.TaskSpec(
+        command=command,
+        tag=f"t{i}",
+        category="noop",
+        cores=1,
+        memory_mb=10,
+        disk_mb=10,
+        env={"HEPVINE_BENCH": "1"},
+        inputs=files,
+    )
 
 
-def depth_run(depth: int, window: int, workers: int, cores: int, inputs: int, task_s: float, scratch: Path,
-              timeout_s: float) -> dict:
+def depth_run(
+    depth: int, window: int, workers: int, cores: int, inputs: int, task_s: float, scratch: Path, timeout_s: float
+) -> dict:
     """One manager with DEPTH tasks kept queued, WORKERS local workers of CORES cores, over WINDOW completions; the
     tasks read INPUTS distinct files and take TASK_S seconds each."""
     files = []
@@ -56,9 +65,18 @@ def depth_run(depth: int, window: int, workers: int, cores: int, inputs: int, ta
         live = {manager.submit(spec(i, files, task_s)) for i in range(depth)}
         submitted = depth
         submit_wall, submit_cpu = time.perf_counter() - wall0, time.process_time() - cpu0
-        started = [taskvine.Worker(manager_host="127.0.0.1", manager_port=manager.port, workspace=scratch / f"w{k}",
-                                   password_file=password, cores=cores, memory_mb=1000, disk_mb=2000)
-                   for k in range(workers)]
+        started = [
+            taskvine.Worker(
+                manager_host="127.0.0.1",
+                manager_port=manager.port,
+                workspace=scratch / f"w{k}",
+                password_file=password,
+                cores=cores,
+                memory_mb=1000,
+                disk_mb=2000,
+            )
+            for k in range(workers)
+        ]
         done = failed = 0
         window_start = None
         deadline = time.monotonic() + timeout_s
@@ -74,8 +92,10 @@ def depth_run(depth: int, window: int, workers: int, cores: int, inputs: int, ta
             if done == WARMUP:
                 window_start = (time.perf_counter(), time.process_time())
         if window_start is None or done < WARMUP + window:
-            raise SystemExit(f"depth {depth}: only {done} of {WARMUP + window} tasks ended within {timeout_s:.0f} s; "
-                             f"worker logs under {scratch}")
+            raise SystemExit(
+                f"depth {depth}: only {done} of {WARMUP + window} tasks ended within {timeout_s:.0f} s; "
+                f"worker logs under {scratch}"
+            )
         if failed:  # failed tasks end quickly: their rate would look like dispatch
             raise SystemExit(f"depth {depth}: {failed} of {done} tasks failed; worker logs under {scratch}")
         wall, cpu = time.perf_counter() - window_start[0], time.process_time() - window_start[1]
@@ -87,26 +107,48 @@ def depth_run(depth: int, window: int, workers: int, cores: int, inputs: int, ta
     finally:
         for worker in started:
             worker.stop()
-    return {"depth": depth, "inputs": inputs, "task_s": task_s, "workers": workers, "worker_cores": cores,
-            "window_tasks": window,
-            "submit_s": round(submit_wall, 3), "submit_cpu_ms_per_task": round(1e3 * submit_cpu / depth, 3),
-            "tasks_per_s": round(window / wall, 1), "cpu_ms_per_task": round(1e3 * cpu / window, 2),
-            "queued_at_end": queued, "cancel_s": round(cancel_s, 3)}
+    return {
+        "depth": depth,
+        "inputs": inputs,
+        "task_s": task_s,
+        "workers": workers,
+        "worker_cores": cores,
+        "window_tasks": window,
+        "submit_s": round(submit_wall, 3),
+        "submit_cpu_ms_per_task": round(1e3 * submit_cpu / depth, 3),
+        "tasks_per_s": round(window / wall, 1),
+        "cpu_ms_per_task": round(1e3 * cpu / window, 2),
+        "queued_at_end": queued,
+        "cancel_s": round(cancel_s, 3),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--depths", default="100,1000,3000,10000,30000",
-                        help="queue depths to measure, comma-separated (tasks kept queued at the manager)")
+    parser.add_argument(
+        "--depths",
+        default="100,1000,3000,10000,30000",
+        help="queue depths to measure, comma-separated (tasks kept queued at the manager)",
+    )
     parser.add_argument("--window", type=int, default=1000, help="completions measured at each depth")
     parser.add_argument("--workers", type=int, default=2, help="local vine_worker processes")
-    parser.add_argument("--worker-cores", type=int, default=4,
-                        help="cores each worker offers (the tasks do nothing, so more than the machine's is fine)")
-    parser.add_argument("--inputs", default="0,100",
-                        help="runs over: how many distinct input files the tasks read (0: none), comma-separated")
-    parser.add_argument("--task-s", default="0,0.1",
-                        help="runs over: seconds each task sleeps (0: it does nothing), comma-separated; with a sleep "
-                             "the workers are full and the manager holds ready tasks it cannot place (cctools #3957)")
+    parser.add_argument(
+        "--worker-cores",
+        type=int,
+        default=4,
+        help="cores each worker offers (the tasks do nothing, so more than the machine's is fine)",
+    )
+    parser.add_argument(
+        "--inputs",
+        default="0,100",
+        help="runs over: how many distinct input files the tasks read (0: none), comma-separated",
+    )
+    parser.add_argument(
+        "--task-s",
+        default="0,0.1",
+        help="runs over: seconds each task sleeps (0: it does nothing), comma-separated; with a sleep "
+        "the workers are full and the manager holds ready tasks it cannot place (cctools #3957)",
+    )
     parser.add_argument("--timeout", type=float, default=900, help="seconds one depth may take at most")
     parser.add_argument("--output", type=Path, default=REPO / "results" / "bench" / "manager-rate.json")
     args = parser.parse_args(argv)
@@ -114,8 +156,12 @@ def main(argv: list[str] | None = None) -> int:
     # Each run's workers and TaskVine logs, kept for a look (the managers write theirs as the process ends).
     scratch = args.output.with_suffix(".logs")
     shutil.rmtree(scratch, ignore_errors=True)
-    runs = [(float(t), int(k), int(d)) for t in args.task_s.split(",") for k in args.inputs.split(",")
-            for d in args.depths.split(",")]
+    runs = [
+        (float(t), int(k), int(d))
+        for t in args.task_s.split(",")
+        for k in args.inputs.split(",")
+        for d in args.depths.split(",")
+    ]
     for n, (task_s, inputs, depth) in enumerate(runs):
         run_dir = Path(scratch) / str(n)
         run_dir.mkdir(parents=True)
@@ -123,8 +169,9 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(json.dumps(row), flush=True)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps({"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                                       "rows": rows}, indent=1) + "\n")
+    args.output.write_text(
+        json.dumps({"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": rows}, indent=1) + "\n"
+    )
     print(f"written {args.output}", file=sys.stderr)
     return 0
 

@@ -3,8 +3,8 @@ one process on the same files, for the AGC ttbar selection (``hepvine.examples.a
 
 (a) native: uproot reads the selection's branches of each file in steps and the selection fills the histograms
     (what hepvine's driver ran before analyses were plug-ins);
-(b) hepvine's processor path: ``hepvine.processor.run_file`` with ``TtbarProcessor`` (NanoEvents, chunks, accumulate:
-    what a campaign's job runs per file);
+(b) hepvine's processor path: ``hepvine.work.processor.run_file`` with ``TtbarProcessor`` (NanoEvents, chunks,
+    accumulate: what a campaign's job runs per file);
 (c) coffea's own ``processor.Runner`` with ``IterativeExecutor`` and the same processor over the same files;
 
 on local files and on the same files read as ``root://`` through one of the sandbox's XCaches (warm: every variant
@@ -27,8 +27,10 @@ from pathlib import Path
 
 import uproot
 
-from hepvine import dataset, processor, services
+from hepvine.devtools import services
 from hepvine.examples import agc
+from hepvine.model import dataset
+from hepvine.work import processor
 
 OUT = Path("results/bench")
 TARGETS = {"processor_over_native": 1.1, "coffea_over_processor_xcache": 1 / 1.5}
@@ -54,10 +56,18 @@ def native(urls: list[str]) -> int:
 
 
 def task_of(url: str):
-    return dataset.FileTask(fid="ttbar/nominal/0", process="ttbar", variation="nominal", index=0, path=url,
-                            nevts=None, nevts_total=None, xsec=1.0, dataset="ttbar__nominal",
-                            metadata={"process": "ttbar", "variation": "nominal", "xsec": 1.0,
-                                      "nevts_total": 10**6, "era": "run2"})
+    return dataset.FileTask(
+        fid="ttbar/nominal/0",
+        process="ttbar",
+        variation="nominal",
+        index=0,
+        path=url,
+        nevts=None,
+        nevts_total=None,
+        xsec=1.0,
+        dataset="ttbar__nominal",
+        metadata={"process": "ttbar", "variation": "nominal", "xsec": 1.0, "nevts_total": 10**6, "era": "run2"},
+    )
 
 
 def hepvine_processor(urls: list[str], analysis) -> int:
@@ -67,10 +77,10 @@ def hepvine_processor(urls: list[str], analysis) -> int:
 def coffea_runner(urls: list[str], analysis) -> int:
     from coffea import processor as coffea_processor
 
-    fileset = {"ttbar__nominal": {"files": {url: "Events" for url in urls},
-                                  "metadata": task_of(urls[0]).metadata}}
-    runner = coffea_processor.Runner(executor=coffea_processor.IterativeExecutor(), schema=analysis.schema,
-                                     chunksize=CHUNKSIZE)
+    fileset = {"ttbar__nominal": {"files": {url: "Events" for url in urls}, "metadata": task_of(urls[0]).metadata}}
+    runner = coffea_processor.Runner(
+        executor=coffea_processor.IterativeExecutor(), schema=analysis.schema, chunksize=CHUNKSIZE
+    )
     out = runner(fileset, analysis.instance)
     return int(sum(h.values().sum() for k, h in out.items() if k.startswith("events_")))
 
@@ -91,11 +101,16 @@ def main(argv: list[str] | None = None) -> int:
     for path in paths:
         if not (store / path.name).exists():
             shutil.copy(path, store / path.name)
-    where = {"local": [str(p) for p in paths],
-             "xcache": [f"{cache['url']}//store/{store.name}/{p.name}" for p in paths]}
+    where = {
+        "local": [str(p) for p in paths],
+        "xcache": [f"{cache['url']}//store/{store.name}/{p.name}" for p in paths],
+    }
     analysis = processor.load("hepvine.examples.agc:TtbarProcessor", schema="NanoAODSchema", chunksize=CHUNKSIZE)
-    variants = {"native": lambda urls: native(urls), "processor": lambda urls: hepvine_processor(urls, analysis),
-                "coffea_runner": lambda urls: coffea_runner(urls, analysis)}
+    variants = {
+        "native": lambda urls: native(urls),
+        "processor": lambda urls: hepvine_processor(urls, analysis),
+        "coffea_runner": lambda urls: coffea_runner(urls, analysis),
+    }
     best: dict[str, dict[str, float]] = {w: {} for w in where}
     counts: dict[str, int] = {}
     for round_ in range(args.repeat + 1):  # round 0 warms the caches (XCache, page cache, imports)
@@ -111,25 +126,38 @@ def main(argv: list[str] | None = None) -> int:
                     best[place][name] = max(best[place].get(name, 0.0), n / wall)
     if len(set(counts.values())) != 1:
         raise SystemExit(f"bench: the variants analysed different events: {counts}")
-    ratios = {"processor_over_native": {p: round(best[p]["native"] / best[p]["processor"], 3) for p in where},
-              "processor_over_coffea_runner": {p: round(best[p]["processor"] / best[p]["coffea_runner"], 3)
-                                               for p in where}}
-    result = {"when": time.strftime("%Y-%m-%d %H:%M:%S"), "files": args.files, "events_per_file": args.events,
-              "schema": args.schema, "chunksize": CHUNKSIZE, "events": counts["native"],
-              "rates_hz_per_core": {p: {k: round(v) for k, v in r.items()} for p, r in best.items()},
-              "cost_of_processor_over_native": ratios["processor_over_native"],
-              "processor_speed_over_coffea_runner": ratios["processor_over_coffea_runner"],
-              "targets": {"processor cost over native <=": 1.1, "processor over coffea Runner (xcache) >=": 1.5}}
+    ratios = {
+        "processor_over_native": {p: round(best[p]["native"] / best[p]["processor"], 3) for p in where},
+        "processor_over_coffea_runner": {p: round(best[p]["processor"] / best[p]["coffea_runner"], 3) for p in where},
+    }
+    result = {
+        "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "files": args.files,
+        "events_per_file": args.events,
+        "schema": args.schema,
+        "chunksize": CHUNKSIZE,
+        "events": counts["native"],
+        "rates_hz_per_core": {p: {k: round(v) for k, v in r.items()} for p, r in best.items()},
+        "cost_of_processor_over_native": ratios["processor_over_native"],
+        "processor_speed_over_coffea_runner": ratios["processor_over_coffea_runner"],
+        "targets": {"processor cost over native <=": 1.1, "processor over coffea Runner (xcache) >=": 1.5},
+    }
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "processor.json").write_text(json.dumps(result, indent=2))
-    print(f"processor bench: {args.files} files x {args.events:,} events ({args.schema} layout), AGC processor, "
-          f"NanoAODSchema, chunksize {CHUNKSIZE:,}; events/s per core, best of {args.repeat}")
-    print(f"{'where':8} {'native':>10} {'processor':>10} {'coffea Runner':>14} {'proc/native cost':>17} "
-          f"{'proc/Runner':>12}")
+    print(
+        f"processor bench: {args.files} files x {args.events:,} events ({args.schema} layout), AGC processor, "
+        f"NanoAODSchema, chunksize {CHUNKSIZE:,}; events/s per core, best of {args.repeat}"
+    )
+    print(
+        f"{'where':8} {'native':>10} {'processor':>10} {'coffea Runner':>14} {'proc/native cost':>17} "
+        f"{'proc/Runner':>12}"
+    )
     for place in where:
         r = best[place]
-        print(f"{place:8} {r['native']:>10,.0f} {r['processor']:>10,.0f} {r['coffea_runner']:>14,.0f} "
-              f"{ratios['processor_over_native'][place]:>17.2f} {ratios['processor_over_coffea_runner'][place]:>12.2f}")
+        print(
+            f"{place:8} {r['native']:>10,.0f} {r['processor']:>10,.0f} {r['coffea_runner']:>14,.0f} "
+            f"{ratios['processor_over_native'][place]:>17.2f} {ratios['processor_over_coffea_runner'][place]:>12.2f}"
+        )
     return 0
 
 

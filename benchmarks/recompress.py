@@ -1,5 +1,5 @@
-"""``make bench`` (recompression part): how fast ``hepvine.recompress`` copies real CMSSW NanoAOD, step by step, with
-each of its two engines side by side in one run: the basket transcoder (``hepvine.transcode``) and hadd.
+"""``make bench`` (recompression part): how fast ``hepvine.work.recompress`` copies real CMSSW NanoAOD, step by step,
+with each of its two engines side by side in one run: the basket transcoder (``hepvine.work.transcode``) and hadd.
 
 For every file of ``../shared/nanoaod`` as it is (10–1,000 events: fixed costs dominate), for a bigger input made
 from one of them (``--enlarge N`` copies of ``ttH_M125_2017.root`` merged by ROOT into one LZMA-9 file with ROOT's
@@ -34,7 +34,8 @@ from pathlib import Path
 
 import uproot
 
-from hepvine import generate, recompress, transcode
+from hepvine.devtools import generate
+from hepvine.work import recompress, transcode
 
 OUT = Path("results/bench")
 NANOAOD = Path(__file__).resolve().parents[1].parent / "shared" / "nanoaod"
@@ -79,9 +80,13 @@ def measure_hadd(source: Path, codec: recompress.Codec, work: Path) -> tuple[dic
         root_cpu = children_cpu() - c0
         entries = recompress.verify(str(source), src, copy, what, codec)
         steps.lap("verify")
-    extra = {"copy_mb": round(copy.stat().st_size / 1e6, 3), "events": entries.get("Events"),
-             "cpu_seconds": round(cpu() - cpu0, 3), "root_cpu_seconds": round(root_cpu, 3),
-             "verbatim": what.verbatim_trees}
+    extra = {
+        "copy_mb": round(copy.stat().st_size / 1e6, 3),
+        "events": entries.get("Events"),
+        "cpu_seconds": round(cpu() - cpu0, 3),
+        "root_cpu_seconds": round(root_cpu, 3),
+        "verbatim": what.verbatim_trees,
+    }
     staged.unlink()
     copy.unlink()
     return steps.seconds, extra
@@ -104,9 +109,12 @@ def measure_transcode(source: Path, codec: recompress.Codec, work: Path) -> tupl
             steps.lap("transcode")
             entries = recompress.verify_transcoded(str(source), src, copy, manifest)
             steps.lap("verify")
-        extra = {"copy_mb": round(copy.stat().st_size / 1e6, 3), "events": entries.get("Events"),
-                 "cpu_seconds": round(cpu() - cpu0, 3),
-                 "transcoder_seconds": {k: round(v, 3) for k, v in manifest["seconds"].items()}}
+        extra = {
+            "copy_mb": round(copy.stat().st_size / 1e6, 3),
+            "events": entries.get("Events"),
+            "cpu_seconds": round(cpu() - cpu0, 3),
+            "transcoder_seconds": {k: round(v, 3) for k, v in manifest["seconds"].items()},
+        }
     finally:
         staged.unlink(missing_ok=True)
         copy.unlink(missing_ok=True)
@@ -116,8 +124,11 @@ def measure_transcode(source: Path, codec: recompress.Codec, work: Path) -> tupl
 def rates(size: int, seconds: dict, cpu_seconds: float, events: int | None) -> dict:
     """Input MB (and events) per second of wall time and of CPU time."""
     total = sum(seconds.values())
-    row = {"total_seconds": round(total, 3), "mb_per_s": round(size / 1e6 / total, 2),
-           "mb_per_cpu_s": round(size / 1e6 / cpu_seconds, 2)}
+    row = {
+        "total_seconds": round(total, 3),
+        "mb_per_s": round(size / 1e6 / total, 2),
+        "mb_per_cpu_s": round(size / 1e6 / cpu_seconds, 2),
+    }
     if events:
         row["events_per_s"] = round(events / total)
     return row
@@ -131,8 +142,12 @@ def transcoded(source: Path, codec: recompress.Codec, work: Path) -> dict:
     seconds, extra = measured
     floor = extra["transcoder_seconds"]["inflate"]
     size = source.stat().st_size
-    return {"seconds": seconds, **extra, **rates(size, seconds, extra["cpu_seconds"], extra["events"]),
-            "decompress_only_mb_per_s": round(size / 1e6 / floor, 2) if floor else None}
+    return {
+        "seconds": seconds,
+        **extra,
+        **rates(size, seconds, extra["cpu_seconds"], extra["events"]),
+        "decompress_only_mb_per_s": round(size / 1e6 / floor, 2) if floor else None,
+    }
 
 
 def enlarged(copies: int, work: Path) -> Path:
@@ -141,8 +156,11 @@ def enlarged(copies: int, work: Path) -> Path:
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = work / path.name
-        subprocess.run([recompress.root_program("hadd"), "-O", "-f209", str(tmp)] + [str(DENSE)] * copies,
-                       check=True, capture_output=True)
+        subprocess.run(
+            [recompress.root_program("hadd"), "-O", "-f209", str(tmp)] + [str(DENSE)] * copies,
+            check=True,
+            capture_output=True,
+        )
         tmp.replace(path)
     return path
 
@@ -159,10 +177,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--codec", default="zstd:5")
     parser.add_argument("--enlarge", type=int, default=100, help="copies merged into the bigger input (0: none)")
-    parser.add_argument("--generated", type=int, default=10_000,
-                        help="events of the generated real-density input (0: none; written once: ~1 min a 10,000)")
-    parser.add_argument("--other-codecs", default="zstd:1,lz4:1",
-                        help="comma-separated codecs the transcoder is also timed with ('' for none)")
+    parser.add_argument(
+        "--generated",
+        type=int,
+        default=10_000,
+        help="events of the generated real-density input (0: none; written once: ~1 min a 10,000)",
+    )
+    parser.add_argument(
+        "--other-codecs",
+        default="zstd:1,lz4:1",
+        help="comma-separated codecs the transcoder is also timed with ('' for none)",
+    )
     parser.add_argument("--only", nargs="*", help="file names of ../shared/nanoaod to time (default: all)")
     args = parser.parse_args(argv)
     codec = recompress.parse_codec(args.codec)
@@ -186,23 +211,29 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             print(line(row), flush=True)
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "recompress.json").write_text(json.dumps({"codec": str(codec), "other_codecs": [str(c) for c in others],
-                                                     "files": rows}, indent=2) + "\n")
+    (OUT / "recompress.json").write_text(
+        json.dumps({"codec": str(codec), "other_codecs": [str(c) for c in others], "files": rows}, indent=2) + "\n"
+    )
     return 0
 
 
 def line(row: dict) -> str:
     """ROW in one line: each engine's steps and rate."""
     said = [f"{row['file']:<42.42} {row['mb']:7.2f} MB"]
-    engines = [("hadd", row["hadd"]), ("transcode", row["transcode"]),
-               *((f"transcode {c}", r) for c, r in row["transcode_other_codecs"].items())]
+    engines = [
+        ("hadd", row["hadd"]),
+        ("transcode", row["transcode"]),
+        *((f"transcode {c}", r) for c, r in row["transcode_other_codecs"].items()),
+    ]
     for engine, r in engines:
         if "fallback" in r:
             said.append(f"{engine}: not used ({r['fallback']})")
             continue
         steps = " ".join(f"{k} {v:.2f}" for k, v in r["seconds"].items())
-        said.append(f"{engine}: {steps} = {r['total_seconds']:.2f} s (CPU {r['cpu_seconds']:.2f} s), "
-                    f"{r['mb_per_s']:.2f} MB/s, copy {r['copy_mb']:.1f} MB")
+        said.append(
+            f"{engine}: {steps} = {r['total_seconds']:.2f} s (CPU {r['cpu_seconds']:.2f} s), "
+            f"{r['mb_per_s']:.2f} MB/s, copy {r['copy_mb']:.1f} MB"
+        )
     return " | ".join(said)
 
 

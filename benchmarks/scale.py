@@ -46,12 +46,19 @@ REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "results" / "bench"
 SITE = REPO / "site-configs" / "uchicago-af.yaml"
 # The AGC's processes and variations (ttbar has the systematic variations), with shares of the files.
-SAMPLES = [("ttbar", "nominal", 0.35), ("ttbar", "scaledown", 0.05), ("ttbar", "scaleup", 0.05),
-           ("ttbar", "ME_var", 0.05), ("ttbar", "PS_var", 0.05), ("single_top_s_chan", "nominal", 0.02),
-           ("single_top_t_chan", "nominal", 0.08), ("single_top_tW", "nominal", 0.05),
-           ("wjets", "nominal", 0.2), ("data", "nominal", 0.1)]
-XSEC = {"ttbar": 729.84, "single_top_s_chan": 6.84, "single_top_t_chan": 214.2, "single_top_tW": 79.3,
-        "wjets": 61457.0}
+SAMPLES = [
+    ("ttbar", "nominal", 0.35),
+    ("ttbar", "scaledown", 0.05),
+    ("ttbar", "scaleup", 0.05),
+    ("ttbar", "ME_var", 0.05),
+    ("ttbar", "PS_var", 0.05),
+    ("single_top_s_chan", "nominal", 0.02),
+    ("single_top_t_chan", "nominal", 0.08),
+    ("single_top_tW", "nominal", 0.05),
+    ("wjets", "nominal", 0.2),
+    ("data", "nominal", 0.1),
+]
+XSEC = {"ttbar": 729.84, "single_top_s_chan": 6.84, "single_top_t_chan": 214.2, "single_top_tW": 79.3, "wjets": 61457.0}
 
 
 def spec(n: int) -> dict:
@@ -61,8 +68,10 @@ def spec(n: int) -> dict:
     for i, (process, variation, share) in enumerate(SAMPLES):
         count = left if i == len(SAMPLES) - 1 else int(n * share)
         left -= count
-        files = [{"path": f"root://fax.mwt2.org:1094//store/{process}/{variation}/file_{j:06d}.root",
-                  "nevts": 100_000} for j in range(count)]
+        files = [
+            {"path": f"root://fax.mwt2.org:1094//store/{process}/{variation}/file_{j:06d}.root", "nevts": 100_000}
+            for j in range(count)
+        ]
         out.setdefault(process, {})[variation] = {"nevts_total": 100_000 * count, "files": files}
         if process in XSEC:
             out[process]["xsec"] = XSEC[process]
@@ -79,8 +88,12 @@ def measured(cmd: list[str], cwd: Path, env: dict | None = None) -> dict:
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{output[-3000:]}")
-    return {"wall_s": round(wall, 2), "rss_mb": round(usage.ru_maxrss / 1024, 1),
-            "cpu_s": round(usage.ru_utime + usage.ru_stime, 2), "output": output}
+    return {
+        "wall_s": round(wall, 2),
+        "rss_mb": round(usage.ru_maxrss / 1024, 1),
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+        "output": output,
+    }
 
 
 def library_call(cmd: list[str], cwd: Path, scratch: Path) -> dict:
@@ -106,13 +119,30 @@ def library_call(cmd: list[str], cwd: Path, scratch: Path) -> dict:
     if os.waitstatus_to_exitcode(status) != 0:
         output = (scratch / "job-output.log").read_text(errors="replace")
         raise RuntimeError(f"library call of {shlex.join(cmd)} failed:\n{output[-3000:]}")
-    return {"wall_s": round(wall, 2), "rss_mb": round(usage.ru_maxrss / 1024, 1),
-            "cpu_s": round(usage.ru_utime + usage.ru_stime, 2)}
+    return {
+        "wall_s": round(wall, 2),
+        "rss_mb": round(usage.ru_maxrss / 1024, 1),
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+    }
 
 
 def snakemake(snakefile: Path, workdir: Path, config: list[str], *extra: str) -> list[str]:
-    return [sys.executable, "-m", "snakemake", "--snakefile", str(snakefile), "--directory", str(workdir),
-            "--cores", "1", "--quiet", "rules", *extra, "--config", *config]
+    return [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(snakefile),
+        "--directory",
+        str(workdir),
+        "--cores",
+        "1",
+        "--quiet",
+        "rules",
+        *extra,
+        "--config",
+        *config,
+    ]
 
 
 def best_of(rounds: int, measure) -> dict:
@@ -142,8 +172,13 @@ def analyse_jobs(output: str) -> int:
 def run(n: int, workdir: Path, before: Path | None, before_dry_max: int, files_per_job: int) -> dict:
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "spec.json").write_text(json.dumps(spec(n)))
-    config = [f"dataset={workdir / 'spec.json'}", f"site={SITE}", "recompress=zstd:5", "campaign=scale",
-              f"files_per_job={files_per_job}"]
+    config = [
+        f"dataset={workdir / 'spec.json'}",
+        f"site={SITE}",
+        "recompress=zstd:5",
+        "campaign=scale",
+        f"files_per_job={files_per_job}",
+    ]
     snakefile = REPO / "Snakefile"
     result: dict = {"files": n, "files_per_job": files_per_job}
     cold = measured(snakemake(snakefile, workdir, config, "-n"), REPO)
@@ -151,22 +186,52 @@ def run(n: int, workdir: Path, before: Path | None, before_dry_max: int, files_p
     result["jobs"] = jobs_in(warm["output"])
     batches = batches_of(workdir, "scale")
     if analyse_jobs(warm["output"]) != len(batches):  # one job per batch of the index, at every N
-        raise RuntimeError(f"the dry run of {n} files counts {analyse_jobs(warm['output'])} analyse jobs, the index "
-                           f"{len(batches)} batches")
+        raise RuntimeError(
+            f"the dry run of {n} files counts {analyse_jobs(warm['output'])} analyse jobs, the index "
+            f"{len(batches)} batches"
+        )
     result["batches"] = len(batches)
     result["dry_run_cold"] = {k: v for k, v in cold.items() if k != "output"}
     result["dry_run"] = {k: v for k, v in warm.items() if k != "output"}
     batch = batches[0]
-    job = snakemake(snakefile, workdir, config, "-n", "--mode", "remote", "--target-jobs", f"analyse:batch={batch}",
-                    "--allowed-rules", "analyse", "--force")
+    job = snakemake(
+        snakefile,
+        workdir,
+        config,
+        "-n",
+        "--mode",
+        "remote",
+        "--target-jobs",
+        f"analyse:batch={batch}",
+        "--allowed-rules",
+        "analyse",
+        "--force",
+    )
     result["job"] = best_of(3, lambda: measured(job, REPO))
     result["library_call"] = best_of(3, lambda: library_call(job, REPO, workdir / "call"))
     if before is not None:
         env = dict(os.environ, PYTHONPATH=str(before / "workflows"))
         old = [f"dataset={workdir / 'spec.json'}", f"site={SITE}", "recompress=zstd:5", "campaign=before"]
-        result["job_before"] = best_of(3, lambda: measured(snakemake(
-            before / "Snakefile", workdir, old, "-n", "--mode", "remote", "--target-jobs",
-            "analyse:name=ttbar__nominal__00000", "--allowed-rules", "analyse", "--force"), before, env))
+        result["job_before"] = best_of(
+            3,
+            lambda: measured(
+                snakemake(
+                    before / "Snakefile",
+                    workdir,
+                    old,
+                    "-n",
+                    "--mode",
+                    "remote",
+                    "--target-jobs",
+                    "analyse:name=ttbar__nominal__00000",
+                    "--allowed-rules",
+                    "analyse",
+                    "--force",
+                ),
+                before,
+                env,
+            ),
+        )
         if n <= before_dry_max:
             dry = measured(snakemake(before / "Snakefile", workdir, old, "-n"), before, env)
             result["dry_run_before"] = {k: v for k, v in dry.items() if k != "output"}
@@ -178,40 +243,103 @@ def products(n: int, workdir: Path) -> dict:
     """The report and the plots of a campaign of N files (synthetic records, the default analysis's output of one
     filled histogram and the event count): seconds and RSS."""
     sys.path.insert(0, str(REPO / "workflows"))
-    from hepvine import atomic, records
     from hepvine.examples import agc
+    from hepvine.model import atomic, records
 
     workdir.mkdir(parents=True, exist_ok=True)
     h = agc.new_histogram()
     h.fill(region="4j1b", process="ttbar", variation="nominal", observable=[100.0], weight=[1.0])
-    output = {"4j1b_ttbar_nominal": h[{"region": "4j1b", "process": "ttbar", "variation": "nominal"}],
-              "events_ttbar_nominal": agc.events_histogram(100_000 * n)}
+    output = {
+        "4j1b_ttbar_nominal": h[{"region": "4j1b", "process": "ttbar", "variation": "nominal"}],
+        "events_ttbar_nominal": agc.events_histogram(100_000 * n),
+    }
     recs, expected = [], []
     for i in range(n):
         fid, batch = f"ttbar/nominal/{i}", f"ttbar/nominal/xcache-{i % 8}/{i // 4000:03d}/{(i // 4) % 1000:03d}"
-        route = {"url": f"root://xcache-{i % 8}//store/f{i}.root", "cache": f"xcache-{i % 8}", "cache_rack": "r1",
-                 "home_cache": f"xcache-{i % 8}", "rack": "r1", "worker_rack": "r1", "failover": [],
-                 "bytes": 10**9, "start": i * 0.01, "end": i * 0.01 + 2}
-        recs.append(records.FileRecord(fid=fid, path=f"root://o//store/f{i}.root", process="ttbar",
-                                       variation="nominal", batch=batch, events=100_000, bytes_read=10**9,
-                                       read_from=route["url"], host="w", start=i * 0.01, end=i * 0.01 + 2,
-                                       wall_seconds=2, cpu_seconds=2, fetch=route, cache=route["cache"], rack="r1",
-                                       worker_rack="r1", analysis_worker_rack="r1").to_dict())
+        route = {
+            "url": f"root://xcache-{i % 8}//store/f{i}.root",
+            "cache": f"xcache-{i % 8}",
+            "cache_rack": "r1",
+            "home_cache": f"xcache-{i % 8}",
+            "rack": "r1",
+            "worker_rack": "r1",
+            "failover": [],
+            "bytes": 10**9,
+            "start": i * 0.01,
+            "end": i * 0.01 + 2,
+        }
+        recs.append(
+            records.FileRecord(
+                fid=fid,
+                path=f"root://o//store/f{i}.root",
+                process="ttbar",
+                variation="nominal",
+                batch=batch,
+                events=100_000,
+                bytes_read=10**9,
+                read_from=route["url"],
+                host="w",
+                start=i * 0.01,
+                end=i * 0.01 + 2,
+                wall_seconds=2,
+                cpu_seconds=2,
+                fetch=route,
+                cache=route["cache"],
+                rack="r1",
+                worker_rack="r1",
+                analysis_worker_rack="r1",
+            ).to_dict()
+        )
         expected.append([fid, recs[-1]["path"], batch])
-    atomic.write_pickle(workdir / "merged.pkl", {"records": recs, "output": output,
-                                                 "events": {"ttbar__nominal": 100_000 * n}})
+    atomic.write_pickle(
+        workdir / "merged.pkl", {"records": recs, "output": output, "events": {"ttbar__nominal": 100_000 * n}}
+    )
     (workdir / "expected.json").write_text(json.dumps({"files": expected}))
     del recs, expected
-    report = measured([sys.executable, "-m", "hepvine.report", "--merged", str(workdir / "merged.pkl"), "--expected",
-                       str(workdir / "expected.json"), "--analysis", "hepvine.examples.agc:TtbarProcessor",
-                       "--output", str(workdir / "output.coffea"), "--histograms", str(workdir / "h.root"),
-                       "--report", str(workdir / "report.json"), "--summary", str(workdir / "summary.html"),
-                       "--failures", str(workdir / "failures.tsv")], REPO)
-    plots = measured([sys.executable, "-m", "hepvine.plots", "--merged", str(workdir / "merged.pkl"), "--output",
-                      str(workdir / "output.coffea"), "--outdir", str(workdir / "plots")], REPO)
-    return {"files": n, "report": {k: v for k, v in report.items() if k != "output"},
-            "plots": {k: v for k, v in plots.items() if k != "output"},
-            "report_json_mb": round((workdir / "report.json").stat().st_size / 1e6, 1)}
+    report = measured(
+        [
+            sys.executable,
+            "-m",
+            "hepvine.products.report",
+            "--merged",
+            str(workdir / "merged.pkl"),
+            "--expected",
+            str(workdir / "expected.json"),
+            "--analysis",
+            "hepvine.examples.agc:TtbarProcessor",
+            "--output",
+            str(workdir / "output.coffea"),
+            "--histograms",
+            str(workdir / "h.root"),
+            "--report",
+            str(workdir / "report.json"),
+            "--summary",
+            str(workdir / "summary.html"),
+            "--failures",
+            str(workdir / "failures.tsv"),
+        ],
+        REPO,
+    )
+    plots = measured(
+        [
+            sys.executable,
+            "-m",
+            "hepvine.products.plots",
+            "--merged",
+            str(workdir / "merged.pkl"),
+            "--output",
+            str(workdir / "output.coffea"),
+            "--outdir",
+            str(workdir / "plots"),
+        ],
+        REPO,
+    )
+    return {
+        "files": n,
+        "report": {k: v for k, v in report.items() if k != "output"},
+        "plots": {k: v for k, v in plots.items() if k != "output"},
+        "report_json_mb": round((workdir / "report.json").stat().st_size / 1e6, 1),
+    }
 
 
 MAIN_WITH_CPU = """import atexit, resource, sys, snakemake.cli
@@ -241,10 +369,26 @@ def first_dispatch(n: int, workdir: Path, files_per_job: int) -> dict:
     """Seconds from start to the first job submitted to TaskVine (no workers, so nothing runs), and RSS then."""
     import psutil
 
-    config = [f"dataset={workdir / 'spec.json'}", f"site={SITE}", "recompress=zstd:5", "campaign=scale",
-              f"files_per_job={files_per_job}"]
-    cmd = snakemake(REPO / "Snakefile", workdir, config, "--executor", "taskvine", "--taskvine-workers", "none",
-                    "--jobs", "100", "--scheduler", "greedy")
+    config = [
+        f"dataset={workdir / 'spec.json'}",
+        f"site={SITE}",
+        "recompress=zstd:5",
+        "campaign=scale",
+        f"files_per_job={files_per_job}",
+    ]
+    cmd = snakemake(
+        REPO / "Snakefile",
+        workdir,
+        config,
+        "--executor",
+        "taskvine",
+        "--taskvine-workers",
+        "none",
+        "--jobs",
+        "100",
+        "--scheduler",
+        "greedy",
+    )
     cmd.remove("--quiet")
     cmd.remove("rules")
     start = time.perf_counter()
@@ -264,7 +408,7 @@ def first_dispatch(n: int, workdir: Path, files_per_job: int) -> dict:
 def linked_spec(n: int, workdir: Path) -> Path:
     """A spec of N local files, links to 8 generated ones of 2,000 events (so only the per-job costs scale)."""
     sys.path.insert(0, str(REPO / "workflows"))
-    from hepvine import generate
+    from hepvine.devtools import generate
 
     data = workdir / "data"
     base = [data / f"base{i}.root" for i in range(8)]
@@ -284,8 +428,20 @@ def linked_spec(n: int, workdir: Path) -> Path:
 
 def local_workers(n: int = 2) -> list[str]:
     """Executor options: N local 1-core TaskVine workers (0: none, so nothing runs)."""
-    workers = ["--taskvine-workers", "local", "--taskvine-min-workers", str(n), "--taskvine-max-workers", str(n),
-               "--taskvine-worker-cores", "1"] if n else ["--taskvine-workers", "none"]
+    workers = (
+        [
+            "--taskvine-workers",
+            "local",
+            "--taskvine-min-workers",
+            str(n),
+            "--taskvine-max-workers",
+            str(n),
+            "--taskvine-worker-cores",
+            "1",
+        ]
+        if n
+        else ["--taskvine-workers", "none"]
+    )
     return ["--executor", "taskvine", *workers, "--scheduler", "greedy"]
 
 
@@ -304,15 +460,32 @@ def steady(n: int, workdir: Path, variant: str, window_s: float, settle_s: float
     import psutil
 
     fields = variant.split(":")
-    files_per_job, subsample, jobs_option, rate, workers = fields + ["50", "100/1s", "2"][len(fields) - 2:]
+    files_per_job, subsample, jobs_option, rate, workers = fields + ["50", "100/1s", "2"][len(fields) - 2 :]
     spec_path = linked_spec(n, workdir)
     campaign = f"steady-{n}-{variant.replace(':', '-').replace('/', '-')}"
     shutil.rmtree(workdir / "results" / campaign, ignore_errors=True)
     shutil.rmtree(workdir / ".snakemake" / "locks", ignore_errors=True)  # of a run an earlier bench had to kill
-    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
-           *local_workers(int(workers)), "--jobs", jobs_option, "--scheduler-subsample", subsample,
-           "--max-jobs-per-timespan", rate, *(["--taskvine-library"] if library else []),
-           "--config", f"dataset={spec_path}", f"campaign={campaign}", f"files_per_job={files_per_job}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        *local_workers(int(workers)),
+        "--jobs",
+        jobs_option,
+        "--scheduler-subsample",
+        subsample,
+        "--max-jobs-per-timespan",
+        rate,
+        *(["--taskvine-library"] if library else []),
+        "--config",
+        f"dataset={spec_path}",
+        f"campaign={campaign}",
+        f"files_per_job={files_per_job}",
+    ]
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     main = psutil.Process(proc.pid)
@@ -357,18 +530,31 @@ def steady(n: int, workdir: Path, variant: str, window_s: float, settle_s: float
             marks.append(sample())
         for name, (t0, c0, s0, m0, n0), (t1, c1, s1, m1, n1) in zip(("fill", "steady"), marks, marks[1:]):
             handed, done = n1["handed"] - n0["handed"], n1["finished"] - n0["finished"]
-            phases[name] = {"seconds": round(t1 - t0, 1), "main_cpu_s": round(c1 - c0, 2),
-                            "scheduler_thread_cpu_s": round(s1 - s0, 2), "other_threads_cpu_s": round(
-                                (c1 - c0) - (s1 - s0), 2), "manager_cpu_s": round(m1 - m0, 2), "handed": handed,
-                            "finished": done, "jobs_per_s": round(done / (t1 - t0), 2),
-                            "main_cpu_ms_per_finished_job": round(1000 * (c1 - c0) / max(done, 1), 1),
-                            "scheduler_ms_per_finished_job": round(1000 * (s1 - s0) / max(done, 1), 1),
-                            "main_cpu_ms_per_handed_job": round(1000 * (c1 - c0) / max(handed, 1), 1)}
+            phases[name] = {
+                "seconds": round(t1 - t0, 1),
+                "main_cpu_s": round(c1 - c0, 2),
+                "scheduler_thread_cpu_s": round(s1 - s0, 2),
+                "other_threads_cpu_s": round((c1 - c0) - (s1 - s0), 2),
+                "manager_cpu_s": round(m1 - m0, 2),
+                "handed": handed,
+                "finished": done,
+                "jobs_per_s": round(done / (t1 - t0), 2),
+                "main_cpu_ms_per_finished_job": round(1000 * (c1 - c0) / max(done, 1), 1),
+                "scheduler_ms_per_finished_job": round(1000 * (s1 - s0) / max(done, 1), 1),
+                "main_cpu_ms_per_handed_job": round(1000 * (c1 - c0) / max(handed, 1), 1),
+            }
     finally:
         stopped = interrupt(proc, 300)
-    return {"files": n, "variant": variant, "library": library,
-            "to_first_dispatch_s": round(marks[0][0] - start, 1), **phases,
-            "ctrl_c_s": stopped, "handed_at_ctrl_c": counts["handed"], "finished_at_ctrl_c": counts["finished"]}
+    return {
+        "files": n,
+        "variant": variant,
+        "library": library,
+        "to_first_dispatch_s": round(marks[0][0] - start, 1),
+        **phases,
+        "ctrl_c_s": stopped,
+        "handed_at_ctrl_c": counts["handed"],
+        "finished_at_ctrl_c": counts["finished"],
+    }
 
 
 def end_to_end(n: int, workdir: Path, before: Path | None, files_per_job: int) -> dict:
@@ -384,17 +570,34 @@ def end_to_end(n: int, workdir: Path, before: Path | None, files_per_job: int) -
     for name, tree, scheduling, extra, env in variants:
         campaign = f"run-{name}"
         shutil.rmtree(workdir / "results" / campaign, ignore_errors=True)
-        cmd = [sys.executable, "-c", MAIN_WITH_CPU, "--snakefile", str(tree / "Snakefile"), "--directory",
-               str(workdir), *local_workers(), *scheduling, "--config", f"dataset={spec_path}", f"campaign={campaign}",
-               *extra]
+        cmd = [
+            sys.executable,
+            "-c",
+            MAIN_WITH_CPU,
+            "--snakefile",
+            str(tree / "Snakefile"),
+            "--directory",
+            str(workdir),
+            *local_workers(),
+            *scheduling,
+            "--config",
+            f"dataset={spec_path}",
+            f"campaign={campaign}",
+            *extra,
+        ]
         result = measured(cmd, tree, env)
         main_cpu = float(re.search(r"MAIN_CPU_S ([0-9.]+)", result["output"]).group(1))
         jobs = len(re.findall(r"^\s*jobid: \d+", result["output"], re.M))  # each job's info, printed as it starts
         report = json.loads((workdir / "results" / campaign / "report.json").read_text())
         assert report["complete"] and report["files"]["ok"] == n, report["files"]
-        out[name] = {"wall_s": result["wall_s"], "jobs": jobs, "jobs_per_s": round(jobs / result["wall_s"], 2),
-                     "events_per_s_per_core": round(report["events"] / result["wall_s"] / 2, 1),
-                     "main_cpu_s": main_cpu, "main_cpu_ms_per_job": round(1000 * main_cpu / max(jobs, 1), 1)}
+        out[name] = {
+            "wall_s": result["wall_s"],
+            "jobs": jobs,
+            "jobs_per_s": round(jobs / result["wall_s"], 2),
+            "events_per_s_per_core": round(report["events"] / result["wall_s"] / 2, 1),
+            "main_cpu_s": main_cpu,
+            "main_cpu_ms_per_job": round(1000 * main_cpu / max(jobs, 1), 1),
+        }
     if "before" in out:
         out["speedup"] = round(out["before"]["wall_s"] / out["now"]["wall_s"], 2)
     return out
@@ -402,13 +605,17 @@ def end_to_end(n: int, workdir: Path, before: Path | None, files_per_job: int) -
 
 def plot(results: list[dict], path: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (t, m) = plt.subplots(1, 2, figsize=(11, 4.2))
     ns = [r["files"] for r in results]
-    for key, label in (("dry_run", "dry run (main process)"), ("job", "one job's start"),
-                       ("job_before", "one job's start, before")):
+    for key, label in (
+        ("dry_run", "dry run (main process)"),
+        ("job", "one job's start"),
+        ("job_before", "one job's start, before"),
+    ):
         points = [(r["files"], r[key]) for r in results if key in r]
         if points:
             t.plot([p[0] for p in points], [p[1]["wall_s"] for p in points], "o-", label=label)
@@ -428,20 +635,30 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--files", default="1000,10000,50000,219000", help="comma-separated N")
     parser.add_argument("--files-per-job", type=int, default=4)
-    parser.add_argument("--before", help="git revision of the workflow to compare with (checked out under "
-                        "results/bench/scale/before)")
+    parser.add_argument(
+        "--before", help="git revision of the workflow to compare with (checked out under results/bench/scale/before)"
+    )
     parser.add_argument("--before-dry-max", type=int, default=10000, help="largest N for the old dry run")
     parser.add_argument("--dispatch", action="store_true", help="also measure the time to the first dispatch")
     parser.add_argument("--run", type=int, default=0, help="also run a campaign of this many files end to end")
-    parser.add_argument("--steady", type=int, default=0, help="also measure the main process's CPU per job while a "
-                        "campaign of this many files runs (a window of --window s, then Ctrl-C)")
-    parser.add_argument("--steady-variants", default="8:1000,8:1000:unlimited:1000/1s",
-                        help="comma-separated "
-                        "FILES_PER_JOB:SCHEDULER_SUBSAMPLE[:JOBS[:MAX_JOBS_PER_TIMESPAN[:WORKERS]]] for "
-                        "--steady, run one after another")
+    parser.add_argument(
+        "--steady",
+        type=int,
+        default=0,
+        help="also measure the main process's CPU per job while a "
+        "campaign of this many files runs (a window of --window s, then Ctrl-C)",
+    )
+    parser.add_argument(
+        "--steady-variants",
+        default="8:1000,8:1000:unlimited:1000/1s",
+        help="comma-separated "
+        "FILES_PER_JOB:SCHEDULER_SUBSAMPLE[:JOBS[:MAX_JOBS_PER_TIMESPAN[:WORKERS]]] for "
+        "--steady, run one after another",
+    )
     parser.add_argument("--window", type=float, default=240, help="seconds of --steady's steady phase")
-    parser.add_argument("--settle", type=float, default=120,
-                        help="seconds of --steady's fill phase, from the first job handed over")
+    parser.add_argument(
+        "--settle", type=float, default=120, help="seconds of --steady's fill phase, from the first job handed over"
+    )
     parser.add_argument("--library", action="store_true", help="--steady's jobs as TaskVine library calls")
     parser.add_argument("--products", type=int, default=0, help="also time the report and plots at this many files")
     parser.add_argument("--output", type=Path, default=OUT / "scale.json")
@@ -451,10 +668,10 @@ def main(argv: list[str] | None = None) -> int:
         before = OUT / "scale" / "before"
         if not before.exists():
             before.parent.mkdir(parents=True, exist_ok=True)
-            archive = subprocess.run(["git", "-C", str(REPO), "archive", args.before], capture_output=True,
-                                     check=True).stdout
-            subprocess.run(["tar", "-x", "-C", str(before.parent), "--one-top-level=before"], input=archive,
-                           check=True)
+            archive = subprocess.run(
+                ["git", "-C", str(REPO), "archive", args.before], capture_output=True, check=True
+            ).stdout
+            subprocess.run(["tar", "-x", "-C", str(before.parent), "--one-top-level=before"], input=archive, check=True)
     results, dispatch, runs = [], [], None
     for n in (int(x) for x in args.files.split(",") if x):
         result = run(n, OUT / "scale" / f"n{n}", before, args.before_dry_max, args.files_per_job)
@@ -468,17 +685,26 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(runs), flush=True)
     steadies = []
     for variant in filter(None, args.steady_variants.split(",") if args.steady else []):
-        steadies.append(steady(args.steady, OUT / "scale" / "steady", variant, args.window, args.settle,
-                               args.library))
+        steadies.append(steady(args.steady, OUT / "scale" / "steady", variant, args.window, args.settle, args.library))
         print(json.dumps(steadies[-1]), flush=True)
     made = products(args.products, OUT / "scale" / "products") if args.products else None
     if made:
         print(json.dumps(made), flush=True)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps({"command": " ".join(sys.argv), "results": results,
-                                       "first_dispatch": dispatch, "end_to_end": runs, "steady": steadies,
-                                       "products": made},
-                                      indent=2) + "\n")
+    args.output.write_text(
+        json.dumps(
+            {
+                "command": " ".join(sys.argv),
+                "results": results,
+                "first_dispatch": dispatch,
+                "end_to_end": runs,
+                "steady": steadies,
+                "products": made,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     if results:
         plot(results, args.output.with_suffix(".png"))
     return 0

@@ -113,8 +113,10 @@ def kept_ports() -> dict[str, int]:
         if not isinstance(kept, dict) or not all(isinstance(p, int) and 0 < p < 65536 for p in kept.values()):
             raise ValueError("not a JSON object of port numbers")
     except ValueError as e:
-        raise SystemExit(f"services: {PORTS_JSON}: {e}; delete it to pick new ports at the next start (outside the "
-                         f"sandbox: {PORTS_JSON_OUTSIDE})") from e
+        raise SystemExit(
+            f"services: {PORTS_JSON}: {e}; delete it to pick new ports at the next start (outside the "
+            f"sandbox: {PORTS_JSON_OUTSIDE})"
+        ) from e
     ports = {name: kept[name] for name in PORT_NAMES if name in kept}
     missing = [name for name in PORT_NAMES if name not in ports]
     if missing:
@@ -127,17 +129,25 @@ def kept_ports() -> dict[str, int]:
     # range, /proc/sys/net/ipv4/ip_local_port_range, may cover PORT_RANGE) lingers in TIME_WAIT for up to a minute.
     deadline = time.monotonic() + PORT_WAIT_S
     if taken and not any(port_holder(port) for _, port in taken):
-        print(f"services: port(s) {', '.join(str(port) for _, port in taken)} still closing; waiting up to "
-              f"{PORT_WAIT_S} s", file=sys.stderr)
+        print(
+            f"services: port(s) {', '.join(str(port) for _, port in taken)} still closing; waiting up to "
+            f"{PORT_WAIT_S} s",
+            file=sys.stderr,
+        )
     while taken and time.monotonic() < deadline and not any(port_holder(port) for _, port in taken):
         time.sleep(1)
         taken = [(name, port) for name, port in taken if not port_free(port)]
     if taken:
-        raise SystemExit("services: " + "; ".join(
-            f"port {port}, kept for {name} in {PORTS_JSON}, is taken"
-            + (f" by {holder}" if (holder := port_holder(port)) else " by another program") for name, port in taken)
+        raise SystemExit(
+            "services: "
+            + "; ".join(
+                f"port {port}, kept for {name} in {PORTS_JSON}, is taken"
+                + (f" by {holder}" if (holder := port_holder(port)) else " by another program")
+                for name, port in taken
+            )
             + ". Stop the program that holds it, or delete ports.json to pick new ports at the next start (outside "
-            f"the sandbox: {PORTS_JSON_OUTSIDE}; the root:// URLs recorded in earlier results then stop working)")
+            f"the sandbox: {PORTS_JSON_OUTSIDE}; the root:// URLs recorded in earlier results then stop working)"
+        )
     return ports
 
 
@@ -283,8 +293,20 @@ def start_xrootd(name: str, config: str, user: str) -> dict:
     cfg = base / "xrootd.cfg"
     cfg.write_text(config)
     subprocess.run(
-        ["xrootd", "-b", "-R", user, "-n", name, "-c", str(cfg), "-l", str(base / "xrootd.log"),
-         "-s", str(pidfile(f"xrootd-{name}"))],
+        [
+            "xrootd",
+            "-b",
+            "-R",
+            user,
+            "-n",
+            name,
+            "-c",
+            str(cfg),
+            "-l",
+            str(base / "xrootd.log"),
+            "-s",
+            str(pidfile(f"xrootd-{name}")),
+        ],
         check=True,
     )
     # With -n, XRootD puts its log in a directory named for the instance.
@@ -298,8 +320,11 @@ def start() -> None:
             print("services: already running", file=sys.stderr)
             return
         owner = f"the checkout {started_from}" if started_from else "a checkout this hepvine did not record"
-        print(f"services: running for {owner}, whose mounts their workers see, not {CHECKOUT}'s: "
-              "restarting them for this one", file=sys.stderr)
+        print(
+            f"services: running for {owner}, whose mounts their workers see, not {CHECKOUT}'s: "
+            "restarting them for this one",
+            file=sys.stderr,
+        )
     stop(quiet=True)
     # Daemons leave files in their working directory (the catalog's history, XRootD's instance directory).
     STATE.mkdir(parents=True, exist_ok=True)
@@ -332,8 +357,20 @@ def start_all() -> None:
     # TaskVine catalog server on loopback, so that no manager, factory or worker reports to a public catalog.
     catalog_log = LOGS / "catalog_server.log"
     subprocess.run(
-        ["catalog_server", "-b", "-B", str(pidfile("catalog_server")), "-p", str(catalog), "-I", "127.0.0.1",
-         "-o", str(catalog_log), "-u", f"127.0.0.1:{catalog}"],
+        [
+            "catalog_server",
+            "-b",
+            "-B",
+            str(pidfile("catalog_server")),
+            "-p",
+            str(catalog),
+            "-I",
+            "127.0.0.1",
+            "-o",
+            str(catalog_log),
+            "-u",
+            f"127.0.0.1:{catalog}",
+        ],
         check=True,
     )
 
@@ -380,19 +417,23 @@ def start_all() -> None:
         *[(c["port"], f"XCache {r}", Path(c["log"])) for r, c in info["xrootd"]["caches"].items()],
     ]:
         wait_for(what, lambda p=port: port_open(p), log=log)
-    wait_for(f"the HTCondor pool ({CONDOR_SLOTS} slots)", lambda: condor_slots(env) >= CONDOR_SLOTS,
-             log=condor / "log")
+    wait_for(f"the HTCondor pool ({CONDOR_SLOTS} slots)", lambda: condor_slots(env) >= CONDOR_SLOTS, log=condor / "log")
 
     SERVICES_JSON.write_text(json.dumps(info, indent=2) + "\n")
     SERVICES_ENV.write_text(
         f"CATALOG_HOST=127.0.0.1\nCATALOG_PORT={catalog}\n"
         f"HEPVINE_XROOTD_ORIGIN=root://127.0.0.1:{origin}\n"
-        + "".join(f"HEPVINE_XCACHE_{r.upper().replace('-', '_')}=root://127.0.0.1:{c['port']}\n"
-                  f"HEPVINE_XCACHE_{r.upper().replace('-', '_')}_DISK={c['cache_dir']}\n"
-                  for r, c in info["xrootd"]["caches"].items())
+        + "".join(
+            f"HEPVINE_XCACHE_{r.upper().replace('-', '_')}=root://127.0.0.1:{c['port']}\n"
+            f"HEPVINE_XCACHE_{r.upper().replace('-', '_')}_DISK={c['cache_dir']}\n"
+            for r, c in info["xrootd"]["caches"].items()
+        )
     )
-    print(f"services: up (collector 127.0.0.1:{collector}, catalog {catalog}, origin {origin}, "
-          f"caches {', '.join(f'{r}={p}' for r, p in zip(RACKS, caches))})", file=sys.stderr)
+    print(
+        f"services: up (collector 127.0.0.1:{collector}, catalog {catalog}, origin {origin}, "
+        f"caches {', '.join(f'{r}={p}' for r, p in zip(RACKS, caches))})",
+        file=sys.stderr,
+    )
 
 
 def condor_slots(env: dict) -> int:
@@ -457,8 +498,9 @@ def stop(quiet: bool = False) -> None:
             started.update(process_tree(pid))
             os.kill(pid, signal.SIGTERM)
             if wait_gone([pid], min(time.monotonic() + STOP_TIMEOUT_S, deadline)):
-                print(f"services: {name} (pid {pid}) ignored SIGTERM for {STOP_TIMEOUT_S} s; killing it",
-                      file=sys.stderr)
+                print(
+                    f"services: {name} (pid {pid}) ignored SIGTERM for {STOP_TIMEOUT_S} s; killing it", file=sys.stderr
+                )
                 started.update(process_tree(pid))
                 os.kill(pid, signal.SIGKILL)
         pidfile(name).unlink(missing_ok=True)
@@ -468,8 +510,11 @@ def stop(quiet: bool = False) -> None:
         signal_quietly(pid, signal.SIGTERM)
     left = wait_gone(started, deadline)
     if left:
-        print(f"services: still running {STOP_WAIT_S} s after the stop, killed now: "
-              + ", ".join(f"pid {p} ({started[p]})" for p in left), file=sys.stderr)
+        print(
+            f"services: still running {STOP_WAIT_S} s after the stop, killed now: "
+            + ", ".join(f"pid {p} ({started[p]})" for p in left),
+            file=sys.stderr,
+        )
         for pid in left:
             signal_quietly(pid, signal.SIGKILL)
         left = wait_gone(left, time.monotonic() + 5)
@@ -478,8 +523,9 @@ def stop(quiet: bool = False) -> None:
     if left:
         raise SystemExit("services: these survived SIGKILL: " + ", ".join(f"pid {p} ({started[p]})" for p in left))
     if not quiet:
-        print(f"services: stopped ({len(started)} processes exited in {time.monotonic() - began:.1f} s)",
-              file=sys.stderr)
+        print(
+            f"services: stopped ({len(started)} processes exited in {time.monotonic() - began:.1f} s)", file=sys.stderr
+        )
 
 
 def signal_quietly(pid: int, sig: int) -> None:

@@ -7,14 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pytest
 from coffea import processor as coffea_processor
 from coffea.nanoevents import NanoAODSchema
 
 CHUNKSIZE = 30  # several chunks per file (the real files of ../shared/nanoaod hold 40 to 1,000 events)
 
 # A processor hepvine has never seen: collections, metadata, a 1-D, a 2-D and a category histogram, sets, numbers.
-NEW_PROCESSOR = '''
+NEW_PROCESSOR = """
 import awkward as ak
 import hist
 from coffea import processor
@@ -45,7 +44,7 @@ class JetsAndMuons(processor.ProcessorABC):
     def postprocess(self, accumulator):
         accumulator["datasets"] = sorted(k for k in accumulator if k != "njets")
         return accumulator
-'''
+"""
 
 
 def assert_same(ours, theirs, where="output"):
@@ -61,8 +60,9 @@ def assert_same(ours, theirs, where="output"):
         assert ours.axes == theirs.axes, where
         np.testing.assert_allclose(ours.values(flow=True), theirs.values(flow=True), rtol=1e-12, err_msg=where)
         if theirs.variances() is not None:
-            np.testing.assert_allclose(ours.variances(flow=True), theirs.variances(flow=True), rtol=1e-12,
-                                       err_msg=where)
+            np.testing.assert_allclose(
+                ours.variances(flow=True), theirs.variances(flow=True), rtol=1e-12, err_msg=where
+            )
     else:
         assert ours == theirs, where
 
@@ -80,8 +80,7 @@ def fileset_in(directory: Path, doc: dict) -> dict:
 
 def coffea_runner(fileset: dict, instance, chunksize: int = CHUNKSIZE):
     """coffea's own Runner (IterativeExecutor, NanoAODSchema) over FILESET."""
-    runner = coffea_processor.Runner(executor=coffea_processor.IterativeExecutor(), schema=NanoAODSchema,
-                                     chunksize=chunksize)
+    runner = coffea_processor.Runner(
+        executor=coffea_processor.IterativeExecutor(), schema=NanoAODSchema, chunksize=chunksize
+    )
     return runner(fileset, instance, treename="Events")
-
-

@@ -1,15 +1,15 @@
-"""The cache of expensive test inputs (kept.py), with a fake writer in place of hepvine.generate's: an entry is made
-once per key and each test gets its own copy; other arguments or other sources make a new entry, and an unused entry
-of other sources is removed then; a writer that fails leaves nothing behind; generated_dataset gives generate's spec."""
+"""The cache of expensive test inputs (kept.py), with a fake writer in place of hepvine.devtools.generate's: an entry is
+made once per key and each test gets its own copy; other arguments or other sources make a new entry, and an unused
+entry of other sources is removed then; a writer that fails leaves nothing behind; generated_dataset gives
+generate's spec."""
 
 from __future__ import annotations
 
 import json
 import os
 
-import pytest
-
 import kept
+import pytest
 
 
 @pytest.fixture
@@ -45,7 +45,7 @@ def test_an_entry_is_made_once_and_each_test_gets_its_own_copy(tmp_path, writes)
 def test_an_unused_entry_of_other_sources_is_removed_when_a_new_one_is_made(tmp_path, writes, monkeypatch):
     made = {}
     for sources in "abc":
-        monkeypatch.setattr(kept, "generator_sources", lambda: sources * 64)
+        monkeypatch.setattr(kept, "generator_sources", lambda sources=sources: sources * 64)
         kept.generated_file(tmp_path / "x.root", "ttbar", 100)
         made[sources] = next((tmp_path / "cache").glob(f"generated-{sources * 16}-*.root"))
     os.utime(made["a"], (0, 0))  # a: unused for over a day (b: used just now)
@@ -72,10 +72,15 @@ def test_a_failing_writer_leaves_nothing(tmp_path, monkeypatch):
 
 def test_generated_dataset_gives_generates_spec_with_its_files_from_the_cache(tmp_path, writes):
     spec = kept.generated_dataset(tmp_path / "data", {"ttbar": 2, "data": 1}, 300, seed=4)
-    assert spec["ttbar"]["nominal"] == {"nevts_total": 600, "files": [
-        {"path": str(tmp_path / "data" / "ttbar" / f"ttbar_000{i}.root"), "nevts": 300} for i in range(2)]}
+    assert spec["ttbar"]["nominal"] == {
+        "nevts_total": 600,
+        "files": [{"path": str(tmp_path / "data" / "ttbar" / f"ttbar_000{i}.root"), "nevts": 300} for i in range(2)],
+    }
     assert "xsec" in spec["ttbar"] and "xsec" not in spec["data"]
-    assert writes == [["ttbar", 300, 0, 4, "compact", None], ["ttbar", 300, 1, 4, "compact", None],
-                      ["data", 300, 0, 4, "compact", None]]
+    assert writes == [
+        ["ttbar", 300, 0, 4, "compact", None],
+        ["ttbar", 300, 1, 4, "compact", None],
+        ["data", 300, 0, 4, "compact", None],
+    ]
     again = kept.generated_dataset(tmp_path / "again", {"ttbar": 2, "data": 1}, 300, seed=4)
     assert len(writes) == 3 and json.dumps(again).replace("again", "data") == json.dumps(spec)

@@ -26,13 +26,15 @@ from pathlib import Path
 
 import psutil
 
-from hepvine import generate
+from hepvine.devtools import generate
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "plugin"))  # the campaign helpers of the workflow's plugin tests, shared
 from campaign_runs import assert_exact as exact  # noqa: E402
+
 # The executor's tests' process helpers (their directory is on the path through tests/conftest.py).
-from snakemake_runs import alive, kill_all  # noqa: E402  (re-exported to the chaos tests)
+from snakemake_runs import alive, kill_all  # noqa: E402, F401  (re-exported to the chaos tests)
+
 RACKS = ("rack-a", "rack-b")
 # The sandbox profile, with the worker groups of the test's site config (1-core workers, so that two campaigns at
 # once fit the pool's 4 slot cores) instead of the sandbox's.
@@ -74,10 +76,17 @@ class Server:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(["xrootd", "-n", self.name, "-c", str(self.cfg), "-l", str(self.base / "log")],
-                                     cwd=self.base, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_until(f"xrootd {self.name} listening on {self.port} (log: {self.base / self.name})",
-                   lambda: port_open(self.port) or self.proc.poll() is not None, timeout=30)
+        self.proc = subprocess.Popen(
+            ["xrootd", "-n", self.name, "-c", str(self.cfg), "-l", str(self.base / "log")],
+            cwd=self.base,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_until(
+            f"xrootd {self.name} listening on {self.port} (log: {self.base / self.name})",
+            lambda: port_open(self.port) or self.proc.poll() is not None,
+            timeout=30,
+        )
         assert self.proc.poll() is None, f"xrootd {self.name} exited at start; see its log under {self.base}"
 
     def stop(self) -> None:
@@ -99,20 +108,28 @@ class Xrootd:
         self.data = base / "origin" / "data"
         (self.data / "store").mkdir(parents=True)
         port = free_port()
-        self.origin = Server("origin", port, f"""all.export /store
+        self.origin = Server(
+            "origin",
+            port,
+            f"""all.export /store
 oss.localroot {self.data}
 xrd.port {port}
-all.adminpath {base / 'origin' / 'admin'}
-all.pidpath {base / 'origin' / 'admin'}
+all.adminpath {base / "origin" / "admin"}
+all.pidpath {base / "origin" / "admin"}
 xrd.allow host localhost
-""", base / "origin")
+""",
+            base / "origin",
+        )
         self.cache_dirs = {rack: base / rack / "cache" for rack in RACKS}
         self.caches = {}
         for rack in RACKS:
             cport = free_port()
             self.cache_dirs[rack].mkdir(parents=True)
             # pfc.ram: XCache refuses less than 1 GiB.
-            self.caches[rack] = Server(rack, cport, f"""all.export /store
+            self.caches[rack] = Server(
+                rack,
+                cport,
+                f"""all.export /store
 ofs.osslib libXrdPss.so
 pss.cachelib libXrdPfc.so
 pss.origin 127.0.0.1:{port}
@@ -120,10 +137,12 @@ oss.localroot {self.cache_dirs[rack]}
 pfc.ram 1g
 pfc.diskusage 0.90 0.95
 xrd.port {cport}
-all.adminpath {base / rack / 'admin'}
-all.pidpath {base / rack / 'admin'}
+all.adminpath {base / rack / "admin"}
+all.pidpath {base / rack / "admin"}
 xrd.allow host localhost
-""", base / rack)
+""",
+                base / rack,
+            )
 
     @property
     def servers(self) -> list[Server]:
@@ -145,9 +164,13 @@ xrd.allow host localhost
 def site_config(xrootd: Xrootd, cores: int = 1, max_workers: int = 1) -> str:
     """A site config for XROOTD: one cache per rack, one HTCondor worker group per rack (the sandbox pool's slots
     carry HepvineRack), and XRootD client settings that give up on a dead server within seconds."""
-    caches = "".join(f"  - {{name: xcache-{rack[-1]}, url: \"{xrootd.url(server)}\", rack: {rack}, gbps: 1, "
-                     f"disk: \"{xrootd.cache_dirs[rack]}\"}}\n" for rack, server in xrootd.caches.items())
-    groups = "".join(f"""  - name: {rack}
+    caches = "".join(
+        f'  - {{name: xcache-{rack[-1]}, url: "{xrootd.url(server)}", rack: {rack}, gbps: 1, '
+        f'disk: "{xrootd.cache_dirs[rack]}"}}\n'
+        for rack, server in xrootd.caches.items()
+    )
+    groups = "".join(
+        f"""  - name: {rack}
     features: [{rack}]
     condor_requirements: HepvineRack == "{rack}"
     min_workers: 1
@@ -155,7 +178,9 @@ def site_config(xrootd: Xrootd, cores: int = 1, max_workers: int = 1) -> str:
     cores: {cores}
     memory_mb: 1500
     disk_mb: 3000
-""" for rack in RACKS)
+"""
+        for rack in RACKS
+    )
     return f"""name: chaos
 description: The chaos tests' private origin and XCaches (tests/chaos/chaos_stack.py), on the sandbox's pool.
 sources:
@@ -182,8 +207,13 @@ worker_groups:
 
 def base_files(directory: Path) -> dict[str, list[Path]]:
     """Generated files to copy from, per process (BASE_EVENTS events each)."""
-    return {process: [generate.write_file(directory / f"{process}_{i}.root", process, n, index=i, seed=13)["path"]
-                      for i, n in enumerate(counts)] for process, counts in BASE_EVENTS.items()}
+    return {
+        process: [
+            generate.write_file(directory / f"{process}_{i}.root", process, n, index=i, seed=13)["path"]
+            for i, n in enumerate(counts)
+        ]
+        for process, counts in BASE_EVENTS.items()
+    }
 
 
 def spec_in_origin(xrootd: Xrootd, bases: dict[str, list[Path]], counts: dict[str, int]) -> dict:
@@ -197,8 +227,12 @@ def spec_in_origin(xrootd: Xrootd, bases: dict[str, list[Path]], counts: dict[st
         for i in range(n):
             base = bases[process][i % len(bases[process])]
             shutil.copyfile(base, root / f"f{i:03d}.root")
-            files.append({"path": f"{xrootd.url(xrootd.origin)}//store/{directory}/{process}/f{i:03d}.root",
-                          "nevts": BASE_EVENTS[process][i % len(bases[process])]})
+            files.append(
+                {
+                    "path": f"{xrootd.url(xrootd.origin)}//store/{directory}/{process}/f{i:03d}.root",
+                    "nevts": BASE_EVENTS[process][i % len(bases[process])],
+                }
+            )
         spec[process] = {"nominal": {"nevts_total": sum(f["nevts"] for f in files), "files": files}}
         if generate.PROCESSES[process].xsec_pb is not None:
             spec[process]["xsec"] = generate.PROCESSES[process].xsec_pb
@@ -230,9 +264,20 @@ class Campaign:
 
     def command(self, *extra: str) -> list[str]:
         site = f"results/{self.tag}/site.yaml"
-        return [sys.executable, "-m", "snakemake", *PROFILE, "--taskvine-worker-groups", site, *extra, "--config",
-                f"dataset=results/{self.tag}/{self.name}.json", f"campaign={self.campaign}", f"site={site}",
-                *self.options]
+        return [
+            sys.executable,
+            "-m",
+            "snakemake",
+            *PROFILE,
+            "--taskvine-worker-groups",
+            site,
+            *extra,
+            "--config",
+            f"dataset=results/{self.tag}/{self.name}.json",
+            f"campaign={self.campaign}",
+            f"site={site}",
+            *self.options,
+        ]
 
     def start(self, *extra: str) -> subprocess.Popen:
         """The run in the background; its output goes to a log under results/<tag>/ (read with ``output``)."""
@@ -318,7 +363,7 @@ def workers(address: list[str]) -> list[psutil.Process]:
     for proc in named(psutil.process_iter(), "vine_worker"):
         try:
             argv = proc.cmdline()
-            if any(argv[i:i + 2] == address for i in range(len(argv) - 1)):
+            if any(argv[i : i + 2] == address for i in range(len(argv) - 1)):
                 found.append(proc)
         except psutil.NoSuchProcess:
             continue
@@ -326,17 +371,23 @@ def workers(address: list[str]) -> list[psutil.Process]:
 
 
 def analysing(worker: psutil.Process) -> bool:
-    """Whether WORKER is running an analysis job (a hepvine.driver process below it)."""
+    """Whether WORKER is running an analysis job (a hepvine.jobs.driver process below it)."""
     try:
-        return any("hepvine.driver" in " ".join(child.cmdline()) for child in worker.children(recursive=True))
+        return any("hepvine.jobs.driver" in " ".join(child.cmdline()) for child in worker.children(recursive=True))
     except psutil.NoSuchProcess:
         return False
 
 
 def condor_jobs(condor_env: dict, scratch: str) -> list[str]:
     """'cluster.proc status' of each HTCondor job whose working directory is under SCRATCH (a factory's workers)."""
-    done = subprocess.run(["condor_q", "-constraint", f'regexp("^{scratch}", Iwd)', "-af:j", "JobStatus"],
-                          capture_output=True, text=True, env=condor_env, timeout=60, check=True)
+    done = subprocess.run(
+        ["condor_q", "-constraint", f'regexp("^{scratch}", Iwd)', "-af:j", "JobStatus"],
+        capture_output=True,
+        text=True,
+        env=condor_env,
+        timeout=60,
+        check=True,
+    )
     return done.stdout.splitlines()
 
 

@@ -7,7 +7,6 @@ import shutil
 import uuid
 
 import pytest
-
 from chaos_stack import Campaign, Xrootd, base_files, site_config, spec_in_origin
 
 
@@ -33,10 +32,12 @@ def campaigns(xrootd, bases):
     tag = f"chaos-{uuid.uuid4().hex[:8]}"
     made = []
 
-    def make(name: str, counts: dict[str, int], *options: str, site: str | None = None,
-             spec: dict | None = None) -> Campaign:
-        made.append(Campaign(tag, name, spec or spec_in_origin(xrootd, bases, counts), site or site_config(xrootd),
-                             options))
+    def make(
+        name: str, counts: dict[str, int], *options: str, site: str | None = None, spec: dict | None = None
+    ) -> Campaign:
+        made.append(
+            Campaign(tag, name, spec or spec_in_origin(xrootd, bases, counts), site or site_config(xrootd), options)
+        )
         return made[-1]
 
     yield make

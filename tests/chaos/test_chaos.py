@@ -14,10 +14,21 @@ import subprocess
 import time
 
 import pytest
+from chaos_stack import (
+    REPO,
+    analysing,
+    assert_exact,
+    condor_job_of,
+    factories,
+    kill_all,
+    manager_address,
+    site_config,
+    task_runs,
+    wait_until,
+    workers,
+)
 
-from chaos_stack import (REPO, analysing, assert_exact, condor_job_of, factories, kill_all, manager_address,
-                         site_config, task_runs, wait_until, workers)
-from hepvine import compare
+from hepvine.commands import compare
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.chaos]
 
@@ -80,20 +91,28 @@ def test_campaign_survives_killed_workers_and_a_restarted_cache(xrootd, campaign
     assert run.returncode == 0, chaos.output()[-4000:]
 
     report = assert_exact(chaos)
-    difference = compare.compare(compare.load(clean.out / "histograms.root"),
-                                 compare.load(chaos.out / "histograms.root"))
+    difference = compare.compare(
+        compare.load(clean.out / "histograms.root"), compare.load(chaos.out / "histograms.root")
+    )
     assert difference is None, difference
     worker_faults = [f for f in faults if f["fault"] != "cache restart"]
-    assert len(worker_faults) >= 3 and any(f["fault"] == "cache restart" for f in faults), \
+    assert len(worker_faults) >= 3 and any(f["fault"] == "cache restart" for f in faults), (
         f"too few faults were injected to prove anything (seed {seed}): {faults}"
+    )
     tasks = task_runs(started)
     assert tasks["runs"] > tasks["tasks"], f"no task was run again: the faults did not reach TaskVine ({tasks})"
     figures = {
-        "seed": seed, "faults": faults, "files": report["files"]["total"], "events": report["events"],
-        "lost": len(report["accounting"]["missing"]), "double_counted": len(report["accounting"]["duplicated"]),
-        "failovers": len(report["cache"]["failovers"]), "tasks_run_again": tasks["runs"] - tasks["tasks"],
+        "seed": seed,
+        "faults": faults,
+        "files": report["files"]["total"],
+        "events": report["events"],
+        "lost": len(report["accounting"]["missing"]),
+        "double_counted": len(report["accounting"]["duplicated"]),
+        "failovers": len(report["cache"]["failovers"]),
+        "tasks_run_again": tasks["runs"] - tasks["tasks"],
         "wall_s": {"clean": round(clean_wall, 1), "chaos": round(chaos_wall, 1)},
-        "batches": chaos.batches(), "histograms_identical_to_clean_run": True,
+        "batches": chaos.batches(),
+        "histograms_identical_to_clean_run": True,
     }
     (REPO / "results" / "chaos").mkdir(parents=True, exist_ok=True)
     (REPO / "results" / "chaos" / "last-run.json").write_text(json.dumps(figures, indent=2) + "\n")

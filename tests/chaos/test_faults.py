@@ -20,9 +20,19 @@ import statistics
 import time
 
 import pytest
-
-from chaos_stack import (alive, analysing, assert_exact, condor_jobs, descendants, factories, factory_scratch,
-                         manager_address, run_seconds, wait_until, workers)
+from chaos_stack import (
+    alive,
+    analysing,
+    assert_exact,
+    condor_jobs,
+    descendants,
+    factories,
+    factory_scratch,
+    manager_address,
+    run_seconds,
+    wait_until,
+    workers,
+)
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.chaos]
 
@@ -39,8 +49,10 @@ def test_one_cache_down_for_the_whole_run(xrootd, campaigns):
     assert set(failovers) == homed_b
     assert all(f["served_by"] == "xcache-a" and f["failed"][0].startswith("xcache-b: ") for f in failovers.values())
     assert report["cache"]["per_cache"]["xcache-b"]["served_bytes"] == 0
-    print(f"\ncache down: {len(report['inputs'])} files, {len(homed_b)} failed over, {report['events']} events, "
-          f"{wall:.0f} s")
+    print(
+        f"\ncache down: {len(report['inputs'])} files, {len(homed_b)} failed over, {report['events']} events, "
+        f"{wall:.0f} s"
+    )
 
 
 # The outage: read_attempts 6 and read_backoff_s 4 wait 4, 8, 16, 32 and 64 s (each times a jitter in [0.5, 1.5))
@@ -70,11 +82,16 @@ def test_origin_and_both_caches_down_30_s_mid_run(xrootd, campaigns):
     report = assert_exact(campaign)
     # The outage reached reads: files for which a whole round failed (both caches and the origin), read later.
     sources = 1 + len(xrootd.caches)
-    met = [r["path"] for r in report["inputs"]
-           if any(sum(f["round"] == k for f in r["fetch"]["failover"]) == sources for k in range(1, 7))]
+    met = [
+        r["path"]
+        for r in report["inputs"]
+        if any(sum(f["round"] == k for f in r["fetch"]["failover"]) == sources for k in range(1, 7))
+    ]
     assert met, "no read met the outage (every source failing in a round)"
-    print(f"\noutage: {outage_s:.0f} s down, {len(report['inputs'])} files, {len(met)} read after a failed round, "
-          f"{report['events']} events, {time.monotonic() - t0:.0f} s")
+    print(
+        f"\noutage: {outage_s:.0f} s down, {len(report['inputs'])} files, {len(met)} read after a failed round, "
+        f"{report['events']} events, {time.monotonic() - t0:.0f} s"
+    )
 
 
 def test_main_process_killed_then_rerun(xrootd, campaigns, condor_env):
@@ -100,8 +117,9 @@ def test_main_process_killed_then_rerun(xrootd, campaigns, condor_env):
     def left() -> list[str]:
         """What of the killed run is still there: its factories, its workers (started by HTCondor, found by its
         manager's address), the jobs' processes, and its HTCondor jobs."""
-        return ([f"{p.pid} {p.name()}" for p in [*seen, *workers(address)] if alive(p)]
-                + [j for s in scratches for j in condor_jobs(condor_env, s)])
+        return [f"{p.pid} {p.name()}" for p in [*seen, *workers(address)] if alive(p)] + [
+            j for s in scratches for j in condor_jobs(condor_env, s)
+        ]
 
     try:
         gone_s = wait_until("the killed run's processes and HTCondor jobs gone", lambda: not left(), 120, poll=1)
@@ -164,12 +182,17 @@ def test_a_straggler_10x_slower_than_the_median(xrootd, campaigns):
     run = campaign.start("--taskvine-straggler-min-s", "5")
     frozen: list = []
     try:
-        wait_until("3 analysis jobs done", lambda: len(run_seconds(started, "analyse")) >= 3 or run.poll() is not None,
-                   300)
+        wait_until(
+            "3 analysis jobs done", lambda: len(run_seconds(started, "analyse")) >= 3 or run.poll() is not None, 300
+        )
         median = statistics.median(run_seconds(started, "analyse"))
         address = manager_address(factories(run.pid)[0])
-        wait_until("an analysis job running", lambda: any(analysing(w) for w in workers(address))
-                   or run.poll() is not None, 120, poll=0.2)
+        wait_until(
+            "an analysis job running",
+            lambda: any(analysing(w) for w in workers(address)) or run.poll() is not None,
+            120,
+            poll=0.2,
+        )
         assert run.poll() is None, campaign.output()[-3000:]
         victim = next(w for w in workers(address) if analysing(w))
         frozen = victim.children(recursive=True)
@@ -177,8 +200,12 @@ def test_a_straggler_10x_slower_than_the_median(xrootd, campaigns):
             proc.send_signal(signal.SIGSTOP)
         stopped = time.monotonic()
         hold_s = max(10 * median, HOLD_MIN_S)
-        wait_until("the held job ended or its hold passed", lambda: not any(alive(p) for p in frozen)
-                   or time.monotonic() - stopped > hold_s, hold_s + 10, poll=0.2)
+        wait_until(
+            "the held job ended or its hold passed",
+            lambda: not any(alive(p) for p in frozen) or time.monotonic() - stopped > hold_s,
+            hold_s + 10,
+            poll=0.2,
+        )
         held_s = time.monotonic() - stopped
         for proc in frozen:
             if alive(proc):
@@ -196,5 +223,7 @@ def test_a_straggler_10x_slower_than_the_median(xrootd, campaigns):
     assert "started a second copy" in output, output[-4000:]
     assert held_s < hold_s, f"the stopped job was not cancelled within {hold_s:.0f} s"
     assert_exact(campaign)
-    print(f"\nstraggler: median job {median:.1f} s, the stopped one cancelled after {held_s:.0f} s (a copy won); "
-          f"{len(run_seconds(started, 'analyse'))} analysis jobs, campaign {time.monotonic() - t0:.0f} s")
+    print(
+        f"\nstraggler: median job {median:.1f} s, the stopped one cancelled after {held_s:.0f} s (a copy won); "
+        f"{len(run_seconds(started, 'analyse'))} analysis jobs, campaign {time.monotonic() - t0:.0f} s"
+    )

@@ -15,7 +15,6 @@ import uuid
 from pathlib import Path
 
 import uproot
-
 from kept import generated_dataset
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,13 +37,22 @@ class Workers:
 
     def command(self, name: str, port: int, password: Path, *options: str) -> list[str]:
         """A 1-core vine_worker NAME (its workspace under ROOT) for the manager on PORT."""
-        return ["vine_worker", f"--workspace={self.root / name}", "--cores=1", "--timeout=120", *options,
-                f"--password={password}", "127.0.0.1", str(port)]
+        return [
+            "vine_worker",
+            f"--workspace={self.root / name}",
+            "--cores=1",
+            "--timeout=120",
+            *options,
+            f"--password={password}",
+            "127.0.0.1",
+            str(port),
+        ]
 
     def spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         with open(self.root / f"{name}.log", "wb") as log:
-            self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                               env=env))
+            self.procs.append(
+                subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+            )
 
     def stop(self) -> None:
         """SIGTERM to every worker at once (each takes seconds to clear its workspace), then wait for each; one
@@ -93,29 +101,57 @@ class CampaignDir:
         shutil.rmtree(self.store, ignore_errors=True)
 
 
-def run_campaign(work: Path, name: str, *options: str, recompress: str = "off",
-                 timeout: float = 600) -> subprocess.CompletedProcess:
+def run_campaign(
+    work: Path, name: str, *options: str, recompress: str = "off", timeout: float = 600
+) -> subprocess.CompletedProcess:
     """`snakemake --executor taskvine` in WORK without a shared filesystem, one file a job, campaign NAME; OPTIONS
     say where the workers come from."""
-    cmd = [sys.executable, "-m", "snakemake", "--executor", "taskvine", "--jobs", "8", "--shared-fs-usage", "none",
-           "--taskvine-prefer-wait-s", "0", "--default-resources", "mem_mb=500", "disk_mb=500", *options,
-           "--config", "dataset=spec.json", f"campaign={name}", "site=site.yaml", f"recompress={recompress}",
-           "files_per_job=1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--executor",
+        "taskvine",
+        "--jobs",
+        "8",
+        "--shared-fs-usage",
+        "none",
+        "--taskvine-prefer-wait-s",
+        "0",
+        "--default-resources",
+        "mem_mb=500",
+        "disk_mb=500",
+        *options,
+        "--config",
+        "dataset=spec.json",
+        f"campaign={name}",
+        "site=site.yaml",
+        f"recompress={recompress}",
+        "files_per_job=1",
+    ]
     return subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=timeout)
 
 
 def expected_events(spec: dict) -> dict[str, int]:
     """process/variation -> the events of its files, from the spec's per-file nevts."""
-    return {f"{p}/{v}": sum(f["nevts"] for f in block["files"])
-            for p, variations in spec.items() for v, block in variations.items() if v != "xsec"}
+    return {
+        f"{p}/{v}": sum(f["nevts"] for f in block["files"])
+        for p, variations in spec.items()
+        for v, block in variations.items()
+        if v != "xsec"
+    }
 
 
 def events_in_histograms(path: Path, spec: dict) -> dict[str, float]:
     """process/variation -> the events that the events_<process>_<variation> TH1 of the histograms.root at PATH
     holds."""
     with uproot.open(path) as f:
-        return {f"{p}/{v}": float(f[f"events_{p}_{v}"].values(flow=True).sum())
-                for p, variations in spec.items() for v in variations if v != "xsec"}
+        return {
+            f"{p}/{v}": float(f[f"events_{p}_{v}"].values(flow=True).sum())
+            for p, variations in spec.items()
+            for v in variations
+            if v != "xsec"
+        }
 
 
 def assert_exact(report: dict, spec: dict, histograms: Path) -> dict:
@@ -125,13 +161,19 @@ def assert_exact(report: dict, spec: dict, histograms: Path) -> dict:
     Returns the report."""
     want = expected_events(spec)
     n = sum(len(block["files"]) for variations in spec.values() for v, block in variations.items() if v != "xsec")
-    assert report["accounting"] == {"expected": n, "records": n, "missing": [], "duplicated": [], "unexpected": []}, \
+    assert report["accounting"] == {"expected": n, "records": n, "missing": [], "duplicated": [], "unexpected": []}, (
         report["accounting"]
+    )
     assert report["files"] == {"total": n, "ok": n, "failed": 0}, report["failed_files"]
     assert report["complete"] is True
     fids = sorted(r["fid"] for r in report["inputs"])
-    assert fids == sorted(f"{p}/{v}/{i}" for p, variations in spec.items()
-                          for v, block in variations.items() if v != "xsec" for i in range(len(block["files"])))
+    assert fids == sorted(
+        f"{p}/{v}/{i}"
+        for p, variations in spec.items()
+        for v, block in variations.items()
+        if v != "xsec"
+        for i in range(len(block["files"]))
+    )
     from_records: dict[str, int] = {}
     for r in report["inputs"]:
         key = "/".join(r["fid"].split("/")[:2])
@@ -139,7 +181,8 @@ def assert_exact(report: dict, spec: dict, histograms: Path) -> dict:
     assert from_records == want, (from_records, want)
     assert events_in_histograms(histograms, spec) == {k: float(v) for k, v in want.items()}
     # The merged result's events per coffea dataset (<process>__<variation>) say the same.
-    assert report["events_per_dataset"] == {k.replace("/", "__"): v for k, v in want.items()}, \
-        report["events_per_dataset"]
+    assert report["events_per_dataset"] == {k.replace("/", "__"): v for k, v in want.items()}, report[
+        "events_per_dataset"
+    ]
     assert report["events"] == sum(want.values())
     return report

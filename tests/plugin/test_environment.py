@@ -25,12 +25,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import uproot
-
-from hepvine import packenv
 from campaign_runs import CampaignDir, Workers, free_port, run_campaign
 from kept import packed_environment
-from snakemake_executor_plugin_taskvine import provision
 from snakemake_runs import slow_snakefile
+
+from hepvine.commands import packenv
+from snakemake_executor_plugin_taskvine import provision
 
 REPO = Path(__file__).resolve().parents[2]
 EVENTS = 3000
@@ -40,6 +40,7 @@ HIDDEN = (Path(sys.prefix), REPO / "workflows", REPO / "plugins")
 
 # --- pure logic ---------------------------------------------------------------------------------------------------
 
+
 class FakeDist:
     def __init__(self, name: str, *requires: str):
         self.metadata = {"Name": name}
@@ -47,17 +48,39 @@ class FakeDist:
 
 
 def test_needed_distributions_follow_requirements_markers_and_extras():
-    installed = {packenv.canonical(d.metadata["Name"]): d for d in (
-        FakeDist("hepvine", "snakemake>=9", "uproot", "ROOT; extra == 'recompress'", "pywin32; sys_platform == 'win32'"),
-        FakeDist("snakemake", "PyYAML", "smart_open[s3]"),
-        FakeDist("uproot", "awkward>=2", "numpy"),
-        FakeDist("awkward", "numpy"), FakeDist("numpy"), FakeDist("PyYAML"),
-        FakeDist("smart-open", "boto3; extra == 's3'", "wrapt"), FakeDist("boto3"), FakeDist("wrapt"),
-        FakeDist("root"), FakeDist("unrelated"),
-    )}
-    names = lambda dists: sorted(d.metadata["Name"] for d in dists)
+    installed = {
+        packenv.canonical(d.metadata["Name"]): d
+        for d in (
+            FakeDist(
+                "hepvine", "snakemake>=9", "uproot", "ROOT; extra == 'recompress'", "pywin32; sys_platform == 'win32'"
+            ),
+            FakeDist("snakemake", "PyYAML", "smart_open[s3]"),
+            FakeDist("uproot", "awkward>=2", "numpy"),
+            FakeDist("awkward", "numpy"),
+            FakeDist("numpy"),
+            FakeDist("PyYAML"),
+            FakeDist("smart-open", "boto3; extra == 's3'", "wrapt"),
+            FakeDist("boto3"),
+            FakeDist("wrapt"),
+            FakeDist("root"),
+            FakeDist("unrelated"),
+        )
+    }
+
+    def names(dists):
+        return sorted(d.metadata["Name"] for d in dists)
+
     assert names(packenv.needed_distributions("hepvine", (), installed)) == [
-        "PyYAML", "awkward", "boto3", "hepvine", "numpy", "smart-open", "snakemake", "uproot", "wrapt"]
+        "PyYAML",
+        "awkward",
+        "boto3",
+        "hepvine",
+        "numpy",
+        "smart-open",
+        "snakemake",
+        "uproot",
+        "wrapt",
+    ]
     assert "root" in names(packenv.needed_distributions("hepvine", ("recompress",), installed))
     del installed["wrapt"]
     with pytest.raises(packenv.PackError, match="wrapt is required but not installed"):
@@ -65,8 +88,9 @@ def test_needed_distributions_follow_requirements_markers_and_extras():
 
 
 def test_run_in_env_checks_the_worker_python_for_a_venv_and_relocates_a_conda_env():
-    venv = packenv.run_in_env("venv", {"python": "3.13.5", "base_interpreter": "/usr/bin/python3.13",
-                                       "system_modules": ["XRootD"]})
+    venv = packenv.run_in_env(
+        "venv", {"python": "3.13.5", "base_interpreter": "/usr/bin/python3.13", "system_modules": ["XRootD"]}
+    )
     assert venv.startswith("#!/bin/sh") and "(3, 13)" in venv and "/usr/bin/python3.13" in venv
     assert "XRootD" in venv and 'exec "$@"' in venv and "@" not in venv.replace('"$@"', "")
     conda = packenv.run_in_env("conda", {"python": "3.12.1"})
@@ -97,7 +121,7 @@ def test_environment_file_is_checked_and_may_come_from_a_site_config(tmp_path):
     assert provision.environment_file(settings(environment=other, worker_groups=site))[0] == other
 
     _, found = provision.environment_file(settings(environment=tmp_path / "missing.tar.gz"))
-    assert "--taskvine-environment" in found[0] and "no such file" in found[0] and "hepvine pack-env" in found[0]
+    assert "--taskvine-environment" in found[0] and "no such file" in found[0] and "poncho_package_create" in found[0]
     (tmp_path / "text.tar.gz").write_text("not a tarball")
     _, found = provision.environment_file(settings(environment=tmp_path / "text.tar.gz"))
     assert "not a readable tarball" in found[0]
@@ -109,6 +133,7 @@ def test_environment_file_is_checked_and_may_come_from_a_site_config(tmp_path):
 
 
 # --- real workers with nothing installed --------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def packed() -> Path:
@@ -131,10 +156,29 @@ class HiddenWorkers(Workers):
         hide = 'e=$1; shift; while [ "$1" != -- ]; do mount --bind "$e" "$1" || exit 97; shift; done; shift; exec "$@"'
         for i in range(n):
             name = f"worker-{port}-{i}"
-            self.spawn(name, ["unshare", "--mount", "--propagation", "unchanged", "--", "/bin/sh", "-c", hide, "_",
-                              str(self.empty), *map(str, HIDDEN), "--",
-                              "/usr/bin/env", "-i", "PATH=/usr/bin:/bin", f"HOME={self.root}", "CATALOG_HOST=127.0.0.1",
-                              *self.command(name, port, password)])
+            self.spawn(
+                name,
+                [
+                    "unshare",
+                    "--mount",
+                    "--propagation",
+                    "unchanged",
+                    "--",
+                    "/bin/sh",
+                    "-c",
+                    hide,
+                    "_",
+                    str(self.empty),
+                    *map(str, HIDDEN),
+                    "--",
+                    "/usr/bin/env",
+                    "-i",
+                    "PATH=/usr/bin:/bin",
+                    f"HOME={self.root}",
+                    "CATALOG_HOST=127.0.0.1",
+                    *self.command(name, port, password),
+                ],
+            )
 
 
 @pytest.fixture
@@ -176,22 +220,33 @@ def cache_updates(run_info: Path, wanted) -> dict[str, list[tuple[float, float]]
 @pytest.mark.sandbox
 @pytest.mark.root
 def test_worker_with_nothing_installed_runs_the_campaign_only_with_the_environment(
-        hidden_workers, campaign_dir, packed, tmp_path):
+    hidden_workers, campaign_dir, packed, tmp_path
+):
     password = tmp_path / "vine.password"
     password.write_text("hidden-workers-test\n")
     password.chmod(0o600)
 
     # Shared environment: the plugin's local workers see the manager's venv. Every input is recompressed to ZSTD by
     # ROOT first (the faithful copy), on the workers: ROOT comes with the environment too.
-    shared = run_campaign(campaign_dir, "shared", "--taskvine-workers", "local", "--taskvine-max-workers", "2",
-                          recompress=RECOMPRESS)
+    shared = run_campaign(
+        campaign_dir, "shared", "--taskvine-workers", "local", "--taskvine-max-workers", "2", recompress=RECOMPRESS
+    )
     assert shared.returncode == 0, shared.stderr[-4000:]
 
     # Hidden workers without the environment: the jobs cannot start (no python, or no snakemake).
     port = free_port()
     hidden_workers.start(port, password)
-    without = run_campaign(campaign_dir, "without", "--taskvine-workers", "none", "--taskvine-port", str(port),
-                           "--taskvine-password-file", str(password), timeout=300)
+    without = run_campaign(
+        campaign_dir,
+        "without",
+        "--taskvine-workers",
+        "none",
+        "--taskvine-port",
+        str(port),
+        "--taskvine-password-file",
+        str(password),
+        timeout=300,
+    )
     hidden_workers.stop()
     assert without.returncode != 0
     assert re.search(r"python: not found|No module named '?snakemake", without.stderr), without.stderr[-4000:]
@@ -201,9 +256,21 @@ def test_worker_with_nothing_installed_runs_the_campaign_only_with_the_environme
     port = free_port()
     hidden_workers.start(port, password)
     began = time.monotonic()
-    with_env = run_campaign(campaign_dir, "with", "--taskvine-workers", "none", "--taskvine-port", str(port),
-                            "--taskvine-password-file", str(password), "--taskvine-environment", str(packed),
-                            "--taskvine-run-info-dir", str(tmp_path / "run-info"), recompress=RECOMPRESS)
+    with_env = run_campaign(
+        campaign_dir,
+        "with",
+        "--taskvine-workers",
+        "none",
+        "--taskvine-port",
+        str(port),
+        "--taskvine-password-file",
+        str(password),
+        "--taskvine-environment",
+        str(packed),
+        "--taskvine-run-info-dir",
+        str(tmp_path / "run-info"),
+        recompress=RECOMPRESS,
+    )
     elapsed = time.monotonic() - began
     assert with_env.returncode == 0, with_env.stderr[-4000:]
     report = json.loads((campaign_dir / "results" / "with" / "report.json").read_text())
@@ -211,8 +278,9 @@ def test_worker_with_nothing_installed_runs_the_campaign_only_with_the_environme
     # Copied basket by basket by hepvine's transcoder, built on the hidden workers against the environment's ROOT.
     assert all(r["recompress"]["engine"] == "transcode" for r in report["inputs"]), report["inputs"]
     copies = json.loads((campaign_dir / "results" / "with" / "dataset.zstd.json").read_text())
-    copied = [f for variations in copies.values() for v, block in variations.items() if v != "xsec"
-              for f in block["files"]]
+    copied = [
+        f for variations in copies.values() for v, block in variations.items() if v != "xsec" for f in block["files"]
+    ]
     assert len(copied) == 3 and all(f["path"] != f["source"] for f in copied), copied
     for f in copied:  # written by ROOT from the environment on the hidden workers, with the campaign's setting
         with uproot.open(campaign_dir / f["path"]) as copy:
@@ -230,10 +298,14 @@ def test_worker_with_nothing_installed_runs_the_campaign_only_with_the_environme
     made = cache_updates(tmp_path / "run-info", lambda name, n: name.startswith("task-"))  # the unpacked ones
     assert len(received) == 2 and all(len(times) == 1 for times in received.values()), received
     assert set(made) == set(received) and all(len(times) == 1 for times in made.values()), made
-    print(f"\nenvironment {size / 1e6:.1f} MB; "
-          + "; ".join(f"worker {w[-6:]}: received in {received[w][0][1]:.2f} s, unpacked and set up in "
-                      f"{made[w][0][1]:.2f} s" for w in sorted(received))
-          + f"; campaign with it {elapsed:.0f} s")
+    print(
+        f"\nenvironment {size / 1e6:.1f} MB; "
+        + "; ".join(
+            f"worker {w[-6:]}: received in {received[w][0][1]:.2f} s, unpacked and set up in {made[w][0][1]:.2f} s"
+            for w in sorted(received)
+        )
+        + f"; campaign with it {elapsed:.0f} s"
+    )
 
 
 JOBS = slow_snakefile("python -c 'import sys, snakemake, uproot; print(sys.prefix)' > {output}", n=4)
@@ -242,8 +314,9 @@ JOBS = slow_snakefile("python -c 'import sys, snakemake, uproot; print(sys.prefi
 @pytest.mark.sandbox
 @pytest.mark.root
 @pytest.mark.parametrize("library", [False, True], ids=["process", "library"])
-def test_jobs_and_library_calls_run_in_the_environment_on_hidden_workers(hidden_workers, workflow, packed, tmp_path,
-                                                                         library):
+def test_jobs_and_library_calls_run_in_the_environment_on_hidden_workers(
+    hidden_workers, workflow, packed, tmp_path, library
+):
     """Jobs as processes of their own and as calls of a TaskVine library (whose `python` is the environment's too)
     run on workers that see neither the venv nor the checkout, with a shared filesystem (the workflow directory is
     visible to them) too; `python` is the unpacked environment in the worker's cache."""
@@ -253,9 +326,19 @@ def test_jobs_and_library_calls_run_in_the_environment_on_hidden_workers(hidden_
     port = free_port()
     hidden_workers.start(port, password)
     wf = workflow(JOBS)
-    wf.run("--taskvine-workers", "none", "--taskvine-port", str(port), "--taskvine-password-file", str(password),
-           "--taskvine-environment", str(packed), *(["--taskvine-library"] if library else []), timeout=300,
-           check=True)
+    wf.run(
+        "--taskvine-workers",
+        "none",
+        "--taskvine-port",
+        str(port),
+        "--taskvine-password-file",
+        str(password),
+        "--taskvine-environment",
+        str(packed),
+        *(["--taskvine-library"] if library else []),
+        timeout=300,
+        check=True,
+    )
     prefixes = {(wf.root / "out" / f"{i}.txt").read_text().strip() for i in range(4)}
     assert all("/cache/" in p and not p.startswith(sys.prefix) for p in prefixes), prefixes
 
@@ -278,5 +361,5 @@ def test_conda_environment_is_conda_packed_with_run_in_env_and_its_editable_proj
     assert names[0] == "bin/conda-unpack" and packenv.RUN_IN_ENV in names and packenv.MANIFEST in names
     assert "conda-unpack" in script and manifest["kind"] == "conda" and "hepvine" in manifest["from_source_tree"]
     site = packenv._site_packages(Path(sys.prefix)).relative_to(sys.prefix)
-    assert str(site / "hepvine" / "packenv.py") in names
+    assert str(site / "hepvine" / "commands" / "packenv.py") in names
     assert str(site / "snakemake_executor_plugin_taskvine" / "taskvine.py") in names

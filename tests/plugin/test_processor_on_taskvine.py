@@ -14,15 +14,18 @@ from pathlib import Path
 
 import pytest
 from coffea import util
-
-from hepvine import processor
 from processors import CHUNKSIZE, NEW_PROCESSOR, assert_same, coffea_runner
+
+from hepvine.work import processor
 
 REPO = Path(__file__).resolve().parents[2]
 NANOAOD = REPO.parent / "shared" / "nanoaod"
 DAS = "/TTHtoGG_M125/RunIIFall17NanoAODv7/NANOAODSIM"
-FILES = {DAS: ["ttH_M125_2017.root", "ggH_M125_amcatnlo_v13.root"], "rntuple": ["nano_dy_rntuple.root"],
-         "data": ["nano_dimuon.root"]}
+FILES = {
+    DAS: ["ttH_M125_2017.root", "ggH_M125_amcatnlo_v13.root"],
+    "rntuple": ["nano_dy_rntuple.root"],
+    "data": ["nano_dimuon.root"],
+}
 
 
 @pytest.fixture
@@ -37,8 +40,10 @@ def served(services):
     for key, names in FILES.items():
         for name in names:
             shutil.copy(NANOAOD / name, store / name)
-        fileset[key] = {"files": {f"{origin['url']}//store/{tag}/{name}": "Events" for name in names},
-                        "metadata": {"kind": key}}
+        fileset[key] = {
+            "files": {f"{origin['url']}//store/{tag}/{name}": "Events" for name in names},
+            "metadata": {"kind": key},
+        }
     (store / "broken.root").write_bytes(b"not a ROOT file" * 1000)
     bad = f"{origin['url']}//store/{tag}/broken.root"
     yield fileset, bad, tag
@@ -56,11 +61,26 @@ def test_a_users_processor_on_taskvine_workers_equals_coffeas_runner(served):
     with_bad["data"]["files"][bad] = "Events"
     (inputs / "fileset.json").write_text(json.dumps(with_bad))
     run = subprocess.run(
-        [sys.executable, "-m", "snakemake", "--profile", "profiles/sandbox", "--config",
-         f"dataset=results/{tag}/fileset.json", f"analysis=results/{tag}/my_analysis.py:JetsAndMuons",
-         "analysis_args={pt_min: 25.0}", f"chunksize={CHUNKSIZE}", f"campaign={tag}-run",
-         "site=site-configs/sandbox.yaml", "files_per_job=2"],
-        cwd=REPO, capture_output=True, text=True, timeout=900)
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "--profile",
+            "profiles/sandbox",
+            "--config",
+            f"dataset=results/{tag}/fileset.json",
+            f"analysis=results/{tag}/my_analysis.py:JetsAndMuons",
+            "analysis_args={pt_min: 25.0}",
+            f"chunksize={CHUNKSIZE}",
+            f"campaign={tag}-run",
+            "site=site-configs/sandbox.yaml",
+            "files_per_job=2",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     out = REPO / "results" / f"{tag}-run"
     report = json.loads((out / "report.json").read_text())

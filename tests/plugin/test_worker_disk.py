@@ -16,7 +16,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from campaign_runs import CampaignDir, Workers, assert_exact, free_port, run_campaign
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.root]
@@ -27,8 +26,10 @@ EVENTS = 10_000  # ~8 MB a file (ZLIB-1, tests/kept.py): half of it is more than
 TMPFS_MB = 32
 # In the first run, every job asks for 1 MB of disk (the full workers report half of what is left).
 TINY_DISK = ("--default-resources", "mem_mb=500", "disk_mb=1", "--set-resources", "analyse:disk_mb=1")
-MOUNTED = ('mount -t tmpfs -o "size=$1m" tmpfs "$2" || exit 97; '
-           'dd if=/dev/zero of="$2/filler" bs=1k count="$3" 2>/dev/null; shift 3; exec "$@"')
+MOUNTED = (
+    'mount -t tmpfs -o "size=$1m" tmpfs "$2" || exit 97; '
+    'dd if=/dev/zero of="$2/filler" bs=1k count="$3" 2>/dev/null; shift 3; exec "$@"'
+)
 
 
 class FullDiskWorkers(Workers):
@@ -40,9 +41,25 @@ class FullDiskWorkers(Workers):
             name = f"worker-{port}-{i}"
             (self.root / name).mkdir()
             worker = self.command(name, port, password, "--memory=1500")
-            argv = (["unshare", "--mount", "--propagation", "unchanged", "--", "/bin/sh", "-c", MOUNTED, "_",
-                     str(TMPFS_MB), str(self.root / name), str(TMPFS_MB * 1024 - free_kb), *worker]
-                    if free_kb else worker)
+            argv = (
+                [
+                    "unshare",
+                    "--mount",
+                    "--propagation",
+                    "unchanged",
+                    "--",
+                    "/bin/sh",
+                    "-c",
+                    MOUNTED,
+                    "_",
+                    str(TMPFS_MB),
+                    str(self.root / name),
+                    str(TMPFS_MB * 1024 - free_kb),
+                    *worker,
+                ]
+                if free_kb
+                else worker
+            )
             self.spawn(name, argv, env=dict(os.environ, CATALOG_HOST="127.0.0.1"))
 
 
@@ -71,8 +88,19 @@ def test_full_worker_disks_list_every_file_then_the_same_command_finishes_exact(
         port = free_port()
         workers.start(port, password, free_kb=free_kb)
         try:
-            done = run_campaign(campaign.root, "full", "--taskvine-workers", "none", "--taskvine-port", str(port),
-                                "--taskvine-password-file", str(password), *options, recompress="zstd:5", timeout=300)
+            done = run_campaign(
+                campaign.root,
+                "full",
+                "--taskvine-workers",
+                "none",
+                "--taskvine-port",
+                str(port),
+                "--taskvine-password-file",
+                str(password),
+                *options,
+                recompress="zstd:5",
+                timeout=300,
+            )
         finally:
             workers.stop()
         report = campaign.root / "results" / "full" / "report.json"

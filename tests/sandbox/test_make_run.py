@@ -21,7 +21,8 @@ REPO = Path(__file__).resolve().parents[2]
 MAKE = shutil.which("make")
 
 pytestmark = pytest.mark.skipif(
-    MAKE is None, reason="GNU make is not installed here (in the sandbox: add `make` to sandbox/packages.txt)")
+    MAKE is None, reason="GNU make is not installed here (in the sandbox: add `make` to sandbox/packages.txt)"
+)
 
 COMMANDS = [
     "echo $HOME",
@@ -52,8 +53,9 @@ def make_run(cmd: str | None, tmp_path: Path) -> subprocess.CompletedProcess:
     args = [MAKE, "--no-print-directory", "-o", "sandbox", "run", f"WITH_SERVICES={stand_in}"]
     # A clean environment of make's own variables: the suite itself may run under a make.
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "CMD")}
-    return subprocess.run(args + ([f"CMD={cmd}"] if cmd is not None else []), cwd=REPO, env=env,
-                          capture_output=True, text=True)
+    return subprocess.run(
+        args + ([f"CMD={cmd}"] if cmd is not None else []), cwd=REPO, env=env, capture_output=True, text=True
+    )
 
 
 @pytest.mark.parametrize("cmd", COMMANDS)

@@ -114,8 +114,10 @@ def test_a_taken_port_stops_the_start_with_the_fix(tmp_path, monkeypatch):
         with pytest.raises(SystemExit) as stopped:
             module.kept_ports()
     message = str(stopped.value)
-    assert f"port {ports['catalog']}, kept for catalog in {tmp_path / 'ports.json'}, is taken by pid {os.getpid()}" \
-        in message, message
+    assert (
+        f"port {ports['catalog']}, kept for catalog in {tmp_path / 'ports.json'}, is taken by pid {os.getpid()}"
+        in message
+    ), message
     assert "delete ports.json to pick new ports" in message
     (tmp_path / "ports.json").write_text("[1, 2]")
     with pytest.raises(SystemExit, match="ports.json: not a JSON object of port numbers; delete it"):
@@ -134,6 +136,7 @@ def test_a_kept_port_that_no_process_holds_is_waited_for(tmp_path, monkeypatch, 
     def port_free(port):
         closing[port] = closing.get(port, 0) - 1
         return closing[port] < 0
+
     monkeypatch.setattr(module, "port_free", port_free)
     assert module.kept_ports() == ports
     assert f"port(s) {ports['rack-b']} still closing; waiting up to {module.PORT_WAIT_S} s" in capsys.readouterr().err

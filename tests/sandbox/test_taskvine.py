@@ -15,8 +15,9 @@ pytestmark = pytest.mark.sandbox
 
 def queued_jobs(condor_env, scratch_dir) -> list[str]:
     """The pool's jobs that the factory with SCRATCH_DIR submitted (it runs workers from a script there)."""
-    out = subprocess.run(["condor_q", "-allusers", "-af", "ClusterId", "Cmd"], capture_output=True, text=True,
-                         env=condor_env, check=True).stdout
+    out = subprocess.run(
+        ["condor_q", "-allusers", "-af", "ClusterId", "Cmd"], capture_output=True, text=True, env=condor_env, check=True
+    ).stdout
     return [line for line in out.splitlines() if f" {scratch_dir}/" in line]
 
 
@@ -46,13 +47,24 @@ def test_condor_factory_runs_20_tasks(services, condor_env, tmp_path):
     password = taskvine.write_password_file(tmp_path)
     manager = taskvine.Manager(port=0, password_file=password, run_info_dir=tmp_path / "run-info")
     assert queued_jobs(condor_env, tmp_path / "factory") == []
-    factory = taskvine.Factory(batch_type="condor", manager_host="127.0.0.1", manager_port=manager.port,
-                               scratch_dir=tmp_path / "factory", password_file=password,
-                               min_workers=2, max_workers=2, cores=1, memory_mb=512, disk_mb=1000,
-                               worker_timeout_s=60)
+    factory = taskvine.Factory(
+        batch_type="condor",
+        manager_host="127.0.0.1",
+        manager_port=manager.port,
+        scratch_dir=tmp_path / "factory",
+        password_file=password,
+        min_workers=2,
+        max_workers=2,
+        cores=1,
+        memory_mb=512,
+        disk_mb=1000,
+        worker_timeout_s=60,
+    )
     try:
-        specs = [taskvine.TaskSpec(command=f"echo task-{i} $(id -un)", tag=f"t{i}", cores=1, memory_mb=100,
-                                   disk_mb=10) for i in range(20)]
+        specs = [
+            taskvine.TaskSpec(command=f"echo task-{i} $(id -un)", tag=f"t{i}", cores=1, memory_mb=100, disk_mb=10)
+            for i in range(20)
+        ]
         results = run_all(manager, specs, timeout_s=240)
         assert len(results) == 20, f"only {len(results)} of 20 tasks came back; factory log: {factory.log}"
         assert all(r.successful for r in results), [(r.tag, r.result, r.output) for r in results]
@@ -73,10 +85,16 @@ def test_worker_without_password_is_refused(services, tmp_path):
     manager = taskvine.Manager(port=0, password_file=password, run_info_dir=tmp_path / "run-info")
     manager.submit(taskvine.TaskSpec(command="echo done", cores=1))
     intruders = [
-        taskvine.Worker(manager_host="127.0.0.1", manager_port=manager.port, workspace=tmp_path / "w-wrong",
-                        password_file=wrong, timeout_s=20),
-        taskvine.Worker(manager_host="127.0.0.1", manager_port=manager.port, workspace=tmp_path / "w-none",
-                        timeout_s=20),
+        taskvine.Worker(
+            manager_host="127.0.0.1",
+            manager_port=manager.port,
+            workspace=tmp_path / "w-wrong",
+            password_file=wrong,
+            timeout_s=20,
+        ),
+        taskvine.Worker(
+            manager_host="127.0.0.1", manager_port=manager.port, workspace=tmp_path / "w-none", timeout_s=20
+        ),
     ]
     try:
         deadline = time.monotonic() + 10
@@ -87,8 +105,13 @@ def test_worker_without_password_is_refused(services, tmp_path):
         for w in intruders:
             w.stop()
     # The same manager does accept a worker with the right password (so the refusal above was about the password).
-    good = taskvine.Worker(manager_host="127.0.0.1", manager_port=manager.port, workspace=tmp_path / "w-good",
-                           password_file=password, timeout_s=30)
+    good = taskvine.Worker(
+        manager_host="127.0.0.1",
+        manager_port=manager.port,
+        workspace=tmp_path / "w-good",
+        password_file=password,
+        timeout_s=30,
+    )
     try:
         result = None
         deadline = time.monotonic() + 30

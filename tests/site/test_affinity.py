@@ -19,9 +19,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-
-from hepvine import site
 from kept import generated_file
+
+from hepvine.routing import site
 
 pytestmark = pytest.mark.sandbox
 
@@ -35,8 +35,7 @@ HOME_RACK_FILES = 12  # enough for both racks to have several files; few enough 
 @pytest.fixture(scope="module")
 def base_files(tmp_path_factory) -> list[Path]:
     data = tmp_path_factory.mktemp("base")
-    return [generated_file(data / f"ttbar_{i}.root", "ttbar", EVENTS, index=i, seed=5)["path"]
-            for i in range(DISTINCT)]
+    return [generated_file(data / f"ttbar_{i}.root", "ttbar", EVENTS, index=i, seed=5)["path"] for i in range(DISTINCT)]
 
 
 @pytest.fixture
@@ -89,8 +88,17 @@ def campaign():
         (inputs / "spec.json").write_text(json.dumps(spec))
         (inputs / "site.yaml").write_text(site or SANDBOX_SITE.read_text())
         written.append(REPO / "results" / f"{tag}-{name}")
-        cmd = [sys.executable, "-m", "snakemake", *args, "--config", f"dataset=results/{tag}/spec.json",
-               f"campaign={tag}-{name}", f"site=results/{tag}/site.yaml", *config]
+        cmd = [
+            sys.executable,
+            "-m",
+            "snakemake",
+            *args,
+            "--config",
+            f"dataset=results/{tag}/spec.json",
+            f"campaign={tag}-{name}",
+            f"site=results/{tag}/site.yaml",
+            *config,
+        ]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=REPO)
         assert done.returncode == 0, done.stderr[-4000:]
         return json.loads((written[-1] / "report.json").read_text())
@@ -128,10 +136,11 @@ def test_tasks_run_in_their_home_rack_and_files_come_from_the_origin_once(servic
     # Each file is held by its home cache only, and the origin sent each file's bytes once: what the caches fetched
     # is at most what the files hold (plus the disk's allocation slack, up to 8 KiB a file).
     held = cached_copies(services, store.directory)
-    assert {name: caches for name, caches in held.items()} == {
-        Path(path).name: [home] for path, home in homes.items()}
-    total_size = sum(p.stat().st_size for p in (Path(services["xrootd"]["origin"]["data_dir"]) / "store"
-                                                / store.directory).glob("*.root"))
+    assert {name: caches for name, caches in held.items()} == {Path(path).name: [home] for path, home in homes.items()}
+    total_size = sum(
+        p.stat().st_size
+        for p in (Path(services["xrootd"]["origin"]["data_dir"]) / "store" / store.directory).glob("*.root")
+    )
     slack = HOME_RACK_FILES * 8192
     assert 0 < cache["bytes_from_origin"] <= total_size + slack, (cache["bytes_from_origin"], total_size)
     assert cache["bytes_read_directly_from_origin"] == 0 and not cache["failovers"]
@@ -145,11 +154,23 @@ def test_tasks_run_in_their_home_rack_and_files_come_from_the_origin_once(servic
 def test_rack_without_workers_still_completes_across_racks(tmp_path, store, campaign):
     spec = store(4)
     groups = tmp_path / "groups.yaml"  # workers in rack-a only
-    groups.write_text("worker_groups:\n  - {name: rack-a, features: [rack-a], cores: 2, min_workers: 1, "
-                      "max_workers: 1}\n")
-    report = campaign(spec, "one-rack", "--executor", "taskvine", "--jobs", "8",
-                      "--taskvine-workers", "local", "--taskvine-worker-groups", str(groups),
-                      "--taskvine-prefer-wait-s", "2")
+    groups.write_text(
+        "worker_groups:\n  - {name: rack-a, features: [rack-a], cores: 2, min_workers: 1, max_workers: 1}\n"
+    )
+    report = campaign(
+        spec,
+        "one-rack",
+        "--executor",
+        "taskvine",
+        "--jobs",
+        "8",
+        "--taskvine-workers",
+        "local",
+        "--taskvine-worker-groups",
+        str(groups),
+        "--taskvine-prefer-wait-s",
+        "2",
+    )
     assert report["complete"] and report["files"]["ok"] == 4
     assert {r["worker_rack"] for r in report["inputs"]} == {"rack-a"}
     in_b = sum(r["bytes_read"] for r in report["inputs"] if r["rack"] == "rack-b")

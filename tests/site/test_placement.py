@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from hepvine import placement
+from hepvine.routing import placement
 
 FILES = [f"/store/data/Run2026/file_{i:06d}.root" for i in range(20_000)]
 EIGHT = [(f"xcache-{i}", 1.0) for i in range(1, 9)]

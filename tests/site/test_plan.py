@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from hepvine import plan
-from hepvine import rates
-from hepvine import site as hv_site
+from hepvine.commands import plan, rates
+from hepvine.routing import site as hv_site
 
 REPO = Path(__file__).resolve().parents[2]
 UCHICAGO = REPO / "site-configs" / "uchicago-af.yaml"
@@ -55,8 +54,11 @@ def test_shares_follow_the_placement(uchicago):
 
 
 def test_without_a_rack_constraint_every_policy_is_the_same(tmp_path):
-    config = (REPO / "site-configs" / "uchicago-af.yaml").read_text().replace("interconnect_gbps: 80",
-                                                                              "interconnect_gbps: 100000")
+    config = (
+        (REPO / "site-configs" / "uchicago-af.yaml")
+        .read_text()
+        .replace("interconnect_gbps: 80", "interconnect_gbps: 100000")
+    )
     (tmp_path / "wide.yaml").write_text(config)
     site = hv_site.load(tmp_path / "wide.yaml")
     files = plan.files_of("1000:1TB", None)
@@ -67,11 +69,15 @@ def test_without_a_rack_constraint_every_policy_is_the_same(tmp_path):
 
 
 def test_command_writes_table_and_plot_and_explains_a_missing_benchmark(tmp_path):
-    cmd = [sys.executable, "-m", "hepvine.cli", "plan", "--site", str(UCHICAGO), "--dataset", "2000:2TB"]
+    cmd = [sys.executable, "-m", "hepvine.commands.cli", "plan", "--site", str(UCHICAGO), "--dataset", "2000:2TB"]
     missing = subprocess.run(cmd + ["--bench", str(tmp_path / "none.json")], capture_output=True, text=True)
     assert missing.returncode == 2 and "run `make bench`" in missing.stderr
-    done = subprocess.run(cmd + ["--per-core-gbps", str(LZMA_PER_CORE), "--output", str(tmp_path)],
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        cmd + ["--per-core-gbps", str(LZMA_PER_CORE), "--output", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert "random" in done.stdout and "interconnect af-rack-1 -> af-rack-2" in done.stdout
     result = json.loads((tmp_path / "uchicago-af.json").read_text())
     assert [p["policy"] for p in result["policies"]] == list(plan.POLICIES)
@@ -80,14 +86,22 @@ def test_command_writes_table_and_plot_and_explains_a_missing_benchmark(tmp_path
 
 def run_plan(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     """``hepvine plan`` on UChicago, run in CWD (where it looks for results/bench/analysis.json)."""
-    return subprocess.run([sys.executable, "-m", "hepvine.cli", "plan", "--site", str(UCHICAGO), *args],
-                          capture_output=True, text=True, check=True, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "hepvine.commands.cli", "plan", "--site", str(UCHICAGO), *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=cwd,
+    )
 
 
 def table(stdout: str) -> dict[str, float]:
     """Gbps per policy from the printed table."""
-    return {line.split()[0]: float(line.split()[1]) for line in stdout.splitlines()
-            if line.split() and line.split()[0] in plan.POLICIES}
+    return {
+        line.split()[0]: float(line.split()[1])
+        for line in stdout.splitlines()
+        if line.split() and line.split()[0] in plan.POLICIES
+    }
 
 
 def test_fresh_clone_plans_with_the_shipped_rates(tmp_path):
@@ -115,11 +129,21 @@ def test_readme_command_with_a_given_rate(tmp_path):
 def test_a_local_bench_result_takes_precedence(tmp_path):
     bench = tmp_path / "results" / "bench" / "analysis.json"
     bench.parent.mkdir(parents=True)
-    bench.write_text(json.dumps({"rates_hz_per_core": {"hepvine_zstd": 1e6, "hepvine_lzma": 1e5},
-                                 "bytes": {"read_per_event_zstd": 125.0, "read_per_event_lzma": 100.0}}))
+    bench.write_text(
+        json.dumps(
+            {
+                "rates_hz_per_core": {"hepvine_zstd": 1e6, "hepvine_lzma": 1e5},
+                "bytes": {"read_per_event_zstd": 125.0, "read_per_event_lzma": 100.0},
+            }
+        )
+    )
     done = run_plan("--dataset", "2000:2TB", cwd=tmp_path)
     assert "per-core rate: 1.000 Gbps, local bench results/bench/analysis.json (zstd inputs" in done.stdout
     bench.write_text("{}")
-    broken = subprocess.run([sys.executable, "-m", "hepvine.cli", "plan", "--site", str(UCHICAGO), "--dataset",
-                             "2000:2TB"], capture_output=True, text=True, cwd=tmp_path)
+    broken = subprocess.run(
+        [sys.executable, "-m", "hepvine.commands.cli", "plan", "--site", str(UCHICAGO), "--dataset", "2000:2TB"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert broken.returncode == 2 and "not a `make bench` result" in broken.stderr, broken.stderr

@@ -8,14 +8,18 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from hepvine.routing import site
 from snakemake_executor_plugin_taskvine import ExecutorSettings, provision
 
-from hepvine import site
-
 REPO = Path(__file__).resolve().parents[2]
-SANDBOX_ENV = {"HEPVINE_XROOTD_ORIGIN": "root://127.0.0.1:1000", "HEPVINE_XCACHE_RACK_A": "root://127.0.0.1:1001",
-               "HEPVINE_XCACHE_RACK_B": "root://127.0.0.1:1002", "HEPVINE_XCACHE_RACK_A_DISK": "/srv/a",
-               "HEPVINE_XCACHE_RACK_B_DISK": "/srv/b"}
+SANDBOX_ENV = {
+    "HEPVINE_XROOTD_ORIGIN": "root://127.0.0.1:1000",
+    "HEPVINE_XCACHE_RACK_A": "root://127.0.0.1:1001",
+    "HEPVINE_XCACHE_RACK_B": "root://127.0.0.1:1002",
+    "HEPVINE_XCACHE_RACK_A_DISK": "/srv/a",
+    "HEPVINE_XCACHE_RACK_B_DISK": "/srv/b",
+}
 
 
 @pytest.fixture
@@ -76,10 +80,17 @@ def test_unset_variable_says_how_to_set_it(monkeypatch):
         site.load(REPO / "site-configs" / "sandbox.yaml")
 
 
-@pytest.mark.parametrize("line", ["XRD_REQUESTTIMEOUT: '60; touch /tmp/hepvine-pwned'",
-                                  "XRD_REQUESTTIMEOUT: '$(touch /tmp/hepvine-pwned)'",
-                                  "XRD_REQUESTTIMEOUT: '`id`'", "XRD_REQUESTTIMEOUT: \"a\\nb\"",
-                                  "'LD_PRELOAD': /tmp/evil.so", "'XRD_A B': 1"])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "XRD_REQUESTTIMEOUT: '60; touch /tmp/hepvine-pwned'",
+        "XRD_REQUESTTIMEOUT: '$(touch /tmp/hepvine-pwned)'",
+        "XRD_REQUESTTIMEOUT: '`id`'",
+        'XRD_REQUESTTIMEOUT: "a\\nb"',
+        "'LD_PRELOAD': /tmp/evil.so",
+        "'XRD_A B': 1",
+    ],
+)
 def test_hostile_xrootd_client_settings_are_refused_naming_the_key(tmp_path, sandbox_env, line):
     """XRootD client settings reach each job's environment (never a shell); still, only XRD_ names and plain values
     are accepted, and the error names the key."""
@@ -102,20 +113,37 @@ def test_the_workflow_and_the_executor_read_the_same_worker_groups(name, sandbox
     assert sizes == [(g.name, g.features, g.condor_requirements, g.cores, g.max_workers) for g in executors]
 
 
-@pytest.mark.parametrize("old, new, expected", [
-    ("    cores: 2\n    memory_mb: 3500\n    disk_mb: 8000\n  - name: rack-b",
-     "    cores: 0\n    memory_mb: 3500\n    disk_mb: 8000\n  - name: rack-b",
-     "worker_groups: group rack-a: cores 0 must be a whole number >= 1"),
-    ("    max_workers: 1\n    cores: 2\n    memory_mb: 3500\n    disk_mb: 8000\n  - name: rack-b",
-     "    max_workers: true\n    cores: 2\n    memory_mb: 3500\n    disk_mb: 8000\n  - name: rack-b",
-     "worker_groups: group rack-a: max_workers True must be a whole number >= 1"),
-    ("  - name: rack-b\n", "  - name: rack-b\n    rack: rack-b\n", "worker_groups: group rack-b: unknown key(s) rack"),
-    ("  - name: rack-b\n", "  - name: \"rack-b;id\"\n",
-     "worker_groups: worker_groups[1] name 'rack-b;id': use letters"),
-    ("  - name: rack-b\n", "  - name: rack-a\n", "worker_groups: group rack-a appears more than once"),
-    ('condor_requirements: HepvineRack == "rack-b"', "condor_requirements: HepvineRack == $(x)",
-     "worker_groups: group 'rack-b': condor_requirements 'HepvineRack == $(x)': write one line of a ClassAd"),
-])
+@pytest.mark.parametrize(
+    "old, new, expected",
+    [
+        (
+            "    cores: 2\n    memory_mb: 3500\n    disk_mb: 8000\n  - name: rack-b",
+            "    cores: 0\n    memory_mb: 3500\n    disk_mb: 8000\n  - name: rack-b",
+            "worker_groups: group rack-a: cores 0 must be a whole number >= 1",
+        ),
+        (
+            "    max_workers: 1\n    cores: 2\n    memory_mb: 3500\n    disk_mb: 8000\n  - name: rack-b",
+            "    max_workers: true\n    cores: 2\n    memory_mb: 3500\n    disk_mb: 8000\n  - name: rack-b",
+            "worker_groups: group rack-a: max_workers True must be a whole number >= 1",
+        ),
+        (
+            "  - name: rack-b\n",
+            "  - name: rack-b\n    rack: rack-b\n",
+            "worker_groups: group rack-b: unknown key(s) rack",
+        ),
+        (
+            "  - name: rack-b\n",
+            '  - name: "rack-b;id"\n',
+            "worker_groups: worker_groups[1] name 'rack-b;id': use letters",
+        ),
+        ("  - name: rack-b\n", "  - name: rack-a\n", "worker_groups: group rack-a appears more than once"),
+        (
+            'condor_requirements: HepvineRack == "rack-b"',
+            "condor_requirements: HepvineRack == $(x)",
+            "worker_groups: group 'rack-b': condor_requirements 'HepvineRack == $(x)': write one line of a ClassAd",
+        ),
+    ],
+)
 def test_bad_worker_group_is_named_by_the_executors_parser(tmp_path, sandbox_env, old, new, expected):
     text = (REPO / "site-configs" / "sandbox.yaml").read_text()
     assert old in text  # what the case changes
@@ -127,9 +155,9 @@ def test_bad_worker_group_is_named_by_the_executors_parser(tmp_path, sandbox_env
 
 
 def test_loading_a_site_imports_no_taskvine():
-    """The Snakefile imports hepvine.site while it parses, on every job: the plugin's parser comes without TaskVine
-    (only the plugin's adapter imports ndcctools, when a manager starts)."""
-    code = "import sys, hepvine.site; print(sorted(m for m in sys.modules if m.split('.')[0] == 'ndcctools'))"
+    """The Snakefile imports hepvine.routing.site while it parses, on every job: the plugin's parser comes without
+    TaskVine (only the plugin's adapter imports ndcctools, when a manager starts)."""
+    code = "import sys, hepvine.routing.site; print(sorted(m for m in sys.modules if m.split('.')[0] == 'ndcctools'))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
 
@@ -139,4 +167,4 @@ def test_site_configs_holds_site_files_only():
     services are in sandbox/)."""
     others = sorted(p.name for p in (REPO / "site-configs").iterdir() if p.suffix != ".yaml" and p.name != "README.md")
     assert others == [], f"site-configs/ holds {others}: only site YAMLs belong there (sandbox code: sandbox/)"
-    assert "workflows/schemas/site.schema.yaml" in (REPO / "site-configs" / "README.md").read_text()
+    assert "workflows/hepvine/model/schemas/site.schema.yaml" in (REPO / "site-configs" / "README.md").read_text()

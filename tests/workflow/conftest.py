@@ -10,15 +10,26 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from kept import generated_dataset
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _snakemake(workdir: Path, *config: str, extra: tuple[str, ...] = (), env: dict | None = None):
-    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
-           "--cores", "2", *extra, "--config", *config]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--cores",
+        "2",
+        *extra,
+        "--config",
+        *config,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
 
 

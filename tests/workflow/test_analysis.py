@@ -12,25 +12,35 @@ import awkward as ak
 import numpy as np
 import pytest
 import uproot
-
-from hepvine.examples import agc as analysis
-from hepvine import dataset, generate, processor
 from kept import generated_file
+
+from hepvine.devtools import generate
+from hepvine.examples import agc as analysis
+from hepvine.model import dataset
+from hepvine.work import processor
 
 
 def loop_observables(ev: dict, i: int, scale: float, btag_cut: float = 0.5) -> tuple[str, float] | None:
     """One event, by hand: (region, observable) or None; a jet is b tagged when its Jet_btagCSVV2 is > BTAG_CUT (the
     AGC's 0.5 by default)."""
     leptons = 0
-    for pt, eta, cut, sip in zip(ev["Electron_pt"][i], ev["Electron_eta"][i], ev["Electron_cutBased"][i],
-                                 ev["Electron_sip3d"][i]):
+    for pt, eta, cut, sip in zip(
+        ev["Electron_pt"][i], ev["Electron_eta"][i], ev["Electron_cutBased"][i], ev["Electron_sip3d"][i]
+    ):
         leptons += pt > 30 and abs(eta) < 2.1 and cut == 4 and sip < 4
-    for pt, eta, tight, sip, iso in zip(ev["Muon_pt"][i], ev["Muon_eta"][i], ev["Muon_tightId"][i],
-                                        ev["Muon_sip3d"][i], ev["Muon_pfRelIso04_all"][i]):
+    for pt, eta, tight, sip, iso in zip(
+        ev["Muon_pt"][i], ev["Muon_eta"][i], ev["Muon_tightId"][i], ev["Muon_sip3d"][i], ev["Muon_pfRelIso04_all"][i]
+    ):
         leptons += pt > 30 and abs(eta) < 2.1 and bool(tight) and sip < 4 and iso < 0.15
     jets = []
-    for pt, eta, phi, mass, btag, jet_id in zip(ev["Jet_pt"][i], ev["Jet_eta"][i], ev["Jet_phi"][i],
-                                                ev["Jet_mass"][i], ev["Jet_btagCSVV2"][i], ev["Jet_jetId"][i]):
+    for pt, eta, phi, mass, btag, jet_id in zip(
+        ev["Jet_pt"][i],
+        ev["Jet_eta"][i],
+        ev["Jet_phi"][i],
+        ev["Jet_mass"][i],
+        ev["Jet_btagCSVV2"][i],
+        ev["Jet_jetId"][i],
+    ):
         pt = float(pt) * scale
         if pt > 30 and abs(eta) < 2.4 and (int(jet_id) & 4):
             jets.append((pt, float(eta), float(phi), float(mass), float(btag)))
@@ -71,8 +81,7 @@ def test_columnar_equals_event_loop(tmp_path, process, least_selected):
         for i in range(len(events)):
             found = loop_observables(plain, i, scale)
             if found:
-                by_hand.fill(region=found[0], process=process, variation=variation, observable=[found[1]],
-                             weight=[0.5])
+                by_hand.fill(region=found[0], process=process, variation=variation, observable=[found[1]], weight=[0.5])
                 selected[found[0]] += variation == "nominal"
     assert counts == selected
     assert sum(selected.values()) >= least_selected, "too few selected events to compare anything"
@@ -117,34 +126,43 @@ def test_generated_file_is_deterministic_and_nanoaod_shaped(tmp_path):
 
 @pytest.mark.parametrize("schema, chunksize", [("NanoAODSchema", 100_000), ("BaseSchema", 700)])
 def test_the_processor_fills_what_fill_fills_under_the_th1_names(tmp_path, schema, chunksize):
-    """TtbarProcessor over a file (hepvine.processor.run_file, in chunks or not) equals ``fill`` over its arrays:
+    """TtbarProcessor over a file (hepvine.work.processor.run_file, in chunks or not) equals ``fill`` over its arrays:
     one 1-D histogram ``<region>_<process>_<variation>`` per variation the sample fills, and
     ``events_<process>_<variation>`` holding the events analysed; a sample that selects nothing has them all, empty."""
     path = str(generated_file(tmp_path / "t.root", "ttbar", 2000, index=2, seed=4)["path"])
-    (ttbar,) = dataset.tasks({"ttbar": {"xsec": 729.84, "nominal": {"nevts_total": 10_000, "files": [
-        {"path": path, "nevts": 2000}]}}})
+    (ttbar,) = dataset.tasks(
+        {"ttbar": {"xsec": 729.84, "nominal": {"nevts_total": 10_000, "files": [{"path": path, "nevts": 2000}]}}}
+    )
     agc = processor.load("hepvine.examples.agc:TtbarProcessor", {"lumi_pb": 1000.0}, schema, chunksize)
     out, events, nbytes = processor.run_file(path, ttbar, agc)
     assert events == 2000 and nbytes > 0
     expected = analysis.new_histogram()
-    analysis.fill(expected, uproot.open(path)["Events"].arrays(analysis.BRANCHES), "ttbar",
-                  analysis.event_weight(729.84, 1000.0, 10_000))
+    analysis.fill(
+        expected,
+        uproot.open(path)["Events"].arrays(analysis.BRANCHES),
+        "ttbar",
+        analysis.event_weight(729.84, 1000.0, 10_000),
+    )
     fills = analysis.variations("ttbar", "nominal", data=False)
     assert set(out) == {f"{r}_ttbar_{v}" for r in analysis.REGIONS for v in fills} | {"events_ttbar_nominal"}
     for region in analysis.REGIONS:
         for variation in fills:
             want = expected[{"region": region, "process": "ttbar", "variation": variation}]
-            np.testing.assert_allclose(out[f"{region}_ttbar_{variation}"].values(flow=True), want.values(flow=True),
-                                       rtol=1e-12)
-            np.testing.assert_allclose(out[f"{region}_ttbar_{variation}"].variances(flow=True),
-                                       want.variances(flow=True), rtol=1e-12)
+            np.testing.assert_allclose(
+                out[f"{region}_ttbar_{variation}"].values(flow=True), want.values(flow=True), rtol=1e-12
+            )
+            np.testing.assert_allclose(
+                out[f"{region}_ttbar_{variation}"].variances(flow=True), want.variances(flow=True), rtol=1e-12
+            )
     assert out["events_ttbar_nominal"].values().sum() == 2000
     # A W+jets file of a few events selects nothing: every TH1 W+jets fills (scale_var too) is there, empty.
     few = str(generated_file(tmp_path / "w.root", "wjets", 5, index=1, seed=4)["path"])
-    assert analysis.fill(analysis.new_histogram(), uproot.open(few)["Events"].arrays(analysis.BRANCHES), "wjets",
-                         1.0) == {"4j1b": 0, "4j2b": 0}
-    (wjets,) = dataset.tasks({"wjets": {"xsec": 1.0, "nominal": {"nevts_total": 5, "files": [
-        {"path": few, "nevts": 5}]}}})
+    assert analysis.fill(
+        analysis.new_histogram(), uproot.open(few)["Events"].arrays(analysis.BRANCHES), "wjets", 1.0
+    ) == {"4j1b": 0, "4j2b": 0}
+    (wjets,) = dataset.tasks(
+        {"wjets": {"xsec": 1.0, "nominal": {"nevts_total": 5, "files": [{"path": few, "nevts": 5}]}}}
+    )
     empty, events, _ = processor.run_file(few, wjets, agc)
     fills = analysis.variations("wjets", "nominal", data=False)
     assert "scale_var_up" in fills and events == 5

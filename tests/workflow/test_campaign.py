@@ -2,8 +2,8 @@
 a corrupt and a missing file reported as permanent failures (the rest completes), the merged histograms (output.coffea
 and histograms.root, from the default analysis, hepvine.examples.agc:TtbarProcessor) equal the per-file sum and their
 event counts equal the records', each histogram has its plot, reruns retry exactly what failed (transient failures by
-themselves, permanent ones with --forcerun), and a bad spec fails before any task starts. (The campaign and the
-snakemake runner are fixtures of conftest.py.)"""
+themselves, permanent ones by the same command once their files are replaced or restored), and a bad spec fails
+before any task starts. (The campaign and the snakemake runner are fixtures of conftest.py.)"""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import matplotlib.image
 import numpy as np
 import uproot
 from coffea.util import load
+from kept import generated_dataset, generated_file
 
 from hepvine.examples import agc as analysis
-from kept import generated_dataset, generated_file
 
 
 def results_of(out: Path) -> dict[str, int]:
@@ -40,7 +40,7 @@ def test_campaign_counts_every_file_once_and_reports_failures(campaign, snakemak
     assert failed[missing]["kind"] == "missing-file" and "No such file" in failed[missing]["error"]
     assert failed[str(corrupt)]["kind"] == "not-root" and str(corrupt) in failed[str(corrupt)]["error"]
     assert {f["class"] for f in failed.values()} == {"permanent"}
-    assert all("--forcerun" in f["fix"] and (workdir / f["output"]).exists() for f in failed.values())
+    assert all("run the same command again" in f["fix"] and (workdir / f["output"]).exists() for f in failed.values())
     assert report["events"] == 9000 and report["bytes_read"] > 0
     assert 1 <= report["cores"] <= 2  # --cores 2
     summary = done.stdout + done.stderr  # the summary printed at the end of the run
@@ -61,7 +61,7 @@ def test_campaign_counts_every_file_once_and_reports_failures(campaign, snakemak
     for process in ("ttbar", "data"):
         xsec = spec[process].get("xsec")
         total = spec[process]["nominal"]["nevts_total"]
-        for entry in spec[process]["nominal"]["files"][:2 if process == "ttbar" else 1]:
+        for entry in spec[process]["nominal"]["files"][: 2 if process == "ttbar" else 1]:
             events = uproot.open(entry["path"])["Events"].arrays(analysis.BRANCHES)
             analysis.fill(expected, events, process, analysis.event_weight(xsec, 3378, total), data=xsec is None)
     with uproot.open(out / "histograms.root") as f:
@@ -80,18 +80,28 @@ def test_campaign_counts_every_file_once_and_reports_failures(campaign, snakemak
             np.testing.assert_array_equal(output[name].values(flow=True), f[name].values(flow=True))
     assert report["events_per_dataset"] == {"data__nominal": 3000, "ttbar__nominal": 6000}
 
-    # Permanent failures are counted, not retried by themselves: the same command again runs nothing.
+    # Permanent failures are counted with what identified their source (missing; size and mtime), not retried by
+    # themselves: the same command again runs nothing.
+    corrupt_stat = corrupt.stat()
     assert json.loads((out / "retries.json").read_text())["files"] == {
-        "ttbar/nominal/2": {"transient": 0, "permanent": 1}, "ttbar/nominal/3": {"transient": 0, "permanent": 1}}
+        "ttbar/nominal/2": {"transient": 0, "permanent": 1, "path": missing, "failed_source": "missing"},
+        "ttbar/nominal/3": {
+            "transient": 0,
+            "permanent": 1,
+            "path": str(corrupt),
+            "failed_source": f"{corrupt_stat.st_size}:{corrupt_stat.st_mtime_ns}",
+        },
+    }
     before = results_of(out)
     same = snakemake(workdir, *config)
     assert same.returncode == 0 and results_of(out) == before, "a permanent failure was retried by itself"
 
-    # Repair both files and --forcerun their outputs (as the report says): only those two are analysed again.
+    # Repair both files on disk (restore the missing one, replace the corrupt one) and run the same command, as the
+    # report says: only those two are analysed again, and the campaign is complete and exact.
     generated_file(Path(missing), "ttbar", 3000, index=2, seed=3)
     generated_file(corrupt, "ttbar", 3000, index=3, seed=3)
     forced = [f["output"] for f in report["failed_files"]]
-    again = snakemake(workdir, *config, extra=("--forcerun", *forced))
+    again = snakemake(workdir, *config)
     assert again.returncode == 0, again.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
     assert report["files"] == {"total": 5, "ok": 5, "failed": 0}, report["failed_files"]
@@ -99,6 +109,9 @@ def test_campaign_counts_every_file_once_and_reports_failures(campaign, snakemak
     after = results_of(out)
     changed = {name for name in after if after[name] != before[name]}
     assert changed == {str(Path(o).relative_to("results/t")) for o in forced}
+    # Fixed and done: the same command once more runs nothing.
+    done_again = results_of(out)
+    assert snakemake(workdir, *config).returncode == 0 and results_of(out) == done_again
 
 
 def test_transient_failure_is_retried_by_running_the_same_command(tmp_path, snakemake):
@@ -111,8 +124,13 @@ def test_transient_failure_is_retried_by_running_the_same_command(tmp_path, snak
     spec["ttbar"]["nominal"]["files"].append({"path": f"root://127.0.0.1:{port}//store/down.root", "nevts": 2000})
     spec["ttbar"]["nominal"]["nevts_total"] += 2000
     (tmp_path / "spec.json").write_text(json.dumps(spec))
-    config = (f"dataset={tmp_path / 'spec.json'}", "campaign=tr", "files_per_job=1", "read_attempts=2",
-              "read_backoff_s=0.1")
+    config = (
+        f"dataset={tmp_path / 'spec.json'}",
+        "campaign=tr",
+        "files_per_job=1",
+        "read_attempts=2",
+        "read_backoff_s=0.1",
+    )
     env = dict(os.environ, XRD_CONNECTIONRETRY="1", XRD_CONNECTIONWINDOW="2", XRD_REQUESTTIMEOUT="5")
     first = snakemake(tmp_path, *config, env=env)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -127,9 +145,11 @@ def test_transient_failure_is_retried_by_running_the_same_command(tmp_path, snak
     assert again.returncode == 0, again.stderr[-3000:]
     after = results_of(out)
     assert {name for name in after if after[name] != before[name]} == {
-        str(Path(failure["output"]).relative_to("results/tr"))}
+        str(Path(failure["output"]).relative_to("results/tr"))
+    }
     assert json.loads((out / "retries.json").read_text())["files"] == {
-        "ttbar/nominal/2": {"transient": 2, "permanent": 0}}
+        "ttbar/nominal/2": {"transient": 2, "permanent": 0}
+    }
 
 
 def test_recompressed_campaign_gives_the_same_histograms(campaign, snakemake):
@@ -149,17 +169,26 @@ def test_recompressed_campaign_gives_the_same_histograms(campaign, snakemake):
     copied = json.loads((workdir / "results/zstd/dataset.zstd.json").read_text())
     first = copied["ttbar"]["nominal"]["files"][0]
     assert first["source"] == spec["ttbar"]["nominal"]["files"][0]["path"]
-    assert first["path"] == "results/zstd/recompressed/ttbar/nominal/direct/000/000/0.root"
-    assert (workdir / first["path"]).exists()
+    # By its absolute path: a later campaign's jobs find it wherever they run (not only in this directory).
+    assert first["path"] == str(workdir / "results/zstd/recompressed/ttbar/nominal/direct/000/000/0.root")
+    assert Path(first["path"]).exists()
     assert copied["ttbar"]["nominal"]["files"][2] == {"path": missing, "nevts": 3000}  # not copied: kept as it was
-    with uproot.open(workdir / "results/plain/histograms.root") as a, \
-            uproot.open(workdir / "results/zstd/histograms.root") as b:
+    with (
+        uproot.open(workdir / "results/plain/histograms.root") as a,
+        uproot.open(workdir / "results/zstd/histograms.root") as b,
+    ):
         # each region has data's nominal and every variation the ttbar nominal sample fills (the AGC's), and the
         # event counts of the 2 processes
-        filled = {"data": analysis.variations("data", "nominal", data=True),
-                  "ttbar": analysis.variations("ttbar", "nominal", data=False)}
-        expected = {f"{region}_{process}_{variation};1" for region in analysis.REGIONS
-                    for process, names in filled.items() for variation in names}
+        filled = {
+            "data": analysis.variations("data", "nominal", data=True),
+            "ttbar": analysis.variations("ttbar", "nominal", data=False),
+        }
+        expected = {
+            f"{region}_{process}_{variation};1"
+            for region in analysis.REGIONS
+            for process, names in filled.items()
+            for variation in names
+        }
         assert len(expected) == 2 * (1 + 10)
         assert {k for k in a.keys() if not k.startswith("events_")} == expected
         assert set(a.keys()) == set(b.keys()) and len(a.keys()) == len(expected) + 2
@@ -183,8 +212,10 @@ def test_colliding_names_and_a_path_listed_twice(tmp_path, snakemake):
     is refused likewise."""
     data = tmp_path / "data"
     files = [generated_file(data / f"f{i}.root", "ttbar", 1000, index=i, seed=6)["path"] for i in range(2)]
-    spec = {"a_b": {"xsec": 1.0, "c": {"nevts_total": 1000, "files": [{"path": str(files[0]), "nevts": 1000}]}},
-            "a": {"xsec": 1.0, "b_c": {"nevts_total": 1000, "files": [{"path": str(files[1]), "nevts": 1000}]}}}
+    spec = {
+        "a_b": {"xsec": 1.0, "c": {"nevts_total": 1000, "files": [{"path": str(files[0]), "nevts": 1000}]}},
+        "a": {"xsec": 1.0, "b_c": {"nevts_total": 1000, "files": [{"path": str(files[1]), "nevts": 1000}]}},
+    }
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     done = snakemake(tmp_path, f"dataset={tmp_path / 'spec.json'}", "campaign=c")
     assert done.returncode == 0, done.stderr[-3000:]

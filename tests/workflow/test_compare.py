@@ -9,31 +9,43 @@ import numpy as np
 import pytest
 import uproot
 
+from hepvine.commands import cli, compare
 from hepvine.examples import agc as analysis
-from hepvine import atomic, cli, compare, output
+from hepvine.model import atomic
+from hepvine.products import output
 
 
 def merged(shift: float = 0.0, weight: float = 1.5) -> dict:
     """A merged result whose analysis output is one histogram with category axes, ``output["hist"]`` (as
-    hepvine.merge writes it); SHIFT changes the weights of region 4j2b only."""
+    hepvine.jobs.merge writes it); SHIFT changes the weights of region 4j2b only."""
     h = analysis.new_histogram()
     rng = np.random.default_rng(7)
     for process in ("ttbar", "data"):
         values = rng.uniform(50, 550, 400)
         h.fill(region="4j1b", process=process, variation="nominal", observable=values, weight=np.full(400, weight))
-        h.fill(region="4j2b", process=process, variation="pt_scale_up", observable=values,
-               weight=np.full(400, weight + shift))
+        h.fill(
+            region="4j2b",
+            process=process,
+            variation="pt_scale_up",
+            observable=values,
+            weight=np.full(400, weight + shift),
+        )
     return {"records": [], "output": {"hist": h}, "events": {"ttbar__nominal": 400, "data__nominal": 400}}
 
 
 def write(tmp_path, name: str, result: dict, as_root: bool):
     """RESULT as a merged.pkl, or AS_ROOT as a results directory whose histograms.root holds its histogram's 1-D
-    slices under the AGC processor's names (``<region>_<process>_<variation>``), as hepvine.output writes them."""
+    slices under the AGC processor's names (``<region>_<process>_<variation>``), as
+    hepvine.products.output writes them."""
     if as_root:
         directory = tmp_path / name
         h = result["output"]["hist"]
-        flat = {f"{r}_{p}_{v}": h[{"region": r, "process": p, "variation": v}]
-                for r in analysis.REGIONS for p in ("data", "ttbar") for v in analysis.SYSTEMATICS[:2]}
+        flat = {
+            f"{r}_{p}_{v}": h[{"region": r, "process": p, "variation": v}]
+            for r in analysis.REGIONS
+            for p in ("data", "ttbar")
+            for v in analysis.SYSTEMATICS[:2]
+        }
         directory.mkdir()
         assert output.write_root(flat, directory / "histograms.root")["skipped"] == {}
         return directory
@@ -58,8 +70,10 @@ def test_one_changed_bin_is_named_in_a_pickle(tmp_path, capsys):
     a, b = write(tmp_path, "a", merged(), False), write(tmp_path, "b", changed, False)
     assert compare.main([str(a), str(b)]) == 1
     out = capsys.readouterr().out
-    assert out.startswith("different: histogram hist, region='4j1b', process='data', variation='nominal', "
-                          "observable bin 7 [190, 210): content"), out
+    assert out.startswith(
+        "different: histogram hist, region='4j1b', process='data', variation='nominal', "
+        "observable bin 7 [190, 210): content"
+    ), out
     assert "against 3.0" in out and "(1 bin(s) differ)" in out
 
 
@@ -96,18 +110,26 @@ def test_missing_histogram_events_and_axes_are_named(tmp_path):
     a = merged()
     fewer = merged()
     del fewer["events"]["data__nominal"]
-    assert compare.compare(compare._from_pickle(write(tmp_path, "a", a, False)),
-                           compare._from_pickle(write(tmp_path, "f", fewer, False))) == \
-        "histogram events/data__nominal only in the first"
+    assert (
+        compare.compare(
+            compare._from_pickle(write(tmp_path, "a", a, False)),
+            compare._from_pickle(write(tmp_path, "f", fewer, False)),
+        )
+        == "histogram events/data__nominal only in the first"
+    )
     more_events = merged()
     more_events["events"]["ttbar__nominal"] += 1
-    difference = compare.compare(compare._from_pickle(write(tmp_path, "a", a, False)),
-                                 compare._from_pickle(write(tmp_path, "m", more_events, False)))
+    difference = compare.compare(
+        compare._from_pickle(write(tmp_path, "a", a, False)),
+        compare._from_pickle(write(tmp_path, "m", more_events, False)),
+    )
     assert difference.startswith("histogram events/ttbar__nominal, its value: content 400.0 against 401.0")
     other_processes = merged()
     other_processes["output"]["hist"].fill(region="4j1b", process="wjets", variation="nominal", observable=[100.0])
-    difference = compare.compare(compare._from_pickle(write(tmp_path, "a", a, False)),
-                                 compare._from_pickle(write(tmp_path, "o", other_processes, False)))
+    difference = compare.compare(
+        compare._from_pickle(write(tmp_path, "a", a, False)),
+        compare._from_pickle(write(tmp_path, "o", other_processes, False)),
+    )
     assert difference == "histogram hist: axis 1 ('process') has different bins or categories"
 
 

@@ -9,12 +9,19 @@ import jsonschema
 import pytest
 import yaml
 
-from hepvine import dataset
+from hepvine.model import dataset
 
 GOOD = {
-    "ttbar": {"xsec": 729.84, "nominal": {"nevts_total": 30, "files": [
-        {"path": "root://cache//store/ttbar_0.root", "nevts": 10},
-        {"path": "root://cache//store/ttbar_1.root", "nevts": 20}]}},
+    "ttbar": {
+        "xsec": 729.84,
+        "nominal": {
+            "nevts_total": 30,
+            "files": [
+                {"path": "root://cache//store/ttbar_0.root", "nevts": 10},
+                {"path": "root://cache//store/ttbar_1.root", "nevts": 20},
+            ],
+        },
+    },
     "data": {"nominal": {"nevts_total": 5, "files": [{"path": "data/data_0.root", "nevts": 5}]}},
 }
 
@@ -43,12 +50,16 @@ def test_bad_spec_names_every_entry(tmp_path):
         dataset.load(path)
     message = str(e.value)
     assert str(path) in message
-    for expected in ("ttbar/xsec: must be a positive number", "ttbar/nominal/files[1]/nevts: must be a positive",
-                     "ttbar/nominal/files[2]/path: root://cache//store/ttbar_0.root is listed twice, here and at "
-                     "ttbar/nominal/files[0]",
-                     "data/nominal/nevts_total: must be a positive integer, got 'many'",
-                     "ttbar/nominal/files[0]/bytes: the file's size must be a positive integer, got '1 GB'",
-                     "wjets/nominal/files: must be a non-empty list", "wjets/nominal/nevts_total"):
+    for expected in (
+        "ttbar/xsec: must be a positive number",
+        "ttbar/nominal/files[1]/nevts: must be a positive",
+        "ttbar/nominal/files[2]/path: root://cache//store/ttbar_0.root is listed twice, here and at "
+        "ttbar/nominal/files[0]",
+        "data/nominal/nevts_total: must be a positive integer, got 'many'",
+        "ttbar/nominal/files[0]/bytes: the file's size must be a positive integer, got '1 GB'",
+        "wjets/nominal/files: must be a non-empty list",
+        "wjets/nominal/nevts_total",
+    ):
         assert expected in message, message
 
 
@@ -65,43 +76,71 @@ def test_a_path_under_two_processes_is_refused_naming_both(tmp_path):
     twice["data"]["nominal"]["files"].append({"path": "root://cache//store/ttbar_1.root", "nevts": 20})
     path = tmp_path / "twice.json"
     path.write_text(json.dumps(twice))
-    with pytest.raises(dataset.DatasetError, match=r"data/nominal/files\[1\]/path: root://cache//store/ttbar_1.root "
-                       r"is listed twice, here and at ttbar/nominal/files\[1\]"):
+    with pytest.raises(
+        dataset.DatasetError,
+        match=r"data/nominal/files\[1\]/path: root://cache//store/ttbar_1.root "
+        r"is listed twice, here and at ttbar/nominal/files\[1\]",
+    ):
         dataset.load(path)
 
 
 def test_the_schema_is_valid_and_every_rule_has_its_words():
     schema = yaml.safe_load(dataset.SCHEMA.read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
-    rules = [schema, schema["propertyNames"], *schema["$defs"].values(), schema["$defs"]["process"]["propertyNames"],
-             *(rule for d in schema["$defs"].values() for rule in d.get("properties", {}).values())]
+    rules = [
+        schema,
+        schema["propertyNames"],
+        *schema["$defs"].values(),
+        schema["$defs"]["process"]["propertyNames"],
+        *(rule for d in schema["$defs"].values() for rule in d.get("properties", {}).values()),
+    ]
     assert all(rule.get("errorMessage") for rule in rules)
 
 
-@pytest.mark.parametrize("change, expected", [
-    (lambda s: s.clear(), "(top level): the spec must be a non-empty mapping of process name to variations"),
-    (lambda s: s.update({"tt bar": s.pop("ttbar")}), "tt bar: a process name may use letters, digits"),
-    (lambda s: s["ttbar"].update({"nom/inal": s["ttbar"].pop("nominal")}), "ttbar/nom/inal: a variation name may use"),
-    (lambda s: s.update(ttbar=[1]), "ttbar: must map variation names (and 'xsec') to file lists"),
-    (lambda s: s.update(ttbar={"xsec": 1.0}), "ttbar: has no variation (e.g. 'nominal')"),
-    (lambda s: s["ttbar"].update(nominal="all"), "ttbar/nominal: must be a mapping with 'nevts_total' and 'files'"),
-    (lambda s: s["ttbar"]["nominal"].update(nfiles=2), "ttbar/nominal: unknown key(s) nfiles (expected 'nevts_total' "
-                                                       "and 'files')"),
-    (lambda s: s["ttbar"]["nominal"].pop("nevts_total"), "ttbar/nominal/nevts_total: must be a positive integer, got "
-                                                         "nothing"),
-    (lambda s: s["ttbar"]["nominal"].update(nevts_total=30.0), "ttbar/nominal/nevts_total: must be a positive integer, "
-                                                               "got 30.0"),
-    (lambda s: s["ttbar"]["nominal"].update(nevts_total=29), "ttbar/nominal/nevts_total: 29 is less than the 30 events "
-                                                             "its files list"),
-    (lambda s: s["ttbar"]["nominal"]["files"].__setitem__(1, "f.root"), "ttbar/nominal/files[1]: must be a mapping "
-                                                                        "with 'path' and 'nevts'"),
-    (lambda s: s["ttbar"]["nominal"]["files"][1].pop("path"), "ttbar/nominal/files[1]/path: must be a local path or "
-                                                              "a root:// URL"),
-    (lambda s: s["ttbar"]["nominal"]["files"][1].update(nevts=True), "ttbar/nominal/files[1]/nevts: must be a positive "
-                                                                     "integer, got True"),
-    (lambda s: s["ttbar"].update(era=2022), "ttbar/era: must be the name of an era of hepvine"),
-    (lambda s: s["ttbar"].update(xsec="729"), "ttbar/xsec: must be a positive number (pb), or absent for data"),
-])
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (lambda s: s.clear(), "(top level): the spec must be a non-empty mapping of process name to variations"),
+        (lambda s: s.update({"tt bar": s.pop("ttbar")}), "tt bar: a process name may use letters, digits"),
+        (
+            lambda s: s["ttbar"].update({"nom/inal": s["ttbar"].pop("nominal")}),
+            "ttbar/nom/inal: a variation name may use",
+        ),
+        (lambda s: s.update(ttbar=[1]), "ttbar: must map variation names (and 'xsec') to file lists"),
+        (lambda s: s.update(ttbar={"xsec": 1.0}), "ttbar: has no variation (e.g. 'nominal')"),
+        (lambda s: s["ttbar"].update(nominal="all"), "ttbar/nominal: must be a mapping with 'nevts_total' and 'files'"),
+        (
+            lambda s: s["ttbar"]["nominal"].update(nfiles=2),
+            "ttbar/nominal: unknown key(s) nfiles (expected 'nevts_total' and 'files')",
+        ),
+        (
+            lambda s: s["ttbar"]["nominal"].pop("nevts_total"),
+            "ttbar/nominal/nevts_total: must be a positive integer, got nothing",
+        ),
+        (
+            lambda s: s["ttbar"]["nominal"].update(nevts_total=30.0),
+            "ttbar/nominal/nevts_total: must be a positive integer, got 30.0",
+        ),
+        (
+            lambda s: s["ttbar"]["nominal"].update(nevts_total=29),
+            "ttbar/nominal/nevts_total: 29 is less than the 30 events its files list",
+        ),
+        (
+            lambda s: s["ttbar"]["nominal"]["files"].__setitem__(1, "f.root"),
+            "ttbar/nominal/files[1]: must be a mapping with 'path' and 'nevts'",
+        ),
+        (
+            lambda s: s["ttbar"]["nominal"]["files"][1].pop("path"),
+            "ttbar/nominal/files[1]/path: must be a local path or a root:// URL",
+        ),
+        (
+            lambda s: s["ttbar"]["nominal"]["files"][1].update(nevts=True),
+            "ttbar/nominal/files[1]/nevts: must be a positive integer, got True",
+        ),
+        (lambda s: s["ttbar"].update(era=2022), "ttbar/era: must be the name of an era of hepvine"),
+        (lambda s: s["ttbar"].update(xsec="729"), "ttbar/xsec: must be a positive number (pb), or absent for data"),
+    ],
+)
 def test_each_problem_is_named_by_its_entry(change, expected):
     bad = json.loads(json.dumps(GOOD))
     change(bad)
@@ -110,13 +149,29 @@ def test_each_problem_is_named_by_its_entry(change, expected):
     assert len(found) == 1, found  # one mistake, one problem (and not the schema's words next to ours)
 
 
-ENTRIES = [{"path": "a.root", "nevts": 1}, {"path": "a.root", "nevts": 1, "bytes": 10, "route": {}},
-           {"path": "a.root", "nevts": 1, "source": "b.root"}, {"path": "", "nevts": 1}, {"path": 3, "nevts": 1},
-           {"nevts": 1}, {"path": "a.root"}, {"path": "a.root", "nevts": 0}, {"path": "a.root", "nevts": -1},
-           {"path": "a.root", "nevts": 1.0}, {"path": "a.root", "nevts": "1"}, {"path": "a.root", "nevts": False},
-           {"path": "a.root", "nevts": 1, "bytes": 0}, {"path": "a.root", "nevts": 1, "bytes": None},
-           {"path": "a.root", "nevts": 1, "bytes": 1.5}, {"path": "a.root", "nevts": 1, "bytes": True},
-           {"path": None, "nevts": 1}, [], "a.root", None, 1]
+ENTRIES = [
+    {"path": "a.root", "nevts": 1},
+    {"path": "a.root", "nevts": 1, "bytes": 10, "route": {}},
+    {"path": "a.root", "nevts": 1, "source": "b.root"},
+    {"path": "", "nevts": 1},
+    {"path": 3, "nevts": 1},
+    {"nevts": 1},
+    {"path": "a.root"},
+    {"path": "a.root", "nevts": 0},
+    {"path": "a.root", "nevts": -1},
+    {"path": "a.root", "nevts": 1.0},
+    {"path": "a.root", "nevts": "1"},
+    {"path": "a.root", "nevts": False},
+    {"path": "a.root", "nevts": 1, "bytes": 0},
+    {"path": "a.root", "nevts": 1, "bytes": None},
+    {"path": "a.root", "nevts": 1, "bytes": 1.5},
+    {"path": "a.root", "nevts": 1, "bytes": True},
+    {"path": None, "nevts": 1},
+    [],
+    "a.root",
+    None,
+    1,
+]
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=[json.dumps(e) for e in ENTRIES])
@@ -138,6 +193,11 @@ def rule_only(schema):
 def test_the_fast_file_check_follows_the_schema_file_rule():
     """dataset._plain_file is written for this rule: change both together."""
     assert rule_only(yaml.safe_load(dataset.SCHEMA.read_text())["$defs"]["file"]) == {
-        "type": "object", "required": ["path", "nevts"], "properties": {
-            "path": {"type": "string", "minLength": 1}, "nevts": {"type": "integer", "minimum": 1},
-            "bytes": {"type": "integer", "minimum": 1}}}
+        "type": "object",
+        "required": ["path", "nevts"],
+        "properties": {
+            "path": {"type": "string", "minLength": 1},
+            "nevts": {"type": "integer", "minimum": 1},
+            "bytes": {"type": "integer", "minimum": 1},
+        },
+    }

@@ -1,5 +1,5 @@
-"""The demo's dataset (``hepvine.demo.ensure_dataset``): which files it writes and how, once, and the spec it gives.
-The demo itself (``make demo``) runs the campaign on the sandbox's services: too slow for every test run."""
+"""The demo's dataset (``hepvine.devtools.demo.ensure_dataset``): which files it writes and how, once, and the spec it
+gives. The demo itself (``make demo``) runs the campaign on the sandbox's services: too slow for every test run."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hepvine import dataset, demo, generate
+from hepvine.devtools import demo, generate
+from hepvine.model import dataset
 
 ORIGIN = "root://127.0.0.1:1094"
 
@@ -34,12 +35,20 @@ def test_the_demo_writes_its_dataset_once_with_its_settings_and_a_valid_spec(tmp
     assert demo.STORE_DIR == "demo-nanoaod-compact-10000-lzma1"
     for process, count in demo.PROCESSES.items():
         files = spec[process]["nominal"]["files"]
-        assert [f["path"] for f in files] == [f"{ORIGIN}//store/{demo.STORE_DIR}/{process}/{process}_{i:04d}.root"
-                                              for i in range(count)]
+        assert [f["path"] for f in files] == [
+            f"{ORIGIN}//store/{demo.STORE_DIR}/{process}/{process}_{i:04d}.root" for i in range(count)
+        ]
         for i, entry in enumerate(files):
             local = store / process / f"{process}_{i:04d}.root"
-            assert json.loads(local.read_text()) == [process, demo.EVENTS_PER_FILE, i, 2026, "LZMA(1)", "nanoaod",
-                                                     "compact"]
+            assert json.loads(local.read_text()) == [
+                process,
+                demo.EVENTS_PER_FILE,
+                i,
+                2026,
+                "LZMA(1)",
+                "nanoaod",
+                "compact",
+            ]
             assert entry["nevts"] == demo.EVENTS_PER_FILE and entry["bytes"] == local.stat().st_size
         assert spec[process]["nominal"]["nevts_total"] == count * demo.EVENTS_PER_FILE
         assert ("xsec" in spec[process]) == (generate.PROCESSES[process].xsec_pb is not None)

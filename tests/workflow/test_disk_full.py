@@ -11,7 +11,6 @@ import sys
 import textwrap
 
 import pytest
-
 from kept import generated_file
 
 pytestmark = pytest.mark.root
@@ -21,8 +20,10 @@ pytestmark = pytest.mark.root
 RUN = textwrap.dedent("""
     import json, sys
     from pathlib import Path
-    from hepvine import driver, fetch, processor
-    from hepvine.limits import Limits
+    from hepvine.jobs import driver
+    from hepvine.reading import fetch
+    from hepvine.work import processor
+    from hepvine.model.limits import Limits
     good, copies = sys.argv[1], Path(sys.argv[2])
     metadata = {"process": "ttbar", "variation": "nominal", "xsec": 1.0, "nevts_total": 2000, "era": None}
     shard = {"batch": "ttbar/nominal/direct/000/000", "rack": None, "xrootd_client": {},
@@ -43,10 +44,30 @@ def test_a_full_disk_is_a_transient_failure_that_leaves_nothing(tmp_path):
     copies = tmp_path / "full"
     copies.mkdir()
     # A 1 MB tmpfs with a few kB left: the staged source (as large as the file) cannot be written.
-    script = ('mount -t tmpfs -o size=1m tmpfs "$1" || exit 97; (dd if=/dev/zero of="$1/filler" bs=4k count=250 '
-              '2>/dev/null; true); mkdir "$1/batch" && "$2" -c "$3" "$4" "$1"; status=$?; umount "$1"; exit $status')
-    done = subprocess.run(["unshare", "--mount", "--propagation", "unchanged", "--", "/bin/sh", "-c", script, "_",
-                           str(copies), sys.executable, RUN, good], capture_output=True, text=True, timeout=300)
+    script = (
+        'mount -t tmpfs -o size=1m tmpfs "$1" || exit 97; (dd if=/dev/zero of="$1/filler" bs=4k count=250 '
+        '2>/dev/null; true); mkdir "$1/batch" && "$2" -c "$3" "$4" "$1"; status=$?; umount "$1"; exit $status'
+    )
+    done = subprocess.run(
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "unchanged",
+            "--",
+            "/bin/sh",
+            "-c",
+            script,
+            "_",
+            str(copies),
+            sys.executable,
+            RUN,
+            good,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     (record,) = out["records"]

@@ -13,23 +13,47 @@ import numpy as np
 import psutil
 import pytest
 import uproot
+from kept import generated_file
 
 from hepvine.examples import agc as analysis
-from hepvine import driver, failures, fetch, processor, records
-from kept import generated_file
-from hepvine.limits import UNKNOWN_FILE_BYTES, Limits
+from hepvine.jobs import driver
+from hepvine.model import records
+from hepvine.model.limits import UNKNOWN_FILE_BYTES, Limits
+from hepvine.reading import failures, fetch
+from hepvine.work import processor
 
 AGC = processor.load("hepvine.examples.agc:TtbarProcessor", {"lumi_pb": 3378})
 
 
 def shard(paths: list[str], nevts: int = 1000) -> dict:
-    """A shard of one batch of ttbar/nominal files, as hepvine.index.shard writes it for an AGC spec."""
+    """A shard of one batch of ttbar/nominal files, as hepvine.routing.index.shard writes it for an AGC spec."""
     metadata = {"process": "ttbar", "variation": "nominal", "xsec": 1.0, "nevts_total": nevts * len(paths), "era": None}
-    return {"batch": "ttbar/nominal/direct/000/000", "rack": None, "xrootd_client": {},
-            "files": [{"fid": f"ttbar/nominal/{i}", "path": p, "process": "ttbar", "variation": "nominal",
-                       "index": i, "nevts": nevts, "nevts_total": nevts * len(paths), "xsec": 1.0, "era": None,
-                       "bytes": None, "dataset": "ttbar__nominal", "treename": "Events", "metadata": metadata,
-                       "uuid": None, "steps": None, "route": fetch.local_route(p)} for i, p in enumerate(paths)]}
+    return {
+        "batch": "ttbar/nominal/direct/000/000",
+        "rack": None,
+        "xrootd_client": {},
+        "files": [
+            {
+                "fid": f"ttbar/nominal/{i}",
+                "path": p,
+                "process": "ttbar",
+                "variation": "nominal",
+                "index": i,
+                "nevts": nevts,
+                "nevts_total": nevts * len(paths),
+                "xsec": 1.0,
+                "era": None,
+                "bytes": None,
+                "dataset": "ttbar__nominal",
+                "treename": "Events",
+                "metadata": metadata,
+                "uuid": None,
+                "steps": None,
+                "route": fetch.local_route(p),
+            }
+            for i, p in enumerate(paths)
+        ],
+    }
 
 
 @pytest.fixture
@@ -43,8 +67,13 @@ def files(tmp_path):
 @pytest.mark.parametrize("codec", [None, "zstd:5"])
 def test_a_bad_file_never_hides_its_batch_mates(tmp_path, files, codec):
     good, corrupt, missing = files
-    result = driver.run_batch(shard([good[0], corrupt, missing, good[1]]), AGC, codec,
-                              tmp_path / "copies" if codec else None, fetch.Retry(1, 0))
+    result = driver.run_batch(
+        shard([good[0], corrupt, missing, good[1]]),
+        AGC,
+        codec,
+        tmp_path / "copies" if codec else None,
+        fetch.Retry(1, 0),
+    )
     by_path = {r["path"]: r for r in result["records"]}
     assert [r["fid"] for r in result["records"]] == [f"ttbar/nominal/{i}" for i in range(4)]
     assert by_path[good[0]]["failure"] is None and by_path[good[1]]["failure"] is None
@@ -53,18 +82,24 @@ def test_a_bad_file_never_hides_its_batch_mates(tmp_path, files, codec):
     assert result["events"] == {"ttbar__nominal": 2000}
     expected = analysis.new_histogram()
     for path in good:
-        analysis.fill(expected, uproot.open(path)["Events"].arrays(analysis.BRANCHES), "ttbar",
-                      analysis.event_weight(1.0, 3378, 4000))
+        analysis.fill(
+            expected,
+            uproot.open(path)["Events"].arrays(analysis.BRANCHES),
+            "ttbar",
+            analysis.event_weight(1.0, 3378, 4000),
+        )
     # The output accumulates the two good files only: each histogram the sample fills, and the events analysed.
     fills = analysis.variations("ttbar", "nominal", data=False)
     assert set(result["output"]) == {f"{r}_ttbar_{v}" for r in analysis.REGIONS for v in fills} | {
-        "events_ttbar_nominal"}
+        "events_ttbar_nominal"
+    }
     for region in analysis.REGIONS:
         for variation in fills:
             want = expected[{"region": region, "process": "ttbar", "variation": variation}]
             assert want.values().sum() > 0, f"{region} {variation} selected nothing"
-            np.testing.assert_allclose(result["output"][f"{region}_ttbar_{variation}"].values(flow=True),
-                                       want.values(flow=True), rtol=1e-12)
+            np.testing.assert_allclose(
+                result["output"][f"{region}_ttbar_{variation}"].values(flow=True), want.values(flow=True), rtol=1e-12
+            )
     assert result["output"]["events_ttbar_nominal"].values().sum() == 2000
     if codec:
         copies = sorted(p.name for p in (tmp_path / "copies").iterdir())
@@ -83,7 +118,7 @@ def broken(*args, **kwargs):
 
 
 def test_a_bug_fails_the_job_instead_of_every_file(files, monkeypatch):
-    """A bug in hepvine's own code (here: the chunking of a file, hepvine.processor) fails the job."""
+    """A bug in hepvine's own code (here: the chunking of a file, hepvine.work.processor) fails the job."""
     good, _, _ = files
     monkeypatch.setattr(processor, "chunks", broken)
     with pytest.raises(TypeError, match="a bug in hepvine"):
@@ -119,9 +154,16 @@ def test_reads_retry_in_rounds_and_then_classify():
             raise ConnectionRefusedError(errno.ECONNREFUSED, "refused")
         return "read"
 
-    route = {"lfn": "/store/f.root", "cache": "c1", "rack": "r1", "url": "root://c1//store/f.root",
-             "sources": [{"url": "root://c1//store/f.root", "cache": "c1", "rack": "r1"},
-                         {"url": "root://o//store/f.root", "cache": None, "rack": None}]}
+    route = {
+        "lfn": "/store/f.root",
+        "cache": "c1",
+        "rack": "r1",
+        "url": "root://c1//store/f.root",
+        "sources": [
+            {"url": "root://c1//store/f.root", "cache": "c1", "rack": "r1"},
+            {"url": "root://o//store/f.root", "cache": None, "rack": None},
+        ],
+    }
     result, how = fetch.read(route, flaky, fetch.Retry(attempts=3, backoff_s=0.01))
     assert result == "read" and len(calls) == 4 and how["url"] == "root://o//store/f.root"
     assert [f["round"] for f in how["failover"]] == [1, 1, 2]
@@ -164,6 +206,7 @@ def silent_server():
     server.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("codec", [None, "zstd:5"])
 def test_a_hung_file_times_out_alone_and_leaves_nothing_behind(tmp_path, files, silent_server, codec):
     good, _, _ = files

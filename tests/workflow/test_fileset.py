@@ -1,7 +1,7 @@
-"""coffea filesets as datasets (``hepvine.fileset``, through ``hepvine.dataset``): the plain and preprocessed forms
-become one task per file with coffea's dataset key as written, its metadata, tree, uuid and steps; keys with slashes
-(DAS names) get safe names for paths and job names; every problem is named by its entry before any job; the updated
-fileset (routes, copies) is a fileset again."""
+"""coffea filesets as datasets (``hepvine.model.fileset``, through ``hepvine.model.dataset``): the plain and
+preprocessed forms become one task per file with coffea's dataset key as written, its metadata, tree, uuid and steps;
+keys with slashes (DAS names) get safe names for paths and job names; every problem is named by its entry before any
+job; the updated fileset (routes, copies) is a fileset again."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from hepvine import dataset, fileset
+from hepvine.model import dataset, fileset
 
 DAS = "/TTtoLNu2Q_TuneCP5_13p6TeV_powheg-pythia8/Run3Summer22NanoAODv12-130X_mcRun3_2022_realistic_v5-v2/NANOAODSIM"
 
@@ -21,8 +21,11 @@ def write(tmp_path, doc) -> str:
 
 
 def test_plain_fileset_gives_one_task_per_file_with_the_key_as_written(tmp_path):
-    doc = {DAS: {"files": {"a.root": "Events", "b.root": "Other"}, "metadata": {"xs": 1.5}},
-           "data": ["c.root"], "mc": {"files": ["d.root"], "treename": "Tree"}}
+    doc = {
+        DAS: {"files": {"a.root": "Events", "b.root": "Other"}, "metadata": {"xs": 1.5}},
+        "data": ["c.root"],
+        "mc": {"files": ["d.root"], "treename": "Tree"},
+    }
     tasks = dataset.tasks(dataset.load(write(tmp_path, doc)))
     safe = fileset.safe_name(DAS)
     assert [t.fid for t in tasks] == [f"{safe}/files/0", f"{safe}/files/1", "data/files/0", "mc/files/0"]
@@ -42,18 +45,27 @@ def test_safe_names_are_path_components_and_never_meet():
 
 
 def test_preprocessed_fileset_gives_entries_uuid_and_steps(tmp_path):
-    doc = {"ttbar": {"files": {"t.root": {"object_path": "Events", "num_entries": 200, "uuid": "abc",
-                                          "steps": [[0, 100], [100, 200]]}},
-                     "metadata": None, "form": "...", "compressed_form": "..."}}
+    doc = {
+        "ttbar": {
+            "files": {
+                "t.root": {"object_path": "Events", "num_entries": 200, "uuid": "abc", "steps": [[0, 100], [100, 200]]}
+            },
+            "metadata": None,
+            "form": "...",
+            "compressed_form": "...",
+        }
+    }
     (task,) = dataset.tasks(dataset.load(write(tmp_path, doc)))
     assert (task.nevts, task.uuid, task.steps, task.treename) == (200, "abc", [[0, 100], [100, 200]], "Events")
 
 
 def test_every_problem_is_named_by_its_entry(tmp_path):
-    doc = {"a": {"files": {"x.root": "Events", "": "Events"}},
-           "b": {"files": {"x.root": {"num_entries": -1}}},
-           "c": {"files": {"y.root": {"steps": [[5, 1]]}}},
-           "d": ["z.root", "x.root"]}
+    doc = {
+        "a": {"files": {"x.root": "Events", "": "Events"}},
+        "b": {"files": {"x.root": {"num_entries": -1}}},
+        "c": {"files": {"y.root": {"steps": [[5, 1]]}}},
+        "d": ["z.root", "x.root"],
+    }
     with pytest.raises(dataset.DatasetError) as raised:
         dataset.load(write(tmp_path, doc))
     message = str(raised.value)
@@ -64,8 +76,10 @@ def test_every_problem_is_named_by_its_entry(tmp_path):
 
 
 def test_an_agc_spec_is_the_coffea_datasets_process__variation():
-    spec = {"ttbar": {"nominal": {"nevts_total": 10, "files": [{"path": "t.root", "nevts": 10}]}, "xsec": 2.0},
-            "data": {"nominal": {"nevts_total": 5, "files": [{"path": "d.root", "nevts": 5}]}}}
+    spec = {
+        "ttbar": {"nominal": {"nevts_total": 10, "files": [{"path": "t.root", "nevts": 10}]}, "xsec": 2.0},
+        "data": {"nominal": {"nevts_total": 5, "files": [{"path": "d.root", "nevts": 5}]}},
+    }
     data, ttbar = dataset.tasks(spec)
     assert (ttbar.fid, ttbar.dataset) == ("ttbar/nominal/0", "ttbar__nominal")
     assert ttbar.metadata == {"process": "ttbar", "variation": "nominal", "xsec": 2.0, "nevts_total": 10, "era": None}
@@ -74,8 +88,17 @@ def test_an_agc_spec_is_the_coffea_datasets_process__variation():
 
 def test_updated_fileset_is_a_fileset_with_the_new_paths(tmp_path):
     doc = {DAS: {"files": {"a.root": "Events", "b.root": "Events"}, "metadata": {"xs": 1}}}
-    moved = dataset.updated(doc, lambda task, entry: {"path": f"copies/{task.index}.root", "source": entry["path"]}
-                            if task.index == 0 else {})
-    assert moved == {DAS: {"files": {"copies/0.root": {"object_path": "Events", "source": "a.root"},
-                                     "b.root": {"object_path": "Events"}}, "metadata": {"xs": 1}}}
+    moved = dataset.updated(
+        doc,
+        lambda task, entry: {"path": f"copies/{task.index}.root", "source": entry["path"]} if task.index == 0 else {},
+    )
+    assert moved == {
+        DAS: {
+            "files": {
+                "copies/0.root": {"object_path": "Events", "source": "a.root"},
+                "b.root": {"object_path": "Events"},
+            },
+            "metadata": {"xs": 1},
+        }
+    }
     assert [t.path for t in dataset.tasks(moved)] == ["copies/0.root", "b.root"]

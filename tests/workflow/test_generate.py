@@ -1,5 +1,5 @@
 """``hepvine generate``'s nanoaod schema with real uproot, ROOT and coffea: a generated file has the trees, branches,
-types and counters of the committed description (hepvine.nanoschema), which still matches the real file it was
+types and counters of the committed description (hepvine.devtools.nanoschema), which still matches the real file it was
 taken from; collision data lacks what real data lacks; the analysis and coffea's NanoEvents read it and select the
 same events; its values compress like real ones, not like zeros; and the selection's stages on generated ttbar match
 the AGC's real 2015 ttbar file.
@@ -21,10 +21,13 @@ import awkward as ak
 import numpy as np
 import pytest
 import uproot
-
-from hepvine.examples import agc as analysis
-from hepvine import demo, driver, eras, generate, nanoschema, recompress
 from kept import generated_file
+
+from hepvine.devtools import demo, generate, nanoschema
+from hepvine.examples import agc as analysis
+from hepvine.jobs import driver
+from hepvine.model import eras
+from hepvine.work import recompress
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 NANOAOD = Path(os.environ.get("HEPVINE_NANOAOD") or CHECKOUT.parent / "shared" / "nanoaod")
@@ -41,8 +44,10 @@ def load(script: str):
 def real(name: str) -> Path:
     path = NANOAOD / name
     if not path.exists():
-        pytest.fail(f"the real NanoAOD file {path} is missing: set HEPVINE_NANOAOD to the directory of "
-                    "../shared/nanoaod (inside the sandbox, ../shared must be visible)")
+        pytest.fail(
+            f"the real NanoAOD file {path} is missing: set HEPVINE_NANOAOD to the directory of "
+            "../shared/nanoaod (inside the sandbox, ../shared must be visible)"
+        )
     return path
 
 
@@ -60,8 +65,13 @@ def layout(tree) -> list[tuple[str, str, str | None]]:
         interpretation = branch.interpretation
         content = getattr(interpretation, "content", interpretation)
         count = branch.member("fLeaves")[0].member("fLeafCount")
-        out.append((branch.name, content.from_dtype.newbyteorder("=").str.lstrip("<>|="),
-                    None if count is None else count.member("fName")))
+        out.append(
+            (
+                branch.name,
+                content.from_dtype.newbyteorder("=").str.lstrip("<>|="),
+                None if count is None else count.member("fName"),
+            )
+        )
     return out
 
 
@@ -81,8 +91,12 @@ def test_the_description_matches_its_real_source():
 
 def test_generated_file_has_the_schema(ttbar):
     with uproot.open(ttbar) as f:
-        assert f.classnames(cycle=False) == {"tag": "TObjString", "Events": "TTree", "Runs": "TTree",
-                                             "LuminosityBlocks": "TTree"}
+        assert f.classnames(cycle=False) == {
+            "tag": "TObjString",
+            "Events": "TTree",
+            "Runs": "TTree",
+            "LuminosityBlocks": "TTree",
+        }
         assert str(f["tag"]) == nanoschema.TAG
         for tree, branches in nanoschema.TREES.items():
             assert layout(f[tree]) == described(branches), tree
@@ -121,8 +135,12 @@ def test_analysis_and_coffea_select_the_same_events(ttbar):
     assert record.events == EVENTS
     from coffea.nanoevents import NanoAODSchema, NanoEventsFactory
 
-    events = NanoEventsFactory.from_root({str(ttbar): "Events"}, schemaclass=NanoAODSchema, mode="virtual",
-                                         metadata={"filename": str(ttbar), "era": None}).events()
+    events = NanoEventsFactory.from_root(
+        {str(ttbar): "Events"},
+        schemaclass=NanoAODSchema,
+        mode="virtual",
+        metadata={"filename": str(ttbar), "era": None},
+    ).events()
     assert analysis.file_selection(events, analysis.Branches(events)).describe().startswith("run2 (by branches")
     weight = analysis.event_weight(729.84, 3378, EVENTS)
     selected = sum(out[f"{region}_ttbar_nominal"].values(flow=True).sum() for region in analysis.REGIONS)
@@ -132,13 +150,18 @@ def test_analysis_and_coffea_select_the_same_events(ttbar):
     for region in analysis.REGIONS:
         for variation in analysis.variations("ttbar", "nominal", data=False):
             want = reference[{"region": region, "process": "ttbar", "variation": variation}]
-            np.testing.assert_allclose(out[f"{region}_ttbar_{variation}"].values(flow=True), want.values(flow=True),
-                                       rtol=1e-12, atol=0, err_msg=f"{region} {variation}")
+            np.testing.assert_allclose(
+                out[f"{region}_ttbar_{variation}"].values(flow=True),
+                want.values(flow=True),
+                rtol=1e-12,
+                atol=0,
+                err_msg=f"{region} {variation}",
+            )
     assert sum(counts.values()) == round(selected / weight)
 
 
 def test_root_copies_it_faithfully(ttbar, tmp_path):
-    """ROOT (hadd, in hepvine.recompress) reads the uproot-written file, unsigned counters and all, and the copy
+    """ROOT (hadd, in hepvine.work.recompress) reads the uproot-written file, unsigned counters and all, and the copy
     passes recompress's full comparison with the source."""
     entries, _ = recompress.recompress(str(ttbar), tmp_path / "copy.root", recompress.parse_codec("zstd:5"))
     assert entries["Events"] == EVENTS
@@ -150,7 +173,8 @@ def test_collision_data_lacks_generator_branches():
     with uproot.open(real("nano_dimuon.root")) as f:
         in_real_data = set(f["Events"].keys())
     dropped = {name for name, *_ in nanoschema.TREES["Events"]} - {
-        name for name, *_ in generate.schema_branches("Events", data=True)}
+        name for name, *_ in generate.schema_branches("Events", data=True)
+    }
     assert {"genWeight", "nGenPart", "GenPart_pt", "Jet_hadronFlavour", "LHEPdfWeight", "Pileup_nPU"} <= dropped
     assert not dropped & in_real_data
     assert [name for name, *_ in generate.schema_branches("Runs", data=True)] == ["run"]
@@ -162,15 +186,26 @@ def test_collision_data_lacks_generator_branches():
 
 def stages(events) -> dict[str, float]:
     """Fractions of events with one selected lepton, with four selected jets, and selected (either region)."""
-    e = ((events["Electron_pt"] > 30) & (abs(events["Electron_eta"]) < 2.1) & (events["Electron_cutBased"] == 4)
-         & (events["Electron_sip3d"] < 4))
-    m = ((events["Muon_pt"] > 30) & (abs(events["Muon_eta"]) < 2.1) & events["Muon_tightId"]
-         & (events["Muon_sip3d"] < 4) & (events["Muon_pfRelIso04_all"] < 0.15))
+    e = (
+        (events["Electron_pt"] > 30)
+        & (abs(events["Electron_eta"]) < 2.1)
+        & (events["Electron_cutBased"] == 4)
+        & (events["Electron_sip3d"] < 4)
+    )
+    m = (
+        (events["Muon_pt"] > 30)
+        & (abs(events["Muon_eta"]) < 2.1)
+        & events["Muon_tightId"]
+        & (events["Muon_sip3d"] < 4)
+        & (events["Muon_pfRelIso04_all"] < 0.15)
+    )
     jets = (events["Jet_pt"] > 30) & (abs(events["Jet_eta"]) < 2.4) & ((events["Jet_jetId"] & 4) != 0)
     counts = analysis.fill(analysis.new_histogram(), events, "x", 1.0)
-    return {"one_lepton": float(ak.mean((ak.sum(e, axis=1) + ak.sum(m, axis=1)) == 1)),
-            "four_jets": float(ak.mean(ak.sum(jets, axis=1) >= 4)),
-            "selected": sum(counts.values()) / len(events)}
+    return {
+        "one_lepton": float(ak.mean((ak.sum(e, axis=1) + ak.sum(m, axis=1)) == 1)),
+        "four_jets": float(ak.mean(ak.sum(jets, axis=1) >= 4)),
+        "selected": sum(counts.values()) / len(events),
+    }
 
 
 def test_ttbar_selection_stages_match_the_real_ttbar_file():
@@ -192,10 +227,16 @@ def test_the_demos_physics_in_the_real_layout_fills_the_selection():
     rng = np.random.default_rng(5)
     dense, realistic = (generate.nanoaod_events("ttbar", 5_000, rng, 0, physics=p) for p in (demo.PHYSICS, "nanoaod"))
     assert list(dense) == list(realistic)
-    assert all(ak.type(dense[name]) == ak.type(realistic[name]) if isinstance(dense[name], ak.Array)
-               else dense[name].dtype == realistic[name].dtype for name in dense)
-    select = {name: stages(ak.Array({b: chunk[b] for b in analysis.BRANCHES}))["selected"]
-              for name, chunk in (("dense", dense), ("realistic", realistic))}
+    assert all(
+        ak.type(dense[name]) == ak.type(realistic[name])
+        if isinstance(dense[name], ak.Array)
+        else dense[name].dtype == realistic[name].dtype
+        for name in dense
+    )
+    select = {
+        name: stages(ak.Array({b: chunk[b] for b in analysis.BRANCHES}))["selected"]
+        for name, chunk in (("dense", dense), ("realistic", realistic))
+    }
     assert select["dense"] > 0.02 and select["dense"] > 20 * select["realistic"], select
     with pytest.raises(ValueError, match="unknown physics 'dense'"):
         generate.write_file(Path("never-written.root"), "ttbar", 1, physics="dense")
@@ -203,15 +244,47 @@ def test_the_demos_physics_in_the_real_layout_fills_the_selection():
 
 def test_command_writes_the_chosen_schema(tmp_path):
     spec_path = tmp_path / "spec.json"
-    assert generate.main([str(tmp_path / "data"), "--files", "1", "--events", "300", "--processes", "wjets",
-                          "--schema", "compact", "--spec", str(spec_path)]) == 0
+    assert (
+        generate.main(
+            [
+                str(tmp_path / "data"),
+                "--files",
+                "1",
+                "--events",
+                "300",
+                "--processes",
+                "wjets",
+                "--schema",
+                "compact",
+                "--spec",
+                str(spec_path),
+            ]
+        )
+        == 0
+    )
     spec = json.loads(spec_path.read_text())
     (entry,) = spec["wjets"]["nominal"]["files"]
     with uproot.open(entry["path"]) as f:
         assert f["Events"].num_entries == 300 and "Jet_filler0" in f["Events"].keys()
         assert f.file.compression == uproot.LZMA(9)
-    assert generate.main([str(tmp_path / "one"), "--files", "1", "--events", "300", "--processes", "wjets",
-                          "--lzma-level", "1", "--spec", str(spec_path)]) == 0
+    assert (
+        generate.main(
+            [
+                str(tmp_path / "one"),
+                "--files",
+                "1",
+                "--events",
+                "300",
+                "--processes",
+                "wjets",
+                "--lzma-level",
+                "1",
+                "--spec",
+                str(spec_path),
+            ]
+        )
+        == 0
+    )
     (entry,) = json.loads(spec_path.read_text())["wjets"]["nominal"]["files"]
     with uproot.open(entry["path"]) as f:
         assert f.file.compression == uproot.LZMA(1)

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from hepvine import dataset, fetch, index, site
+from hepvine.model import dataset
+from hepvine.reading import fetch
+from hepvine.routing import index, site
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -18,8 +20,10 @@ REPO = Path(__file__).resolve().parents[2]
 def spec(n_per_sample: int) -> dict:
     out = {}
     for process, variation in (("ttbar", "nominal"), ("ttbar", "scaleup"), ("wjets", "nominal")):
-        files = [{"path": f"root://origin.example:1094//store/{process}/{variation}/f{i}.root", "nevts": 10 + i}
-                 for i in range(n_per_sample)]
+        files = [
+            {"path": f"root://origin.example:1094//store/{process}/{variation}/f{i}.root", "nevts": 10 + i}
+            for i in range(n_per_sample)
+        ]
         out.setdefault(process, {"xsec": 2.0})[variation] = {"nevts_total": 1000, "files": files}
     return out
 
@@ -84,10 +88,18 @@ def test_merge_tree_takes_every_leaf_once(leaves, fan_in):
 
 # The UChicago campaign's shape: 219,000 files over the AGC's samples, in shares close to (not the same as)
 # benchmarks/scale.py's.
-SHARES = {("ttbar", "nominal"): 0.3, ("ttbar", "scaledown"): 0.05, ("ttbar", "scaleup"): 0.05,
-          ("ttbar", "ME_var"): 0.05, ("ttbar", "PS_var"): 0.05, ("single_top_s_chan", "nominal"): 0.02,
-          ("single_top_t_chan", "nominal"): 0.08, ("single_top_tW", "nominal"): 0.05, ("wjets", "nominal"): 0.2,
-          ("data", "nominal"): 0.15}
+SHARES = {
+    ("ttbar", "nominal"): 0.3,
+    ("ttbar", "scaledown"): 0.05,
+    ("ttbar", "scaleup"): 0.05,
+    ("ttbar", "ME_var"): 0.05,
+    ("ttbar", "PS_var"): 0.05,
+    ("single_top_s_chan", "nominal"): 0.02,
+    ("single_top_t_chan", "nominal"): 0.08,
+    ("single_top_tW", "nominal"): 0.05,
+    ("wjets", "nominal"): 0.2,
+    ("data", "nominal"): 0.15,
+}
 
 
 def test_219000_files_make_the_fewest_batches_and_no_crowded_directory(uchicago):
@@ -96,8 +108,10 @@ def test_219000_files_make_the_fewest_batches_and_no_crowded_directory(uchicago)
     workflow makes one analyse job per batch (test_profiles checks that a dry run counts one per shard)."""
     big = {}
     for (process, variation), share in SHARES.items():
-        files = [{"path": f"root://fax.mwt2.org:1094//store/{process}/{variation}/file_{j:06d}.root", "nevts": 1000}
-                 for j in range(round(219_000 * share))]
+        files = [
+            {"path": f"root://fax.mwt2.org:1094//store/{process}/{variation}/file_{j:06d}.root", "nevts": 1000}
+            for j in range(round(219_000 * share))
+        ]
         big.setdefault(process, {"xsec": 1.0})[variation] = {"nevts_total": 1000 * len(files), "files": files}
     assert dataset.problems(big) == []
     tasks = dataset.tasks(big)
@@ -117,8 +131,10 @@ def test_219000_files_make_the_fewest_batches_and_no_crowded_directory(uchicago)
 def test_identities_cannot_collide():
     """a_b/c and a/b_c are two identities, two batches and two coffea datasets; a__b/c and a/b__c, whose coffea
     dataset names (<process>__<variation>) would meet, are refused, naming both."""
-    collide = {"a_b": {"c": {"nevts_total": 1, "files": [{"path": "x.root", "nevts": 1}]}},
-               "a": {"b_c": {"nevts_total": 1, "files": [{"path": "y.root", "nevts": 1}]}}}
+    collide = {
+        "a_b": {"c": {"nevts_total": 1, "files": [{"path": "x.root", "nevts": 1}]}},
+        "a": {"b_c": {"nevts_total": 1, "files": [{"path": "y.root", "nevts": 1}]}},
+    }
     assert dataset.problems(collide) == []
     tasks = dataset.tasks(collide)
     assert sorted(t.fid for t in tasks) == ["a/b_c/0", "a_b/c/0"]
@@ -126,5 +142,7 @@ def test_identities_cannot_collide():
     batches = index.plan(tasks, 4, fetch.local_route)
     assert len({b.id for b in batches}) == 2
     meet = {"a__b": {"c": collide["a_b"]["c"]}, "a": {"b__c": collide["a"]["b_c"]}}
-    assert dataset.problems(meet) == ["a/b__c: its coffea dataset name a__b__c (<process>__<variation>) is also "
-                                      "a__b/c's; rename one of them (e.g. without '__')"]
+    assert dataset.problems(meet) == [
+        "a/b__c: its coffea dataset name a__b__c (<process>__<variation>) is also "
+        "a__b/c's; rename one of them (e.g. without '__')"
+    ]

@@ -8,7 +8,7 @@ modules listed before it: an import of a higher layer is a wrong-way import, one
 itself) in its own layer a lateral import the order forbids. Every module of a package is in exactly one layer; a
 subpackage's modules are named with their dots (``examples`` is ``hepvine/examples/__init__.py``, ``examples.agc``
 its ``agc.py``), and their relative imports are resolved in the subpackage. Only the modules of ``COMPUTED_IMPORTS``
-may import a module by a computed name (``hepvine.processor`` loads the user's analysis named by the config).
+may import a module by a computed name (``hepvine.work.processor`` loads the user's analysis named by the config).
 Also: every TaskVine call is in the plugin's adapter, so only ``taskvine.py`` imports ``ndcctools``; the plugin
 imports nothing of hepvine (it is generic Snakemake), nor do its tests; and the lowest layers of the workflow, which
 the Snakefile imports while it parses (in the main process and again on every job), import no ROOT I/O or numerics
@@ -26,17 +26,47 @@ REPO = Path(__file__).resolve().parents[2]
 
 # (layer, modules in order), lowest first. "__init__" is the package itself (``import hepvine``).
 WORKFLOW_LAYERS = (
-    ("data model", ("__init__", "atomic", "records", "limits", "eras", "fileset", "dataset")),
-    ("placement and routing", ("placement", "site", "index")),
-    ("reading", ("fetch", "failures")),
-    ("work", ("processor", "transcode", "recompress")),
+    (
+        "data model",
+        (
+            "__init__",
+            "model",
+            "model.atomic",
+            "model.records",
+            "model.limits",
+            "model.eras",
+            "model.fileset",
+            "model.dataset",
+        ),
+    ),
+    ("placement and routing", ("routing", "routing.placement", "routing.site", "routing.index")),
+    ("reading", ("reading", "reading.fetch", "reading.failures")),
+    ("work", ("work", "work.processor", "work.transcode", "work.recompress")),
     # The analyses that ship with hepvine: processors like a user's, on hepvine's lower layers only (never the
     # driver, merge or report, which run them).
     ("examples", ("examples", "examples.agc", "examples.dimuon")),
-    ("per-file driver", ("driver",)),
-    ("merge", ("merge",)),
-    ("report and plots", ("output", "provenance", "cachestats", "retries", "report", "plots")),
-    ("commands", ("rates", "services", "nanoschema", "generate", "compare", "packenv", "plan", "demo", "cli")),
+    ("jobs", ("jobs", "jobs.driver", "jobs.merge")),
+    (
+        "products",
+        (
+            "products",
+            "products.output",
+            "products.provenance",
+            "products.cachestats",
+            "products.retries",
+            "products.report",
+            "products.plots",
+        ),
+    ),
+    # Not needed to run a campaign: the sandbox's services file, test data, the demo.
+    (
+        "development tools",
+        ("devtools", "devtools.services", "devtools.nanoschema", "devtools.generate", "devtools.demo"),
+    ),
+    (
+        "commands",
+        ("commands", "commands.rates", "commands.compare", "commands.packenv", "commands.plan", "commands.cli"),
+    ),
 )
 PLUGIN_LAYERS = (
     ("worker side", ("library",)),
@@ -55,7 +85,7 @@ LIGHT_LAYERS = ("data model", "placement and routing")
 HEAVY = ("uproot", "awkward", "numpy", "hist", "coffea", "matplotlib", "mplhep", "ROOT")
 ADAPTER = "taskvine"  # the plugin's one module that imports ndcctools
 # Modules that may import by a computed name (the import this test cannot see), and why.
-COMPUTED_IMPORTS = {"processor": "the user's analysis, <module>:<Name> as config key analysis names it"}
+COMPUTED_IMPORTS = {"work.processor": "the user's analysis, <module>:<Name> as config key analysis names it"}
 
 
 @dataclass(frozen=True)
@@ -67,8 +97,9 @@ class Package:
 
 WORKFLOW = Package("hepvine", REPO / "workflows" / "hepvine", WORKFLOW_LAYERS)
 PLUGIN_DISTRIBUTION = REPO / "plugins" / "snakemake-executor-plugin-taskvine"  # its pyproject.toml, README, docs, tests
-PLUGIN = Package("snakemake_executor_plugin_taskvine", PLUGIN_DISTRIBUTION / "snakemake_executor_plugin_taskvine",
-                 PLUGIN_LAYERS)
+PLUGIN = Package(
+    "snakemake_executor_plugin_taskvine", PLUGIN_DISTRIBUTION / "snakemake_executor_plugin_taskvine", PLUGIN_LAYERS
+)
 
 
 def imports(source: str, package: str) -> list[tuple[str, int]]:
@@ -81,7 +112,7 @@ def imports(source: str, package: str) -> list[tuple[str, int]]:
             found += [(alias.name, node.lineno) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             parts = package.split(".")
-            relative = ".".join(parts[:len(parts) - node.level + 1]) if node.level else ""
+            relative = ".".join(parts[: len(parts) - node.level + 1]) if node.level else ""
             base = ".".join(filter(None, [relative, node.module or ""]))
             found += [(f"{base}.{alias.name}", node.lineno) for alias in node.names]
     return found
@@ -90,9 +121,15 @@ def imports(source: str, package: str) -> list[tuple[str, int]]:
 def hidden_imports(source: str) -> list[int]:
     """Lines of SOURCE that import a module by a computed name (``__import__``, ``importlib.import_module``): an
     import this test cannot see."""
-    return [node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call) and (
-        (isinstance(node.func, ast.Name) and node.func.id == "__import__")
-        or (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module"))]
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call)
+        and (
+            (isinstance(node.func, ast.Name) and node.func.id == "__import__")
+            or (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
+        )
+    ]
 
 
 def own_module(name: str, package: Package, modules: set[str]) -> str | None:
@@ -114,12 +151,16 @@ def plugin_import_problems(name: str, where: str, layer_index: int) -> list[str]
     lowest_index = [layer for layer, _ in WORKFLOW_LAYERS].index(lowest)
     module = name.split(".")[1] if "." in name else "__init__"
     if module not in allowed:
-        return [f"{where} imports {name}: the workflow takes only {', '.join(allowed)} of the plugin (light modules, "
-                f"imported while the Snakefile parses); add the module to PLUGIN_FOR_WORKFLOW if it imports no "
-                "TaskVine and nothing heavy"]
+        return [
+            f"{where} imports {name}: the workflow takes only {', '.join(allowed)} of the plugin (light modules, "
+            f"imported while the Snakefile parses); add the module to PLUGIN_FOR_WORKFLOW if it imports no "
+            "TaskVine and nothing heavy"
+        ]
     if layer_index < lowest_index:
-        return [f"{where} imports {name}, which PLUGIN_FOR_WORKFLOW allows from layer {lowest_index + 1} "
-                f"{lowest!r} up; move the import, or lower PLUGIN_FOR_WORKFLOW's layer"]
+        return [
+            f"{where} imports {name}, which PLUGIN_FOR_WORKFLOW allows from layer {lowest_index + 1} "
+            f"{lowest!r} up; move the import, or lower PLUGIN_FOR_WORKFLOW's layer"
+        ]
     return []
 
 
@@ -146,9 +187,11 @@ def containing_package(package: Package, module: str) -> str:
 
 def sources(package: Package) -> dict[str, str]:
     """Module name → source of every module of PACKAGE, its subpackages' (directories with an __init__.py) too."""
-    return {module_name(path, package.directory): path.read_text()
-            for path in sorted(package.directory.rglob("*.py"))
-            if all((d / "__init__.py").is_file() for d in path.parents if package.directory in (d, *d.parents))}
+    return {
+        module_name(path, package.directory): path.read_text()
+        for path in sorted(package.directory.rglob("*.py"))
+        if all((d / "__init__.py").is_file() for d in path.parents if package.directory in (d, *d.parents))
+    }
 
 
 def problems(package: Package, texts: dict[str, str]) -> list[str]:
@@ -161,31 +204,39 @@ def problems(package: Package, texts: dict[str, str]) -> list[str]:
             if module in place:
                 found.append(f"{package.name}.{module} is in two layers ({place[module][2]!r}, {layer!r})")
             place[module] = (i, j, layer)
-    found += [f"{package.name}.{m} ({module_path(package, m)}) is in no layer: add it to the layer "
-              f"table in {Path(__file__).name}" for m in sorted(set(texts) - set(place))]
-    found += [f"{package.name}.{m} is in the layer table but has no file in {package.directory}: remove it"
-              for m in sorted(set(place) - set(texts))]
+    found += [
+        f"{package.name}.{m} ({module_path(package, m)}) is in no layer: add it to the layer "
+        f"table in {Path(__file__).name}"
+        for m in sorted(set(texts) - set(place))
+    ]
+    found += [
+        f"{package.name}.{m} is in the layer table but has no file in {package.directory}: remove it"
+        for m in sorted(set(place) - set(texts))
+    ]
     for module, text in texts.items():
         if module not in place:
             continue
         i, j, layer = place[module]
         if not (package is WORKFLOW and module in COMPUTED_IMPORTS):
-            found += [f"{package.name}.{module} (line {line}) imports a module by a computed name, which the layer "
-                      "check cannot see: import it by name (``from package import module``)"
-                      for line in hidden_imports(text)]
+            found += [
+                f"{package.name}.{module} (line {line}) imports a module by a computed name, which the layer "
+                "check cannot see: import it by name (``from package import module``)"
+                for line in hidden_imports(text)
+            ]
         for name, line in imports(text, containing_package(package, module)):
             where = f"{package.name}.{module} (layer {i + 1} {layer!r}, line {line})"
             top = name.split(".")[0]
             if top == "ndcctools" and not (package is PLUGIN and module == ADAPTER):
                 found.append(f"{where} imports {name}: every TaskVine call belongs in the plugin's {ADAPTER}.py")
             if package is PLUGIN and top == WORKFLOW.name:
-                found.append(f"{where} imports {name}: the plugin is generic Snakemake and imports nothing of "
-                             "hepvine")
+                found.append(f"{where} imports {name}: the plugin is generic Snakemake and imports nothing of hepvine")
             if package is WORKFLOW and top == PLUGIN.name:
                 found += plugin_import_problems(name, where, i)
             if package is WORKFLOW and layer in LIGHT_LAYERS and top in HEAVY:
-                found.append(f"{where} imports {name}: the Snakefile imports this layer while it parses, on every "
-                             "job; move the code that needs it to a higher layer")
+                found.append(
+                    f"{where} imports {name}: the Snakefile imports this layer while it parses, on every "
+                    "job; move the code that needs it to a higher layer"
+                )
             target = own_module(name, package, set(texts))
             if target is None or target not in place:
                 continue
@@ -196,8 +247,10 @@ def problems(package: Package, texts: dict[str, str]) -> list[str]:
             elif ti == i and tj == j:
                 found.append(f"{where} imports itself")
             elif ti == i and tj > j:
-                found.append(f"lateral import: {where} imports {imported}, listed after it in the same layer; list "
-                             f"{target} before {module} if it is lower, else move the code")
+                found.append(
+                    f"lateral import: {where} imports {imported}, listed after it in the same layer; list "
+                    f"{target} before {module} if it is lower, else move the code"
+                )
     return found
 
 
@@ -208,8 +261,9 @@ def test_workflow_imports_point_one_way():
 
 def test_plugin_imports_point_one_way_and_only_the_adapter_calls_taskvine():
     texts = sources(PLUGIN)
-    assert any(name.startswith("ndcctools.") for name, _ in imports(texts[ADAPTER], PLUGIN.name)), \
+    assert any(name.startswith("ndcctools.") for name, _ in imports(texts[ADAPTER], PLUGIN.name)), (
         f"{ADAPTER}.py no longer imports ndcctools: update ADAPTER"
+    )
     found = problems(PLUGIN, texts)
     assert not found, "\n".join(found)
 
@@ -217,10 +271,12 @@ def test_plugin_imports_point_one_way_and_only_the_adapter_calls_taskvine():
 def test_the_plugins_own_tests_import_nothing_of_hepvine():
     """The plugin's tests run where hepvine is not installed: they import neither hepvine nor the workflow's test
     helpers (tests/plugin/campaign_runs.py)."""
-    found = [f"{path.relative_to(REPO)} (line {line}) imports {name}: the plugin's tests are generic Snakemake"
-             for path in sorted((PLUGIN_DISTRIBUTION / "tests").glob("*.py"))
-             for name, line in imports(path.read_text(), "tests")
-             if name.split(".")[0] in (WORKFLOW.name, "campaign_runs")]
+    found = [
+        f"{path.relative_to(REPO)} (line {line}) imports {name}: the plugin's tests are generic Snakemake"
+        for path in sorted((PLUGIN_DISTRIBUTION / "tests").glob("*.py"))
+        for name, line in imports(path.read_text(), "tests")
+        if name.split(".")[0] in (WORKFLOW.name, "campaign_runs")
+    ]
     assert not found, "\n".join(found)
 
 
@@ -236,70 +292,85 @@ def documented_layers(text: str, heading: str) -> list[tuple[str, tuple[str, ...
 def test_docs_mirror_the_layer_tables():
     text = (REPO / "docs" / "architecture.md").read_text()
     for heading, layers in (("Workflow (", WORKFLOW_LAYERS), ("Plugin (", PLUGIN_LAYERS)):
-        assert documented_layers(text, heading) == list(layers), f"docs/architecture.md, Layers, {heading}...: " \
-            f"update it to {Path(__file__).name}'s table: {layers}"
+        assert documented_layers(text, heading) == list(layers), (
+            f"docs/architecture.md, Layers, {heading}...: update it to {Path(__file__).name}'s table: {layers}"
+        )
 
 
 def test_each_kind_of_forbidden_import_is_caught():
     """Synthetic sources: the real packages' tables with one bad import each."""
     texts = {module: "" for _, modules in WORKFLOW_LAYERS for module in modules}
     bad = {
-        "records": "from hepvine import driver\n",  # up
-        "placement": "import hepvine.site\n",  # sideways, to a module listed after it
-        "site": "from hepvine.site import load\n",  # itself
-        "eras": "import uproot\n",  # heavy, in a light layer
-        "recompress": "from ndcctools.taskvine import Manager\n",  # TaskVine outside the plugin's adapter
-        "cli": "import importlib\nimportlib.import_module('hepvine.' + name)\n__import__(name)\n",  # unseen
-        "processor": "import importlib\nimportlib.import_module(where)\n",  # allowed: COMPUTED_IMPORTS
-        "examples.agc": "from ..driver import run_file\nfrom . import dimuon\n",  # a subpackage's: up, sideways
-        "examples.dimuon": "from hepvine.examples import agc\nfrom hepvine import eras, processor\n",  # allowed
-        "limits": "from snakemake_executor_plugin_taskvine import workergroups\n",  # the plugin, too low
-        "fetch": "from snakemake_executor_plugin_taskvine.dispatcher import Dispatcher\n",  # not for the workflow
+        "model.records": "from hepvine.jobs import driver\n",  # up
+        "routing.placement": "import hepvine.routing.site\n",  # sideways, to a module listed after it
+        "routing.site": "from hepvine.routing.site import load\n",  # itself
+        "model.eras": "import uproot\n",  # heavy, in a light layer
+        "work.recompress": "from ndcctools.taskvine import Manager\n",  # TaskVine outside the plugin's adapter
+        "commands.cli": "import importlib\nimportlib.import_module('hepvine.' + name)\n__import__(name)\n",  # unseen
+        "work.processor": "import importlib\nimportlib.import_module(where)\n",  # allowed: COMPUTED_IMPORTS
+        "examples.agc": "from ..jobs.driver import run_file\nfrom . import dimuon\n",  # a subpackage's: up, sideways
+        "examples.dimuon": "from hepvine.examples import agc\nfrom hepvine.work import processor\n",  # allowed
+        "model.limits": "from snakemake_executor_plugin_taskvine import workergroups\n",  # the plugin, too low
+        "reading.fetch": "from snakemake_executor_plugin_taskvine.dispatcher import Dispatcher\n",  # not for it
     }
     found = problems(WORKFLOW, {**texts, **bad, "newcomer": ""})
-    assert sorted(found) == sorted([
-        f"hepvine.newcomer ({WORKFLOW.directory / 'newcomer.py'}) is in no layer: add it to the layer table in "
-        f"{Path(__file__).name}",
-        "wrong-way import: hepvine.records (layer 1 'data model', line 1) imports hepvine.driver (layer 6 "
-        "'per-file driver'), a higher layer",
-        "wrong-way import: hepvine.examples.agc (layer 5 'examples', line 1) imports hepvine.driver (layer 6 "
-        "'per-file driver'), a higher layer",
-        "lateral import: hepvine.examples.agc (layer 5 'examples', line 2) imports hepvine.examples.dimuon (layer 5 "
-        "'examples'), listed after it in the same layer; list examples.dimuon before examples.agc if it is lower, "
-        "else move the code",
-        "lateral import: hepvine.placement (layer 2 'placement and routing', line 1) imports hepvine.site (layer 2 "
-        "'placement and routing'), listed after it in the same layer; list site before placement if it is lower, "
-        "else move the code",
-        "hepvine.site (layer 2 'placement and routing', line 1) imports itself",
-        "hepvine.eras (layer 1 'data model', line 1) imports uproot: the Snakefile imports this layer while it "
-        "parses, on every job; move the code that needs it to a higher layer",
-        "hepvine.recompress (layer 4 'work', line 1) imports ndcctools.taskvine.Manager: every TaskVine call belongs "
-        "in the plugin's taskvine.py",
-        *[f"hepvine.cli (line {n}) imports a module by a computed name, which the layer check cannot see: import it "
-          "by name (``from package import module``)" for n in (2, 3)],
-        "hepvine.limits (layer 1 'data model', line 1) imports snakemake_executor_plugin_taskvine.workergroups, which "
-        "PLUGIN_FOR_WORKFLOW allows from layer 2 'placement and routing' up; move the import, or lower "
-        "PLUGIN_FOR_WORKFLOW's layer",
-        "hepvine.fetch (layer 3 'reading', line 1) imports snakemake_executor_plugin_taskvine.dispatcher.Dispatcher: "
-        "the workflow takes only workergroups of the plugin (light modules, imported while the Snakefile parses); "
-        "add the module to PLUGIN_FOR_WORKFLOW if it imports no TaskVine and nothing heavy",
-    ]), "\n".join(found)
-    assert problems(WORKFLOW, {**texts, "records": "from hepvine import atomic\nimport hepvine\n"}) == []
+    assert sorted(found) == sorted(
+        [
+            f"hepvine.newcomer ({WORKFLOW.directory / 'newcomer.py'}) is in no layer: add it to the layer table in "
+            f"{Path(__file__).name}",
+            "wrong-way import: hepvine.model.records (layer 1 'data model', line 1) imports hepvine.jobs.driver "
+            "(layer 6 'jobs'), a higher layer",
+            "wrong-way import: hepvine.examples.agc (layer 5 'examples', line 1) imports hepvine.jobs.driver (layer 6 "
+            "'jobs'), a higher layer",
+            "lateral import: hepvine.examples.agc (layer 5 'examples', line 2) imports hepvine.examples.dimuon (layer "
+            "5 'examples'), listed after it in the same layer; list examples.dimuon before examples.agc if it is "
+            "lower, else move the code",
+            "lateral import: hepvine.routing.placement (layer 2 'placement and routing', line 1) imports "
+            "hepvine.routing.site (layer 2 'placement and routing'), listed after it in the same layer; list "
+            "routing.site before routing.placement if it is lower, else move the code",
+            "hepvine.routing.site (layer 2 'placement and routing', line 1) imports itself",
+            "hepvine.model.eras (layer 1 'data model', line 1) imports uproot: the Snakefile imports this layer while "
+            "it parses, on every job; move the code that needs it to a higher layer",
+            "hepvine.work.recompress (layer 4 'work', line 1) imports ndcctools.taskvine.Manager: every TaskVine call "
+            "belongs in the plugin's taskvine.py",
+            *[
+                f"hepvine.commands.cli (line {n}) imports a module by a computed name, which the layer check cannot "
+                "see: import it by name (``from package import module``)"
+                for n in (2, 3)
+            ],
+            "hepvine.model.limits (layer 1 'data model', line 1) imports "
+            "snakemake_executor_plugin_taskvine.workergroups, which PLUGIN_FOR_WORKFLOW allows from layer 2 'placement "
+            "and routing' up; move the import, or lower PLUGIN_FOR_WORKFLOW's layer",
+            "hepvine.reading.fetch (layer 3 'reading', line 1) imports "
+            "snakemake_executor_plugin_taskvine.dispatcher.Dispatcher: the workflow takes only workergroups of the "
+            "plugin (light modules, imported while the Snakefile parses); add the module to PLUGIN_FOR_WORKFLOW if it "
+            "imports no TaskVine and nothing heavy",
+        ]
+    ), "\n".join(found)
+    assert problems(WORKFLOW, {**texts, "model.records": "from hepvine.model import atomic\nimport hepvine\n"}) == []
 
 
 def test_plugin_violations_are_caught():
     texts = {module: "" for _, modules in PLUGIN_LAYERS for module in modules}
-    found = problems(PLUGIN, {**texts, "taskvine": "from ndcctools.taskvine import cvine\nfrom .tasks import x\n",
-                              "tasks": "import ndcctools.taskvine as vine\n",
-                              "provision": "from . import validation\nfrom hepvine import records\n"})
-    assert sorted(found) == sorted([
-        "wrong-way import: snakemake_executor_plugin_taskvine.taskvine (layer 2 'TaskVine adapter', line 2) imports "
-        "snakemake_executor_plugin_taskvine.tasks (layer 3 'jobs as tasks'), a higher layer",
-        "snakemake_executor_plugin_taskvine.tasks (layer 3 'jobs as tasks', line 1) imports ndcctools.taskvine: every "
-        "TaskVine call belongs in the plugin's taskvine.py",
-        "lateral import: snakemake_executor_plugin_taskvine.provision (layer 4 'workers', line 1) imports "
-        "snakemake_executor_plugin_taskvine.validation (layer 4 'workers'), listed after it in the same layer; list "
-        "validation before provision if it is lower, else move the code",
-        "snakemake_executor_plugin_taskvine.provision (layer 4 'workers', line 2) imports hepvine.records: the "
-        "plugin is generic Snakemake and imports nothing of hepvine",
-    ]), "\n".join(found)
+    found = problems(
+        PLUGIN,
+        {
+            **texts,
+            "taskvine": "from ndcctools.taskvine import cvine\nfrom .tasks import x\n",
+            "tasks": "import ndcctools.taskvine as vine\n",
+            "provision": "from . import validation\nfrom hepvine import records\n",
+        },
+    )
+    assert sorted(found) == sorted(
+        [
+            "wrong-way import: snakemake_executor_plugin_taskvine.taskvine (layer 2 'TaskVine adapter', line 2) "
+            "imports snakemake_executor_plugin_taskvine.tasks (layer 3 'jobs as tasks'), a higher layer",
+            "snakemake_executor_plugin_taskvine.tasks (layer 3 'jobs as tasks', line 1) imports ndcctools.taskvine: "
+            "every TaskVine call belongs in the plugin's taskvine.py",
+            "lateral import: snakemake_executor_plugin_taskvine.provision (layer 4 'workers', line 1) imports "
+            "snakemake_executor_plugin_taskvine.validation (layer 4 'workers'), listed after it in the same layer; "
+            "list validation before provision if it is lower, else move the code",
+            "snakemake_executor_plugin_taskvine.provision (layer 4 'workers', line 2) imports hepvine.records: "
+            "the plugin is generic Snakemake and imports nothing of hepvine",
+        ]
+    ), "\n".join(found)

@@ -33,8 +33,11 @@ def asked_for() -> list[tuple[str, Requirement]]:
     for where in ("pyproject.toml", f"{PLUGIN}/pyproject.toml"):
         project = tomllib.loads((CHECKOUT / where).read_text())["project"]
         found += [(where, Requirement(r)) for r in project["dependencies"]]
-        found += [(f"{where} [{extra}]", Requirement(r))
-                  for extra, rs in project.get("optional-dependencies", {}).items() for r in rs]
+        found += [
+            (f"{where} [{extra}]", Requirement(r))
+            for extra, rs in project.get("optional-dependencies", {}).items()
+            for r in rs
+        ]
     conda = yaml.safe_load((CHECKOUT / "environment-el9.yml").read_text())
     pip = next(d["pip"] for d in conda["dependencies"] if isinstance(d, dict) and "pip" in d)
     return found + [("environment-el9.yml", Requirement(r)) for r in pip]
@@ -42,8 +45,10 @@ def asked_for() -> list[tuple[str, Requirement]]:
 
 def own_distributions() -> set[str]:
     """The checkout's own distributions (the workflow and the executor plugin): installed from it, not pinned."""
-    return {canonicalize_name(tomllib.loads((CHECKOUT / where).read_text())["project"]["name"])
-            for where in ("pyproject.toml", f"{PLUGIN}/pyproject.toml")}
+    return {
+        canonicalize_name(tomllib.loads((CHECKOUT / where).read_text())["project"]["name"])
+        for where in ("pyproject.toml", f"{PLUGIN}/pyproject.toml")
+    }
 
 
 def test_the_environment_has_exactly_the_locked_versions():
@@ -55,14 +60,21 @@ def test_the_environment_has_exactly_the_locked_versions():
             installed = None
         if installed != version:
             drift.append(f"{name}: locked {version}, installed {installed}")
-    assert not drift, ("the environment differs from requirements.lock (rebuild the sandbox: `make clean-sandbox`, or, "
-                       "if the change is wanted, regenerate the lock as its header says): " + "; ".join(drift))
+    assert not drift, (
+        "the environment differs from requirements.lock (rebuild the sandbox: `make clean-sandbox`, or, "
+        "if the change is wanted, regenerate the lock as its header says): " + "; ".join(drift)
+    )
 
 
 def test_the_lock_satisfies_every_range_asked_for():
     pins, own = locked(), own_distributions()
-    wrong = [f"{where}: {req} but the lock has {pins.get(canonicalize_name(req.name))}"
-             for where, req in asked_for() if canonicalize_name(req.name) not in own
-             and (pins.get(canonicalize_name(req.name)) is None
-                  or not req.specifier.contains(pins[canonicalize_name(req.name)], prereleases=True))]
+    wrong = [
+        f"{where}: {req} but the lock has {pins.get(canonicalize_name(req.name))}"
+        for where, req in asked_for()
+        if canonicalize_name(req.name) not in own
+        and (
+            pins.get(canonicalize_name(req.name)) is None
+            or not req.specifier.contains(pins[canonicalize_name(req.name)], prereleases=True)
+        )
+    ]
     assert not wrong, "requirements.lock does not satisfy: " + "; ".join(wrong)

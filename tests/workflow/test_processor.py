@@ -1,6 +1,6 @@
-"""The user's analysis as a plug-in (``hepvine.processor``), checked against coffea itself: chunks cut with coffea's
-own arithmetic; a processor hepvine has never seen, over a coffea fileset of real NanoAOD (Run 2 and 3, MC and data,
-TTree and RNTuple, a DAS name with slashes), gives ``output.coffea`` equal to coffea's ``processor.Runner`` on the
+"""The user's analysis as a plug-in (``hepvine.work.processor``), checked against coffea itself: chunks cut with
+coffea's own arithmetic; a processor hepvine has never seen, over a coffea fileset of real NanoAOD (Run 2 and 3, MC and
+data, TTree and RNTuple, a DAS name with slashes), gives ``output.coffea`` equal to coffea's ``processor.Runner`` on the
 same files, while a file coffea cannot read is named as failed; an exception in the user's ``process`` is that
 file's ``analysis-error`` naming the user's line, and fixing the file reruns the jobs and completes."""
 
@@ -14,17 +14,19 @@ import pytest
 import uproot
 from coffea import processor as coffea_processor
 from coffea import util
-
-from hepvine import processor
 from processors import CHUNKSIZE, NEW_PROCESSOR, assert_same, coffea_runner, fileset_in
+
+from hepvine.work import processor
 
 NANOAOD = Path(__file__).resolve().parents[3] / "shared" / "nanoaod"
 DAS = "/TTHtoGG_M125/RunIIFall17NanoAODv7-PU2017_12Apr2018/NANOAODSIM"
 # Run 2 MC (LZMA), Run 3 MC v13, RNTuple, NanoAOD v15, Run 2 and Run 3 collision data.
 FILESET = {
     DAS: {"files": {"ttH_M125_2017.root": "Events"}, "metadata": {"xsec": 0.5, "kind": "mc"}},
-    "run3_mc": {"files": {"ggH_M125_amcatnlo_v13.root": "Events", "nano_tt_v15.root": "Events"},
-                "metadata": {"kind": "mc"}},
+    "run3_mc": {
+        "files": {"ggH_M125_amcatnlo_v13.root": "Events", "nano_tt_v15.root": "Events"},
+        "metadata": {"kind": "mc"},
+    },
     "rntuple": {"files": {"nano_dy_rntuple.root": "Events"}},
     "data": ["nano_dimuon.root", "EGamma_F_Skim.root"],
 }
@@ -40,10 +42,14 @@ def test_chunks_are_coffeas(n, chunksize):
 
 def test_analysis_spec_errors_say_what_to_change(tmp_path):
     (tmp_path / "mine.py").write_text("class NotAProcessor:\n    pass\n\nvalue = 3\n")
-    cases = {"nocolon": "name it as <file.py>:<Name>", f"{tmp_path}/missing.py:X": "no such file",
-             f"{tmp_path}/mine.py:Nope": "defines no 'Nope'", f"{tmp_path}/mine.py:NotAProcessor": "not a "
-             "coffea.processor.ProcessorABC", f"{tmp_path}/mine.py:value": "neither a processor class nor a function",
-             "no_such_module_hv:Name": "cannot import no_such_module_hv"}
+    cases = {
+        "nocolon": "name it as <file.py>:<Name>",
+        f"{tmp_path}/missing.py:X": "no such file",
+        f"{tmp_path}/mine.py:Nope": "defines no 'Nope'",
+        f"{tmp_path}/mine.py:NotAProcessor": "not a coffea.processor.ProcessorABC",
+        f"{tmp_path}/mine.py:value": "neither a processor class nor a function",
+        "no_such_module_hv:Name": "cannot import no_such_module_hv",
+    }
     for spec, words in cases.items():
         with pytest.raises(processor.AnalysisSpecError, match=words.replace(".", r"\.").replace("(", r"\(")):
             processor.load(spec)
@@ -72,9 +78,23 @@ def new_campaign(tmp_path_factory):
     doc[DAS]["files"][str(bad)] = "Events"
     (work / "fileset.json").write_text(json.dumps(doc))
     repo = Path(__file__).resolve().parents[2]
-    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(repo / "Snakefile"), "--directory", str(work),
-           "--cores", "2", "--config", "dataset=fileset.json", "analysis=my_analysis.py:JetsAndMuons",
-           "analysis_args={pt_min: 25.0}", f"chunksize={CHUNKSIZE}", "campaign=new"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(repo / "Snakefile"),
+        "--directory",
+        str(work),
+        "--cores",
+        "2",
+        "--config",
+        "dataset=fileset.json",
+        "analysis=my_analysis.py:JetsAndMuons",
+        "analysis_args={pt_min: 25.0}",
+        f"chunksize={CHUNKSIZE}",
+        "campaign=new",
+    ]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     return work, doc, bad, cmd, run
 
@@ -92,8 +112,9 @@ def test_a_new_processor_over_a_fileset_equals_coffeas_runner(new_campaign):
     # coffea's Runner over the same fileset without the bad file.
     good = json.loads(json.dumps(doc))
     del good[DAS]["files"][str(bad)]
-    theirs = coffea_runner(good, processor.load(str(work / "my_analysis.py") + ":JetsAndMuons",
-                                                {"pt_min": 25.0}).instance)
+    theirs = coffea_runner(
+        good, processor.load(str(work / "my_analysis.py") + ":JetsAndMuons", {"pt_min": 25.0}).instance
+    )
     ours = util.load(str(out / "output.coffea"))
     assert_same(ours, theirs)
     assert ours["datasets"] == sorted(FILESET)  # postprocess ran once, on the merged output
@@ -138,3 +159,41 @@ def test_an_exception_in_process_is_that_files_analysis_error_and_the_fix_reruns
     (work / "my_analysis.py").write_text(NEW_PROCESSOR + "\n# changed\n")
     dry = subprocess.run([*cmd[:-1], "campaign=broken", "-n"], capture_output=True, text=True, timeout=600)
     assert "analyse" in dry.stdout and "reason: Updated input files: my_analysis.py" in dry.stdout, dry.stdout
+
+
+@pytest.mark.slow
+def test_the_dimuon_example_on_every_file_with_muons_equals_coffeas_runner():
+    """hepvine.examples.dimuon over the real files (TTree and RNTuple, Run 2 and 3, MC and data), file by file as a
+    job runs it, accumulated: equal to coffea's Runner over the same fileset."""
+    from coffea.processor import accumulate
+
+    from hepvine.model.dataset import FileTask
+
+    doc = fileset_in(
+        NANOAOD,
+        {
+            "mc": ["nano_dy.root", "nano_dy_rntuple.root", "ttH_M125_2017.root", "nano_tt_v15.root"],
+            "data": ["nano_dimuon.root", "DYto2E.root", "EGamma_F_Skim.root"],
+        },
+    )
+    analysis = processor.load("hepvine.examples.dimuon:DimuonProcessor", chunksize=CHUNKSIZE)
+    ours = None
+    for key, paths in doc.items():
+        for i, path in enumerate(paths):
+            task = FileTask(
+                fid=f"{key}/files/{i}",
+                process=key,
+                variation="files",
+                index=i,
+                path=path,
+                nevts=None,
+                nevts_total=None,
+                xsec=None,
+                dataset=key,
+            )
+            output, events, _ = processor.run_file(path, task, analysis)
+            assert events == uproot.open(path)["Events"].num_entries
+            ours = output if ours is None else accumulate([output], ours)
+    theirs = coffea_runner(doc, processor.load("hepvine.examples.dimuon:DimuonProcessor").instance)
+    assert_same(analysis.postprocess(ours), theirs)
+    assert ours["data"]["pairs"] > 0 and ours["mc"]["pairs"] > 0  # a spectrum, not two empty histograms

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from hepvine import site
 from kept import generated_dataset
+
+from hepvine.routing import site
 
 REPO = Path(__file__).resolve().parents[2]
 SITES = sorted(p.stem for p in (REPO / "site-configs").glob("*.yaml"))
@@ -52,8 +52,11 @@ def executor_settings(name: str):
     """The plugin's ExecutorSettings as PROFILE sets them (the plugin's defaults for the rest)."""
     from snakemake_executor_plugin_taskvine import ExecutorSettings
 
-    values = {key[len("taskvine-"):].replace("-", "_"): value for key, value in profile(name).items()
-              if key.startswith("taskvine-")}
+    values = {
+        key[len("taskvine-") :].replace("-", "_"): value
+        for key, value in profile(name).items()
+        if key.startswith("taskvine-")
+    }
     if "worker_groups" in values:
         values["worker_groups"] = REPO / values["worker_groups"]
     return ExecutorSettings(**values)
@@ -64,8 +67,9 @@ def resources(name: str) -> dict[str, dict[str, int]]:
     p = profile(name)
     default = dict(item.split("=") for item in p.get("default-resources", []))
     rules = ("analyse", "merge", "merge_root", "report", "plots")
-    return {rule: {k: int(v) for k, v in {**default, **p.get("set-resources", {}).get(rule, {})}.items()}
-            for rule in rules}
+    return {
+        rule: {k: int(v) for k, v in {**default, **p.get("set-resources", {}).get(rule, {})}.items()} for rule in rules
+    }
 
 
 @pytest.mark.parametrize("name", PROFILES)
@@ -83,8 +87,9 @@ def test_profile_passes_the_executors_checks_and_its_jobs_fit_its_workers(name):
     # Snakemake hands over every ready job (a bounded --jobs makes its scheduler's cost per job grow with the
     # campaign); TaskVine holds at most taskvine-max-tasks of them, at least as many as its workers' cores.
     assert profile(name)["jobs"] == "unlimited", f"profiles/{name}: jobs must be unlimited (README: Campaigns at scale)"
-    assert settings.max_tasks >= sum(g.cores * g.max_workers for g in groups), \
+    assert settings.max_tasks >= sum(g.cores * g.max_workers for g in groups), (
         f"profiles/{name}: taskvine-max-tasks below the cores its workers offer: cores would sit idle"
+    )
 
 
 def small_spec(name: str) -> dict:
@@ -94,8 +99,16 @@ def small_spec(name: str) -> dict:
     else:
         origin = site.load(REPO / "site-configs" / f"{name}.yaml").origins[0]["url"]
         prefix = f"{origin.rstrip('/')}//store/dry"
-    return {process: {"xsec": 1.0, "nominal": {"nevts_total": 6000, "files": [
-        {"path": f"{prefix}/{process}/f{i}.root", "nevts": 1000} for i in range(6)]}} for process in ("ttbar", "wjets")}
+    return {
+        process: {
+            "xsec": 1.0,
+            "nominal": {
+                "nevts_total": 6000,
+                "files": [{"path": f"{prefix}/{process}/f{i}.root", "nevts": 1000} for i in range(6)],
+            },
+        }
+        for process in ("ttbar", "wjets")
+    }
 
 
 @pytest.fixture
@@ -108,8 +121,9 @@ def results():
 
 
 def snakemake(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "snakemake", *args], capture_output=True, text=True, cwd=REPO,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", *args], capture_output=True, text=True, cwd=REPO, timeout=timeout
+    )
 
 
 def job_counts(output: str) -> dict[str, int]:
@@ -118,15 +132,25 @@ def job_counts(output: str) -> dict[str, int]:
     return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
 
 
-@pytest.mark.parametrize("name", [pytest.param(p, marks=pytest.mark.sandbox) if p in NEEDS_SERVICES else p
-                                  for p in PROFILES])
+@pytest.mark.parametrize(
+    "name", [pytest.param(p, marks=pytest.mark.sandbox) if p in NEEDS_SERVICES else p for p in PROFILES]
+)
 def test_profile_dry_runs_a_small_campaign(name, results):
     spec = REPO / "results" / results / "spec.json"
     spec.parent.mkdir(parents=True)
     spec.write_text(json.dumps(small_spec(name)))
     site_config = [] if name == "local" else [f"site=site-configs/{name}.yaml"]
-    done = snakemake("-n", "--profile", f"profiles/{name}", "--config", f"dataset=results/{results}/spec.json",
-                     f"campaign={results}-dry", "files_per_job=4", "merge_fan_in=2", *site_config)
+    done = snakemake(
+        "-n",
+        "--profile",
+        f"profiles/{name}",
+        "--config",
+        f"dataset=results/{results}/spec.json",
+        f"campaign={results}-dry",
+        "files_per_job=4",
+        "merge_fan_in=2",
+        *site_config,
+    )
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-4000:]
     assert f"Using profile profiles/{name}" in output, output[-2000:]
@@ -145,15 +169,26 @@ def test_local_profile_runs_a_campaign_twice_to_identical_histograms(tmp_path, r
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     outs = []
     for run in ("a", "b"):
-        done = snakemake("--profile", "profiles/local", "--config", f"dataset={tmp_path / 'spec.json'}",
-                         f"campaign={results}-{run}", "files_per_job=2", timeout=900)
+        done = snakemake(
+            "--profile",
+            "profiles/local",
+            "--config",
+            f"dataset={tmp_path / 'spec.json'}",
+            f"campaign={results}-{run}",
+            "files_per_job=2",
+            timeout=900,
+        )
         assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
         assert "TaskVine manager listening" in done.stderr  # the jobs ran on TaskVine, not Snakemake's local executor
         outs.append(REPO / "results" / f"{results}-{run}")
         report = json.loads((outs[-1] / "report.json").read_text())
         assert report["complete"] and report["files"]["ok"] == 2 and report["events"] == 4000, report["files"]
         assert report["provenance"]["profiles"][0]["profile"] == "profiles/local"
-    compared = subprocess.run([sys.executable, "-m", "hepvine.cli", "compare", str(outs[0]), str(outs[1])],
-                              capture_output=True, text=True, cwd=REPO)
+    compared = subprocess.run(
+        [sys.executable, "-m", "hepvine.commands.cli", "compare", str(outs[0]), str(outs[1])],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert compared.returncode == 0 and compared.stdout.startswith("identical: "), compared.stdout + compared.stderr
     assert (outs[0] / "histograms.root").read_bytes() != (outs[1] / "histograms.root").read_bytes()  # times, UUIDs

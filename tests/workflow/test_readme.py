@@ -8,9 +8,9 @@ tracked top-level entries and nothing else (no ``results/``, no ``.snakemake/``)
 checkout, a fresh clone's behaviour is what is tested (``hepvine plan`` with no local bench result), and whatever
 a command writes lands in the temporary directory, never in the checkout. Where the README shows placeholders
 (``<name>``, ``...``) or a full campaign, the run fills them in and dry-runs it (``snakemake -n``); the case says so.
-Also here: ``hepvine --help`` and every subcommand's ``--help`` (the subcommands read from ``hepvine.cli``), and every
-``hepvine ...`` the README's prose quotes names a real subcommand and real options, and every ``--taskvine-...``
-option it names is one ``snakemake --help`` lists.
+Also here: ``hepvine --help`` and every subcommand's ``--help`` (the subcommands read from ``hepvine.commands.cli``),
+and every ``hepvine ...`` the README's prose quotes names a real subcommand and real options, and every
+``--taskvine-...`` option it names is one ``snakemake --help`` lists.
 """
 
 from __future__ import annotations
@@ -26,10 +26,9 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-
-from hepvine import cli, plan, rates
-
 from test_profiles import job_counts
+
+from hepvine.commands import cli, plan, rates
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
@@ -37,6 +36,7 @@ TIMEOUT_S = 60  # each command; the whole module runs in well under a minute
 
 
 # --- the README's commands ---------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Command:
@@ -153,26 +153,29 @@ README_COMMANDS = commands(README.read_text())
 
 # --- what is not run, and why ------------------------------------------------------------------------------------
 
-HOST_MAKE = ("a host-level make target: it enters the sandbox itself (root, mount namespaces), and this test already "
-             "runs inside the sandbox under `make test`")
+HOST_MAKE = (
+    "a host-level make target: it enters the sandbox itself (root, mount namespaces), and this test already "
+    "runs inside the sandbox under `make test`"
+)
 EXEMPT = {
     "make demo": "runs the whole demo campaign (generates 24 real-layout files once, ~4 min, then ~1.5 min): too slow "
-                 "for every `make test`; tests/workflow/test_campaign.py runs campaigns on the same services. Also: "
-                 f"{HOST_MAKE}",
+    "for every `make test`; tests/workflow/test_campaign.py runs campaigns on the same services. Also: "
+    f"{HOST_MAKE}",
     "make test": "it is the suite this test runs in (.ci/run runs it)",
     "make shell": f"interactive. Also: {HOST_MAKE}",
     "make run CMD='...'": f"{HOST_MAKE}; how it hands CMD to the shell is tested by tests/sandbox/test_make_run.py",
     "make services-stop": f"would stop the services the rest of `make test` uses; tests/sandbox/test_services.py tests "
-                          f"the stop. Also: {HOST_MAKE}",
+    f"the stop. Also: {HOST_MAKE}",
     "make services-status": HOST_MAKE,
     "make clean-sandbox": f"deletes the sandbox the suite runs in. Also: {HOST_MAKE}",
-    "hepvine generate data/ --files 5 --events 50000 --spec spec.json":
-        "writes 20 files of 50,000 events: over 2 min (measured 2026-11-23); `hepvine generate --help` runs here and "
-        "the generator writes every test dataset (hepvine.generate.generate)",
+    "hepvine generate data/ --files 5 --events 50000 --spec spec.json": "writes 20 files of 50,000 events: over 2 min "
+    "(measured 2026-11-23); `hepvine generate --help` runs here and the generator writes every test dataset "
+    "(hepvine.devtools.generate.generate)",
 }
 
 
 # --- what is run, and what must come out ------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Run:
@@ -215,8 +218,10 @@ def plan_table(readme_paragraph: str) -> Callable[[str, Path, str], None]:
     caches warm — the rates (rounded) are the ones the README quotes right after the command."""
 
     def check(output: str, view: Path, campaign: str) -> None:
-        rows = {m.group(1): float(m.group(2)) for m in
-                re.finditer(rf"^({'|'.join(plan.POLICIES)})\s+(\d+\.\d)\s+\d+\.\d\s", output, re.M)}
+        rows = {
+            m.group(1): float(m.group(2))
+            for m in re.finditer(rf"^({'|'.join(plan.POLICIES)})\s+(\d+\.\d)\s+\d+\.\d\s", output, re.M)
+        }
         assert set(rows) == set(plan.POLICIES) and all(r > 0 for r in rows.values()), output
         assert f"shipped with hepvine: {rates.provenance()}" in output, output
         table = re.search(r"^table and plot: (\S+\.json), ", output, re.M)
@@ -226,7 +231,8 @@ def plan_table(readme_paragraph: str) -> Callable[[str, Path, str], None]:
         if "caches warm" in output.splitlines()[0]:
             quoted = gbps_quoted(readme_paragraph)
             assert {round(r) for r in rows.values()} <= quoted, (
-                f"README.md quotes {sorted(quoted)} Gbps after the plan command; it prints {rows}")
+                f"README.md quotes {sorted(quoted)} Gbps after the plan command; it prints {rows}"
+            )
 
     return check
 
@@ -236,10 +242,15 @@ WORKFLOW_FILLED = "the README shows placeholders; filled with a small spec and d
 GENERIC_FILLED = "generic plugin usage for any workflow: `...` filled with hepvine's config, and dry-run"
 
 
-OWN_PROCESSOR = {"dataset=fileset.json": "dataset={spec}", "campaign=mine": "campaign={campaign}",
-                 "analysis=my_analysis.py:MyProcessor": "analysis=workflows/hepvine/examples/dimuon.py:DimuonProcessor"}
-OWN_PROCESSOR_FILLED = ("the README's processor file and fileset are the reader's: filled with an example processor "
-                        "given as a file (a job input; it takes pt_min) and a small spec, and dry-run")
+OWN_PROCESSOR = {
+    "dataset=fileset.json": "dataset={spec}",
+    "campaign=mine": "campaign={campaign}",
+    "analysis=my_analysis.py:MyProcessor": "analysis=workflows/hepvine/examples/dimuon.py:DimuonProcessor",
+}
+OWN_PROCESSOR_FILLED = (
+    "the README's processor file and fileset are the reader's: filled with an example processor "
+    "given as a file (a job input; it takes pt_min) and a small spec, and dry-run"
+)
 
 
 def plan_after() -> str:
@@ -248,28 +259,48 @@ def plan_after() -> str:
 
 RUN = {
     "snakemake --cores 2 --config dataset=<spec.json|yaml> campaign=<name>": Run(
-        dry_run_plans_the_campaign(), fill={"<spec.json|yaml>": "{spec}", "<name>": "{campaign}"}, dry_run=True,
-        why=WORKFLOW_FILLED),
+        dry_run_plans_the_campaign(),
+        fill={"<spec.json|yaml>": "{spec}", "<name>": "{campaign}"},
+        dry_run=True,
+        why=WORKFLOW_FILLED,
+    ),
     "snakemake --profile profiles/sandbox --config dataset=... campaign=... site=site-configs/sandbox.yaml": Run(
-        dry_run_plans_the_campaign("profiles/sandbox"), fill={"dataset=...": "dataset={spec}",
-                                                              "campaign=...": "campaign={campaign}"},
-        dry_run=True, sandbox=True, why=WORKFLOW_FILLED),
+        dry_run_plans_the_campaign("profiles/sandbox"),
+        fill={"dataset=...": "dataset={spec}", "campaign=...": "campaign={campaign}"},
+        dry_run=True,
+        sandbox=True,
+        why=WORKFLOW_FILLED,
+    ),
     "snakemake --cores 2 --config dataset=fileset.json analysis=my_analysis.py:MyProcessor campaign=mine": Run(
-        dry_run_plans_the_campaign(), fill=OWN_PROCESSOR, dry_run=True, why=OWN_PROCESSOR_FILLED),
+        dry_run_plans_the_campaign(), fill=OWN_PROCESSOR, dry_run=True, why=OWN_PROCESSOR_FILLED
+    ),
     "snakemake --profile profiles/sandbox --config dataset=fileset.json analysis=my_analysis.py:MyProcessor "
     'campaign=mine site=site-configs/sandbox.yaml analysis_args="{pt_min: 25.0}" chunksize=50000': Run(
-        dry_run_plans_the_campaign("profiles/sandbox"), fill=OWN_PROCESSOR, dry_run=True, sandbox=True,
-        why=OWN_PROCESSOR_FILLED),
+        dry_run_plans_the_campaign("profiles/sandbox"),
+        fill=OWN_PROCESSOR,
+        dry_run=True,
+        sandbox=True,
+        why=OWN_PROCESSOR_FILLED,
+    ),
     "hepvine plan --site site-configs/uchicago-af.yaml --dataset 219000:191TB [--codec lzma] [--cold]": Run(
-        plan_table(plan_after())),
+        plan_table(plan_after())
+    ),
     "snakemake --executor taskvine --jobs unlimited ...": Run(
-        dry_run_plans_the_campaign(), fill={"...": SPEC_AND_CAMPAIGN}, dry_run=True, why=GENERIC_FILLED),
+        dry_run_plans_the_campaign(), fill={"...": SPEC_AND_CAMPAIGN}, dry_run=True, why=GENERIC_FILLED
+    ),
     "snakemake --executor taskvine --taskvine-workers condor ...": Run(
-        dry_run_plans_the_campaign(), fill={"...": "--jobs unlimited " + SPEC_AND_CAMPAIGN}, dry_run=True,
-        why=GENERIC_FILLED),
+        dry_run_plans_the_campaign(),
+        fill={"...": "--jobs unlimited " + SPEC_AND_CAMPAIGN},
+        dry_run=True,
+        why=GENERIC_FILLED,
+    ),
     "snakemake --profile profiles/sandbox ...": Run(
-        dry_run_plans_the_campaign("profiles/sandbox"), fill={"...": SPEC_AND_CAMPAIGN}, dry_run=True, sandbox=True,
-        why=GENERIC_FILLED),
+        dry_run_plans_the_campaign("profiles/sandbox"),
+        fill={"...": SPEC_AND_CAMPAIGN},
+        dry_run=True,
+        sandbox=True,
+        why=GENERIC_FILLED,
+    ),
 }
 
 
@@ -309,10 +340,15 @@ def cases() -> list:
 
 # --- running --------------------------------------------------------------------------------------------------
 
+
 def fresh_clone_view(root: Path) -> Path:
     """ROOT/checkout: a link to each of the checkout's tracked top-level entries, nothing else."""
-    tracked = subprocess.run(["git", "-c", f"safe.directory={REPO}", "-C", str(REPO), "ls-files", "-z"],
-                             capture_output=True, text=True, check=True).stdout.split("\0")
+    tracked = subprocess.run(
+        ["git", "-c", f"safe.directory={REPO}", "-C", str(REPO), "ls-files", "-z"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\0")
     view = root / "checkout"
     view.mkdir()
     for entry in sorted({path.split("/")[0] for path in tracked if path}):
@@ -338,8 +374,10 @@ class Started:
         except subprocess.TimeoutExpired:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
-            pytest.fail(f"README command `{self.typed}` took over {TIMEOUT_S} s (in {self.view}); output:\n"
-                        f"{self.log.read_text()[-3000:]}")
+            pytest.fail(
+                f"README command `{self.typed}` took over {TIMEOUT_S} s (in {self.view}); output:\n"
+                f"{self.log.read_text()[-3000:]}"
+            )
         return self.log.read_text()
 
 
@@ -349,13 +387,25 @@ def start(command: Command, variant: str, run: Run, root: Path) -> Started:
     view = fresh_clone_view(root)
     campaign = f"readme-{uuid.uuid4().hex[:8]}"
     spec = root / "spec.json"
-    spec.write_text(json.dumps({"ttbar": {"xsec": 1.0, "nominal": {"nevts_total": 200, "files": [
-        {"path": f"{root}/data/ttbar_{i}.root", "nevts": 100} for i in range(2)]}}}))
+    spec.write_text(
+        json.dumps(
+            {
+                "ttbar": {
+                    "xsec": 1.0,
+                    "nominal": {
+                        "nevts_total": 200,
+                        "files": [{"path": f"{root}/data/ttbar_{i}.root", "nevts": 100} for i in range(2)],
+                    },
+                }
+            }
+        )
+    )
     typed = filled(variant, run, spec, campaign)
     log = root / "output.txt"
     with log.open("w") as out:
-        process = subprocess.Popen(["bash", "-c", typed], cwd=view, stdout=out, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+        process = subprocess.Popen(
+            ["bash", "-c", typed], cwd=view, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
     return Started(typed, view, campaign, process, log)
 
 
@@ -363,8 +413,11 @@ def start(command: Command, variant: str, run: Run, root: Path) -> Started:
 def started(request, tmp_path_factory) -> dict[str, Started]:
     """Every README run this session collected, all started at once (each takes seconds, mostly CPU: side by side
     the module stays well within a minute); any still running at the end is killed."""
-    wanted = {item.callspec.id for item in request.session.items
-              if getattr(item, "originalname", "") == "test_readme_command_runs"}
+    wanted = {
+        item.callspec.id
+        for item in request.session.items
+        if getattr(item, "originalname", "") == "test_readme_command_runs"
+    }
     runs = {}
     for param in cases():
         command, variant, run = param.values
@@ -379,6 +432,7 @@ def started(request, tmp_path_factory) -> dict[str, Started]:
 
 # --- the tests ----------------------------------------------------------------------------------------------------
 
+
 def test_the_readme_shows_commands():
     """The parser finds the README's code blocks and command tables (an empty list would make every check here
     vacuous)."""
@@ -391,11 +445,18 @@ def coverage_problems(shown: list[Command], run: dict, exempt: dict[str, str]) -
     entry for a command the README no longer shows, an entry in both, an exemption without a reason."""
     texts = {c.text for c in shown}
     name = Path(__file__).name
-    problems = [f"README.md:{c.line}: `{c.text}` is neither run by {name} (RUN) nor exempted (EXEMPT): add it to "
-                "one of the two (to EXEMPT with the reason it cannot run in `make test`)"
-                for c in shown if c.text not in run and c.text not in exempt]
-    problems += [f"{name}: `{text}` is in {table} but README.md no longer shows it: remove it there (or fix its key)"
-                 for table, keys in (("RUN", run), ("EXEMPT", exempt)) for text in keys if text not in texts]
+    problems = [
+        f"README.md:{c.line}: `{c.text}` is neither run by {name} (RUN) nor exempted (EXEMPT): add it to "
+        "one of the two (to EXEMPT with the reason it cannot run in `make test`)"
+        for c in shown
+        if c.text not in run and c.text not in exempt
+    ]
+    problems += [
+        f"{name}: `{text}` is in {table} but README.md no longer shows it: remove it there (or fix its key)"
+        for table, keys in (("RUN", run), ("EXEMPT", exempt))
+        for text in keys
+        if text not in texts
+    ]
     problems += [f"{name}: `{text}` is in both RUN and EXEMPT" for text in sorted(set(run) & set(exempt))]
     problems += [f"{name}: EXEMPT[`{text}`] gives no reason" for text, why in exempt.items() if not why.strip()]
     return problems
@@ -409,12 +470,15 @@ def test_every_readme_command_is_run_or_exempt():
 def test_a_new_readme_command_fails_naming_it():
     shown = README_COMMANDS + [Command("hepvine frobnicate --all", 999)]
     problems = coverage_problems(shown, RUN, EXEMPT)
-    assert problems == ["README.md:999: `hepvine frobnicate --all` is neither run by test_readme.py (RUN) nor "
-                        "exempted (EXEMPT): add it to one of the two (to EXEMPT with the reason it cannot run in "
-                        "`make test`)"]
+    assert problems == [
+        "README.md:999: `hepvine frobnicate --all` is neither run by test_readme.py (RUN) nor "
+        "exempted (EXEMPT): add it to one of the two (to EXEMPT with the reason it cannot run in "
+        "`make test`)"
+    ]
     gone = [c for c in README_COMMANDS if c.text != "make demo"]
-    assert any("`make demo` is in EXEMPT but README.md no longer shows it" in p
-               for p in coverage_problems(gone, RUN, EXEMPT))
+    assert any(
+        "`make demo` is in EXEMPT but README.md no longer shows it" in p for p in coverage_problems(gone, RUN, EXEMPT)
+    )
 
 
 SAMPLE = """Intro.
@@ -447,8 +511,12 @@ print("not a command")
 def test_the_parser_reads_fenced_and_indented_blocks_and_command_tables():
     found = commands(SAMPLE)
     assert [(c.text, c.line) for c in found] == [
-        ("hepvine plan --site s.yaml --dataset 10:1TB", 4), ("snakemake -n --cores 1", 13),
-        ("make run CMD='echo # kept'", 15), ("make demo", 19), ("make run CMD='...'", 20)]
+        ("hepvine plan --site s.yaml --dataset 10:1TB", 4),
+        ("snakemake -n --cores 1", 13),
+        ("make run CMD='echo # kept'", 15),
+        ("make demo", 19),
+        ("make run CMD='...'", 20),
+    ]
     assert found[1].after.startswith("| command | what |")
 
 
@@ -456,8 +524,10 @@ def test_the_parser_reads_fenced_and_indented_blocks_and_command_tables():
 def test_readme_command_runs(command, variant, run, started):
     this = started[case_id(command, variant)]
     output = this.finish()
-    assert this.process.returncode == 0, (f"README.md:{command.line}: `{variant}` ({run.why}; run as `{this.typed}`) "
-                                          f"exited {this.process.returncode}:\n{output[-4000:]}")
+    assert this.process.returncode == 0, (
+        f"README.md:{command.line}: `{variant}` ({run.why}; run as `{this.typed}`) "
+        f"exited {this.process.returncode}:\n{output[-4000:]}"
+    )
     run.check(output, this.view, this.campaign)
 
 
@@ -469,8 +539,9 @@ def test_hepvine_help_lists_every_subcommand():
     done = help_of()
     assert done.returncode == 0, done.stderr
     usage = (done.stdout + done.stderr).splitlines()[0]
-    assert all(name in usage for name in cli.COMMANDS), f"`hepvine --help` says {usage!r}; hepvine.cli has " \
-                                                          f"{list(cli.COMMANDS)}"
+    assert all(name in usage for name in cli.COMMANDS), (
+        f"`hepvine --help` says {usage!r}; hepvine.commands.cli has {list(cli.COMMANDS)}"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -484,8 +555,13 @@ def helps() -> dict[str, str]:
 WRONG_HELP: dict[str, str] = {}  # subcommands whose --help is known to be wrong: name → the fix
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=WRONG_HELP[n]))
-                                  if n in WRONG_HELP else n for n in cli.COMMANDS])
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=WRONG_HELP[n])) if n in WRONG_HELP else n
+        for n in cli.COMMANDS
+    ],
+)
 def test_subcommand_help(name, helps):
     done = helps[name]
     assert done.returncode == 0, f"`hepvine {name} --help` exited {done.returncode}: {done.stderr[-2000:]}"
@@ -495,8 +571,9 @@ def test_subcommand_help(name, helps):
 
 def quoted_hepvine_commands(markdown: str) -> list[tuple[int, str]]:
     """Every ``hepvine ...`` code span of the README's prose and every hepvine command of its code blocks."""
-    spans = [(markdown.count("\n", 0, m.start()) + 1, m.group(1))
-             for m in re.finditer(r"`(hepvine [a-z][^`]*)`", markdown)]
+    spans = [
+        (markdown.count("\n", 0, m.start()) + 1, m.group(1)) for m in re.finditer(r"`(hepvine [a-z][^`]*)`", markdown)
+    ]
     return spans + [(c.line, c.text) for c in commands(markdown) if c.text.startswith("hepvine ")]
 
 
@@ -507,13 +584,16 @@ def test_hepvine_commands_the_readme_quotes_exist(helps):
     for line, text in quoted_hepvine_commands(README.read_text()):
         words = text.split()
         if words[1] not in cli.COMMANDS:
-            problems.append(f"README.md:{line}: `{text}`: hepvine has no subcommand {words[1]!r} "
-                            f"(it has {', '.join(cli.COMMANDS)})")
+            problems.append(
+                f"README.md:{line}: `{text}`: hepvine has no subcommand {words[1]!r} (it has {', '.join(cli.COMMANDS)})"
+            )
             continue
         options = {w.strip("[]").split("=")[0] for w in words[2:] if w.strip("[]").startswith("--")}
-        problems += [f"README.md:{line}: `{text}`: `hepvine {words[1]} --help` has no {option}"
-                     for option in sorted(options) if not re.search(rf"(^|\s){re.escape(option)}\b",
-                                                                    helps[words[1]].stdout, re.M)]
+        problems += [
+            f"README.md:{line}: `{text}`: `hepvine {words[1]} --help` has no {option}"
+            for option in sorted(options)
+            if not re.search(rf"(^|\s){re.escape(option)}\b", helps[words[1]].stdout, re.M)
+        ]
     assert not problems, "\n".join(problems)
 
 

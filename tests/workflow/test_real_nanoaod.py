@@ -21,7 +21,10 @@ import pytest
 import uproot
 
 from hepvine.examples import agc as analysis
-from hepvine import driver, eras, fetch, processor
+from hepvine.jobs import driver
+from hepvine.model import eras
+from hepvine.reading import fetch
+from hepvine.work import processor
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 RNTUPLE_2015 = "cmsopendata2015_ttbar_19980_NANOAOD_RNTupleImporter_rntuple_v1-0-0-1.root"
@@ -47,8 +50,10 @@ FILES = {
 def nanoaod() -> Path:
     where = Path(os.environ.get("HEPVINE_NANOAOD") or CHECKOUT.parent / "shared" / "nanoaod")
     if not where.is_dir():
-        pytest.fail(f"the real NanoAOD files are not at {where}: set HEPVINE_NANOAOD to their directory (inside the "
-                    "sandbox, ../shared must be visible)")
+        pytest.fail(
+            f"the real NanoAOD files are not at {where}: set HEPVINE_NANOAOD to their directory (inside the "
+            "sandbox, ../shared must be visible)"
+        )
     return where
 
 
@@ -62,20 +67,35 @@ def bench():
 
 
 def entry(path: Path, era: str | None, nevts: int) -> dict:
-    """A shard's entry for PATH as the sample real/nominal (xsec 2 pb), as hepvine.index.shard writes it."""
+    """A shard's entry for PATH as the sample real/nominal (xsec 2 pb), as hepvine.routing.index.shard writes it."""
     metadata = {"process": "real", "variation": "nominal", "xsec": 2.0, "nevts_total": nevts, "era": era}
-    return {"fid": f"real/nominal/{path.stem}", "path": str(path), "process": "real", "variation": "nominal",
-            "index": 0, "nevts": nevts, "nevts_total": nevts, "xsec": 2.0, "era": era, "bytes": None,
-            "dataset": "real__nominal", "treename": "Events", "metadata": metadata, "uuid": None, "steps": None,
-            "route": fetch.local_route(str(path))}
+    return {
+        "fid": f"real/nominal/{path.stem}",
+        "path": str(path),
+        "process": "real",
+        "variation": "nominal",
+        "index": 0,
+        "nevts": nevts,
+        "nevts_total": nevts,
+        "xsec": 2.0,
+        "era": era,
+        "bytes": None,
+        "dataset": "real__nominal",
+        "treename": "Events",
+        "metadata": metadata,
+        "uuid": None,
+        "steps": None,
+        "route": fetch.local_route(str(path)),
+    }
 
 
 def decided_era(path: Path, era: str | None) -> str:
     """What the AGC processor decides for the file at PATH (the spec's ERA, else the file's): Selection.describe()."""
     from coffea.nanoevents import NanoAODSchema, NanoEventsFactory
 
-    events = NanoEventsFactory.from_root({str(path): "Events"}, schemaclass=NanoAODSchema, mode="virtual",
-                                         metadata={"filename": str(path), "era": era}).events()
+    events = NanoEventsFactory.from_root(
+        {str(path): "Events"}, schemaclass=NanoAODSchema, mode="virtual", metadata={"filename": str(path), "era": era}
+    ).events()
     return analysis.file_selection(events, analysis.Branches(events)).describe()
 
 
@@ -89,8 +109,9 @@ def test_hepvine_equals_coffea(nanoaod, bench, name):
     forced, expected_era, jet_id = FILES[name]
     path = nanoaod / name
     entries = num_entries(path)
-    record, out = driver.run_file(entry(path, forced, entries), "test",
-                                  processor.load("hepvine.examples.agc:TtbarProcessor", {"lumi_pb": 3378}))
+    record, out = driver.run_file(
+        entry(path, forced, entries), "test", processor.load("hepvine.examples.agc:TtbarProcessor", {"lumi_pb": 3378})
+    )
     assert record.failure is None, record.error
     assert record.events == entries
     era = decided_era(path, forced)
@@ -160,8 +181,14 @@ def test_tight_lepton_veto_from_fractions_equals_the_stored_jet_id(nanoaod):
 # Every shared file in one campaign: simulation by process (Run 3 simulation with its era in the spec), collision
 # data (no xsec) of Run 2 and Run 3 together.
 CAMPAIGN = {
-    "ttbar": ["nanoAOD_2015_CMS_Open_Data_ttbar.root", RNTUPLE_2015, "nano_dy.root", "nano_dy_rntuple.root",
-              "pfnano.root", "ttH_M125_2017.root"],
+    "ttbar": [
+        "nanoAOD_2015_CMS_Open_Data_ttbar.root",
+        RNTUPLE_2015,
+        "nano_dy.root",
+        "nano_dy_rntuple.root",
+        "pfnano.root",
+        "ttH_M125_2017.root",
+    ],
     "ggH": ["ggH_M125_amcatnlo_v13.root"],
     "tt_run3": ["nano_tt_v15.root"],
     "data": ["nano_dimuon.root", "EGamma_F_Skim.root", "DYto2E.root"],
@@ -170,8 +197,7 @@ XSEC = {"ttbar": 729.84, "ggH": 48.6, "tt_run3": 923.6}
 
 
 @pytest.mark.parametrize("recompress", ["off", "zstd:5"])
-def test_a_campaign_over_every_shared_file_gives_coffeas_histograms(nanoaod, bench, snakemake, tmp_path,
-                                                                     recompress):
+def test_a_campaign_over_every_shared_file_gives_coffeas_histograms(nanoaod, bench, snakemake, tmp_path, recompress):
     """The workflow end to end (Snakemake, the per-batch index, the merge tree, the report) over every file of
     ../shared/nanoaod, as they are and recompressed to ZSTD: every file counted once, and each histogram of
     histograms.root equal, bin by bin with flow, to the sum of coffea's recomputations of its process's files."""
@@ -197,12 +223,17 @@ def test_a_campaign_over_every_shared_file_gives_coffeas_histograms(nanoaod, ben
     assert report["complete"] and report["files"] == {"total": 11, "ok": 11, "failed": 0}, report["failed_files"]
     assert report["events"] == sum(entries.values())
     if recompress != "off":
-        assert all(r["recompress"]["codec"] == "zstd:5" and "recompressed" in r["read_from"]
-                   for r in report["inputs"]), report["inputs"]
+        assert all(
+            r["recompress"]["codec"] == "zstd:5" and "recompressed" in r["read_from"] for r in report["inputs"]
+        ), report["inputs"]
 
     with uproot.open(out / "histograms.root") as got:
-        expected = {f"{region}_{process}_{variation}" for process in CAMPAIGN for region in analysis.REGIONS
-                    for variation in analysis.variations(process, "nominal", data=process not in XSEC)}
+        expected = {
+            f"{region}_{process}_{variation}"
+            for process in CAMPAIGN
+            for region in analysis.REGIONS
+            for variation in analysis.variations(process, "nominal", data=process not in XSEC)
+        }
         assert {k.split(";")[0] for k in got.keys() if not k.startswith("events_")} == expected
         assert all(got[f"{region}_ttbar_nominal"].values().sum() > 0 for region in analysis.REGIONS)  # ttH fills
         for process, names in CAMPAIGN.items():
@@ -210,14 +241,15 @@ def test_a_campaign_over_every_shared_file_gives_coffeas_histograms(nanoaod, ben
             reference = None
             for name in names:
                 _, era, jet_id = FILES[name]
-                h, events, _ = bench.coffea_histogram(nanoaod / name, process, weight,
-                                                      eras.Selection(eras.ERAS[era], "test", jet_id))
+                h, events, _ = bench.coffea_histogram(
+                    nanoaod / name, process, weight, eras.Selection(eras.ERAS[era], "test", jet_id)
+                )
                 assert events == entries[name]
                 reference = h if reference is None else reference + h
             for name in expected:
                 region, rest = name.split("_", 1)
                 if not rest.startswith(f"{process}_"):
                     continue
-                want = contents(reference, region, rest[len(process) + 1:], process)
+                want = contents(reference, region, rest[len(process) + 1 :], process)
                 have = np.stack([got[name].values(flow=True), got[name].variances(flow=True)])
                 np.testing.assert_allclose(have, want, rtol=1e-9, atol=0, err_msg=name)

@@ -20,16 +20,21 @@ import numpy as np
 import pytest
 import uproot
 
-from hepvine import failures, generate, recompress, records, transcode
+from hepvine.devtools import generate
+from hepvine.model import records
+from hepvine.reading import failures
+from hepvine.work import recompress, transcode
 
 NANOAOD = Path(__file__).resolve().parents[2].parent / "shared" / "nanoaod"
 REAL_FILES = sorted(NANOAOD.glob("*.root"))
 # ROOT's compression header of a basket starts with the algorithm's two letters.
 ALGORITHMS = {b"ZS": "zstd", b"XZ": "lzma", b"ZL": "zlib", b"L4": "lz4", b"CS": "zlib"}
 # The real files hadd copies, and why: RNTuple, and the AGC sample's baskets kept inside its TTree's record.
-HADD_COPIES = {"cmsopendata2015_ttbar_19980_NANOAOD_RNTupleImporter_rntuple_v1-0-0-1.root": "ROOT::RNTuple",
-               "nano_dy_rntuple.root": "ROOT::RNTuple",
-               "nanoAOD_2015_CMS_Open_Data_ttbar.root": "inside the tree's record"}
+HADD_COPIES = {
+    "cmsopendata2015_ttbar_19980_NANOAOD_RNTupleImporter_rntuple_v1-0-0-1.root": "ROOT::RNTuple",
+    "nano_dy_rntuple.root": "ROOT::RNTuple",
+    "nanoAOD_2015_CMS_Open_Data_ttbar.root": "inside the tree's record",
+}
 
 
 def test_the_real_files_are_there():
@@ -44,15 +49,16 @@ def baskets(path: Path, tree: str) -> list[tuple[int, str]]:
     found = []
     with uproot.open(path) as f:
         for branch in f[tree].branches:
-            for seek in branch.member("fBasketSeek")[:branch.num_baskets]:
+            for seek in branch.member("fBasketSeek")[: branch.num_baskets]:
                 if seek == 0:
                     found.append((0, "embedded"))
                     continue
-                nbytes, objlen = struct.unpack(">iHi", raw[seek:seek + 10])[::2]
-                keylen = struct.unpack(">H", raw[seek + 14:seek + 16])[0]
+                nbytes, objlen = struct.unpack(">iHi", raw[seek : seek + 10])[::2]
+                keylen = struct.unpack(">H", raw[seek + 14 : seek + 16])[0]
                 compressed = nbytes - keylen < objlen
-                found.append((int(seek), ALGORITHMS.get(raw[seek + keylen:seek + keylen + 2], "?") if compressed
-                              else "none"))
+                found.append(
+                    (int(seek), ALGORITHMS.get(raw[seek + keylen : seek + keylen + 2], "?") if compressed else "none")
+                )
     return found
 
 
@@ -72,8 +78,11 @@ def copies(tmp_path_factory) -> dict:
     made = {}
     for source in REAL_FILES:
         copy, how = where / source.name, {}
-        made[source.name] = (*recompress.recompress(str(source), copy, recompress.parse_codec("zstd:5"), how), copy,
-                             how)
+        made[source.name] = (
+            *recompress.recompress(str(source), copy, recompress.parse_codec("zstd:5"), how),
+            copy,
+            how,
+        )
     assert sorted(p.name for p in where.iterdir()) == sorted(made)  # nothing left beside the copies
     return made
 
@@ -103,16 +112,18 @@ def test_real_nanoaod_copy_keeps_every_object(source, copies):
             if name in ("MetaData", "ParameterSets"):  # framework classes: copied verbatim, baskets and all
                 assert codecs == basket_codecs(source, name)
                 for branch in ta.branches:
-                    assert [bytes(branch.basket(i).data) for i in range(branch.num_baskets)] == \
-                        [bytes(tb[branch.name].basket(i).data) for i in range(tb[branch.name].num_baskets)]
+                    assert [bytes(branch.basket(i).data) for i in range(branch.num_baskets)] == [
+                        bytes(tb[branch.name].basket(i).data) for i in range(tb[branch.name].num_baskets)
+                    ]
                 continue
             assert set(codecs) <= {"zstd", "none", "embedded"}, codecs  # every compressed basket is ZSTD now
             if name == "Events":
                 assert codecs["zstd"] > 0
             assert equal_values(ta.arrays(library="ak"), tb.arrays(library="ak"))
         if "Events" in classes and classes["Events"] == "TTree":
-            counters = {k: v.typename for k, v in a["Events"].items()
-                        if k.startswith("n") and v.typename.endswith("_t")}
+            counters = {
+                k: v.typename for k, v in a["Events"].items() if k.startswith("n") and v.typename.endswith("_t")
+            }
             assert {k: b["Events"][k].typename for k in counters} == counters  # uint32_t stays unsigned
 
 
@@ -131,14 +142,17 @@ def test_root_opens_the_copy_with_every_object(name, copies):
         "    else:\n"
         "        obj = key.ReadObj()\n"
         "        n = obj.GetEntries() if cls == 'TTree' else obj.GetString().Data()\n"
-        "    print(key.GetName(), cls, n)\n")
+        "    print(key.GetName(), cls, n)\n"
+    )
     done = subprocess.run([sys.executable, "-c", script, str(copy)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = dict(line.split(" ", 1) for line in done.stdout.splitlines())
     assert lines.pop("setting") == "505"
     with uproot.open(NANOAOD / name) as source:
-        expected = {k: f"{cls} {entries[k] if k in entries else str(source[k])}"
-                    for k, cls in source.classnames(cycle=False).items()}
+        expected = {
+            k: f"{cls} {entries[k] if k in entries else str(source[k])}"
+            for k, cls in source.classnames(cycle=False).items()
+        }
     assert lines == expected
 
 
@@ -146,9 +160,9 @@ def zstd_would_not_shrink(path: Path, seek: int) -> bool:
     """Whether the basket stored uncompressed at SEEK of PATH would not be smaller in ZSTD (ROOT then stores it as it
     is, and so does the transcoder); another zstd build (uproot's) frames it up to ~10 bytes differently."""
     raw = path.read_bytes()
-    nbytes, objlen = struct.unpack(">iHi", raw[seek:seek + 10])[::2]
-    keylen = struct.unpack(">H", raw[seek + 14:seek + 16])[0]
-    return len(uproot.ZSTD(5).compress(raw[seek + keylen:seek + nbytes])) >= objlen - 16
+    nbytes, objlen = struct.unpack(">iHi", raw[seek : seek + 10])[::2]
+    keylen = struct.unpack(">H", raw[seek + 14 : seek + 16])[0]
+    return len(uproot.ZSTD(5).compress(raw[seek + keylen : seek + nbytes])) >= objlen - 16
 
 
 @pytest.mark.parametrize("source", REAL_FILES, ids=[p.name for p in REAL_FILES])
@@ -161,8 +175,11 @@ def test_the_transcoder_copies_every_ttree_file_it_supports(source, copies):
         return
     assert how == {"engine": "transcode"}
     with uproot.open(copy) as f:
-        trees = [name for name, cls in f.classnames(cycle=False).items()
-                 if cls == "TTree" and name not in ("MetaData", "ParameterSets")]
+        trees = [
+            name
+            for name, cls in f.classnames(cycle=False).items()
+            if cls == "TTree" and name not in ("MetaData", "ParameterSets")
+        ]
     assert "Events" in trees
     for name in trees:
         found = baskets(copy, name)
@@ -180,11 +197,15 @@ def test_the_checks_record_reader_reads_what_uproot_reads(source, copies, monkey
         return
     with recompress.open_local(copy) as f:
         chunk = transcode.whole(f)
-        trees = [name for name, cls in f.classnames(cycle=False).items()
-                 if cls == "TTree" and name not in ("MetaData", "ParameterSets")]
+        trees = [
+            name
+            for name, cls in f.classnames(cycle=False).items()
+            if cls == "TTree" and name not in ("MetaData", "ParameterSets")
+        ]
         by_uproot = {name: transcode.described_by_uproot(f[name], chunk) for name in trees}
         assert by_uproot["Events"]["branches"] and not any(
-            b["sha256"].startswith("unreadable") for b in by_uproot["Events"]["branches"])
+            b["sha256"].startswith("unreadable") for b in by_uproot["Events"]["branches"]
+        )
         with monkeypatch.context() as patched:
             patched.setattr(transcode, "described_by_uproot", None)  # no fallback
             assert {name: transcode.described(f, name, chunk) for name in trees} == by_uproot
@@ -206,10 +227,11 @@ def test_the_transcoders_check_finds_a_copy_that_differs(tmp_path):
         assert recompress.verify_transcoded(str(source), src, copy, manifest)["Events"] == 100
         branches = manifest["keys"]["Events"]["branches"]
         jet_pt = next(b for b in branches if b["name"] == "Jet_pt")
-        for change, said in [(("sha256", "0" * 64), "Events/branches/Jet_pt/sha256"),
-                             (("leaves", [[*jet_pt["leaves"][0][:5], True, *jet_pt["leaves"][0][6:]]]),
-                              "Events/branches/Jet_pt/leaves"),
-                             (("entries", 99), "Events/branches/Jet_pt/entries")]:
+        for change, said in [
+            (("sha256", "0" * 64), "Events/branches/Jet_pt/sha256"),
+            (("leaves", [[*jet_pt["leaves"][0][:5], True, *jet_pt["leaves"][0][6:]]]), "Events/branches/Jet_pt/leaves"),
+            (("entries", 99), "Events/branches/Jet_pt/entries"),
+        ]:
             altered = json.loads(json.dumps(manifest))
             next(b for b in altered["keys"]["Events"]["branches"] if b["name"] == "Jet_pt")[change[0]] = change[1]
             with pytest.raises(recompress.RecompressError, match=said):
@@ -226,8 +248,8 @@ def test_the_transcoders_check_reads_the_copys_own_bytes(tmp_path):
         branch = f["Events"]["Jet_pt"]
         seek, size = int(branch.member("fBasketSeek")[0]), int(branch.member("fBasketBytes")[0])
     raw = bytearray(copy.read_bytes())
-    keylen = struct.unpack(">H", raw[seek + 14:seek + 16])[0]
-    assert raw[seek + keylen:seek + keylen + 2] == b"ZS"
+    keylen = struct.unpack(">H", raw[seek + 14 : seek + 16])[0]
+    assert raw[seek + keylen : seek + keylen + 2] == b"ZS"
     with uproot.open(source) as src:
         for offset in (keylen + 9 + (size - keylen - 9) // 2, size - 1):  # inside the block, its last byte
             altered = tmp_path / f"altered-{offset}.root"
@@ -242,8 +264,11 @@ def test_rntuple_pages_carry_the_new_codec(tmp_path):
     """An RNTuple in LZMA (made from a real one by ROOT) is copied by hadd with every page ZSTD or stored, read from
     the pages' bytes; a copy whose pages kept LZMA (an engine that did not recompress them) is refused, saying so."""
     lzma = tmp_path / "rntuple_lzma.root"
-    subprocess.run([recompress.root_program("hadd"), "-f209", str(lzma), str(NANOAOD / "nano_dy_rntuple.root")],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [recompress.root_program("hadd"), "-f209", str(lzma), str(NANOAOD / "nano_dy_rntuple.root")],
+        check=True,
+        capture_output=True,
+    )
     with recompress.open_local(lzma) as f:
         assert recompress.rntuple_page_codecs(f, "Events").get("lzma", 0) > 100
     copy, how = tmp_path / "copy.root", {}
@@ -254,9 +279,12 @@ def test_rntuple_pages_carry_the_new_codec(tmp_path):
     assert set(codecs) == {"zstd", "stored"} and codecs["zstd"] > 100, codecs
     raw = copy.read_bytes()
     with uproot.open(copy) as f:  # independently of the helper: the first bytes of every page
-        heads = collections.Counter(raw[page.locator.offset:page.locator.offset + 2]
-                                    for cluster in f["Events"].page_link_list for column in cluster
-                                    for page in column.pages)
+        heads = collections.Counter(
+            raw[page.locator.offset : page.locator.offset + 2]
+            for cluster in f["Events"].page_link_list
+            for column in cluster
+            for page in column.pages
+        )
     assert heads[b"ZS"] == codecs["zstd"] and heads[b"XZ"] == 0
     kept = tmp_path / "kept.root"  # what an engine that copied the pages as they are would leave: the same values
     shutil.copyfile(lzma, kept)
@@ -267,8 +295,9 @@ def test_rntuple_pages_carry_the_new_codec(tmp_path):
 
 def test_generated_file_and_histogram(tmp_path):
     """hepvine's own generated files (the demo's) and objects such as histograms are copied too."""
-    src = Path(generate.write_file(tmp_path / "src.root", "ttbar", 5000, index=0, seed=11,
-                                   compression=uproot.LZMA(9))["path"])
+    src = Path(
+        generate.write_file(tmp_path / "src.root", "ttbar", 5000, index=0, seed=11, compression=uproot.LZMA(9))["path"]
+    )
     with uproot.update(src) as f:
         f["calibration"] = np.histogram(np.arange(10), bins=5)
     copy = tmp_path / "copy.root"
@@ -300,14 +329,17 @@ def unsupported(*args):
 def test_hadd_on_a_full_disk_is_a_transient_failure(monkeypatch, tmp_path):
     """ROOT's own failure blames the file, except a full disk, which is the worker's and is retried."""
     fake = tmp_path / "hadd"
-    fake.write_text("#!/bin/sh\necho 'SysError in <TFile::WriteBuffer>: error writing to file (No space left on "
-                    "device)' >&2\nexit 1\n")
+    fake.write_text(
+        "#!/bin/sh\necho 'SysError in <TFile::WriteBuffer>: error writing to file (No space left on "
+        "device)' >&2\nexit 1\n"
+    )
     fake.chmod(0o755)
     monkeypatch.setattr(recompress, "root_program", lambda name: str(fake))
     monkeypatch.setattr(transcode, "run", unsupported)
     with pytest.raises(OSError) as caught:
-        recompress.recompress(str(NANOAOD / "nano_dimuon.root"), tmp_path / "out.root",
-                              recompress.parse_codec("zstd:5"))
+        recompress.recompress(
+            str(NANOAOD / "nano_dimuon.root"), tmp_path / "out.root", recompress.parse_codec("zstd:5")
+        )
     failure = failures.classify(caught.value)
     assert (failure.kind, failure.failure_class) == ("disk-full", records.TRANSIENT)
     assert not (tmp_path / "out.root").exists()

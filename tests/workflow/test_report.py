@@ -14,14 +14,24 @@ import pytest
 import uproot
 
 from hepvine.examples import agc as analysis
-from hepvine import atomic, output, plots, report, retries
-from hepvine.records import PERMANENT, TRANSIENT, Failure, FileRecord
+from hepvine.model import atomic
+from hepvine.model.records import PERMANENT, TRANSIENT, Failure, FileRecord
+from hepvine.products import output, plots, report, retries
 
 
 def record(name, start, end, events=100, nbytes=1000, failure=None):
-    return FileRecord(fid=f"ttbar/nominal/{name}", path=f"/store/{name}.root", process="ttbar", variation="nominal",
-                      batch="ttbar/nominal/direct/000/000", start=start, end=end, events=events, bytes_read=nbytes,
-                      failure=failure).to_dict()
+    return FileRecord(
+        fid=f"ttbar/nominal/{name}",
+        path=f"/store/{name}.root",
+        process="ttbar",
+        variation="nominal",
+        batch="ttbar/nominal/direct/000/000",
+        start=start,
+        end=end,
+        events=events,
+        bytes_read=nbytes,
+        failure=failure,
+    ).to_dict()
 
 
 def expected(*names):
@@ -39,18 +49,28 @@ def test_cores_are_peak_concurrency_and_rates_use_campaign_wall_time():
     assert summary["events"] == 300 and summary["bytes_read"] == 3000
     assert summary["event_rate_hz"] == 15.0 and summary["event_rate_per_core_hz"] == 5.0
     assert summary["complete"] is False
-    assert summary["failed_files"] == [{"fid": "ttbar/nominal/d", "path": "/store/d.root", "class": "transient",
-                                        "kind": "unreachable", "error": "FetchError: gone",
-                                        "fix": "run the same command again",
-                                        "output": "results/x/files/ttbar/nominal/direct/000/000.pkl"}]
+    assert summary["failed_files"] == [
+        {
+            "fid": "ttbar/nominal/d",
+            "path": "/store/d.root",
+            "class": "transient",
+            "kind": "unreachable",
+            "error": "FetchError: gone",
+            "fix": "run the same command again",
+            "output": "results/x/files/ttbar/nominal/direct/000/000.pkl",
+        }
+    ]
     assert [r["fid"] for r in summary["inputs"]] == [f"ttbar/nominal/{n}" for n in "abcd"]
 
 
-@pytest.mark.parametrize("records, spec, what", [
-    (["a"], ["a", "b"], "missing"),
-    (["a", "b", "b"], ["a", "b"], "duplicated"),
-    (["a", "b", "z"], ["a", "b"], "unexpected"),
-])
+@pytest.mark.parametrize(
+    "records, spec, what",
+    [
+        (["a"], ["a", "b"], "missing"),
+        (["a", "b", "b"], ["a", "b"], "duplicated"),
+        (["a", "b", "z"], ["a", "b"], "unexpected"),
+    ],
+)
 def test_records_that_do_not_match_the_spec_make_the_report_incomplete(records, spec, what):
     summary = report.summarise([record(n, 0, 1) for n in records], expected(*spec))
     assert summary["complete"] is False and not summary["failed_files"]
@@ -67,12 +87,18 @@ def test_every_histogram_of_the_output_goes_to_histograms_root_under_its_path(tm
     nested output's histograms go under their path; what ROOT cannot hold (category axes) is listed with why."""
     h = analysis.new_histogram()
     h.fill(region="4j1b", process="ttbar", variation="nominal", observable=[100.0, 200.0], weight=[1.0, 1.0])
-    flat = {f"{region}_{process}_{variation}": h[{"region": region, "process": process, "variation": variation}]
-            if process in h.axes["process"] else hist.Hist(h.axes["observable"], storage=hist.storage.Weight())
-            for region in analysis.REGIONS for process in ("quiet", "ttbar")
-            for variation in analysis.variations(process, "nominal", data=False)}
-    events = {"events_ttbar_nominal": analysis.events_histogram(7),
-              "events_quiet_nominal": analysis.events_histogram(3)}
+    flat = {
+        f"{region}_{process}_{variation}": h[{"region": region, "process": process, "variation": variation}]
+        if process in h.axes["process"]
+        else hist.Hist(h.axes["observable"], storage=hist.storage.Weight())
+        for region in analysis.REGIONS
+        for process in ("quiet", "ttbar")
+        for variation in analysis.variations(process, "nominal", data=False)
+    }
+    events = {
+        "events_ttbar_nominal": analysis.events_histogram(7),
+        "events_quiet_nominal": analysis.events_histogram(3),
+    }
     two_d = hist.Hist(hist.axis.Regular(4, 0, 4, name="x"), hist.axis.Regular(2, 0, 2, name="y"))
     two_d.fill(x=[0.5, 3.5], y=[1.5, 1.5])
     by_region = h[{"process": "ttbar", "variation": "nominal"}]  # region (a category) x observable
@@ -99,14 +125,30 @@ def test_the_report_is_written_only_when_the_merged_events_equal_the_ok_records(
     report.json lists the histograms written and skipped and the events per dataset."""
     merged = tmp_path / "merged.pkl"
     counts = {"ttbar_nominal": analysis.events_histogram(200)}
-    atomic.write_pickle(merged, {"records": [record("a", 0, 1), record("b", 0, 1)], "output": counts,
-                                 "events": {"ttbar__nominal": events}})
+    atomic.write_pickle(
+        merged,
+        {"records": [record("a", 0, 1), record("b", 0, 1)], "output": counts, "events": {"ttbar__nominal": events}},
+    )
     (tmp_path / "expected.json").write_text(json.dumps({"files": [list(e) for e in expected("a", "b")]}))
     out = tmp_path / "out"
-    argv = ["--merged", str(merged), "--expected", str(tmp_path / "expected.json"), "--analysis",
-            "hepvine.examples.agc:TtbarProcessor", "--output", str(out / "output.coffea"), "--histograms",
-            str(out / "histograms.root"), "--report", str(out / "report.json"), "--summary", str(out / "summary.html"),
-            "--failures", str(out / "failures.tsv")]
+    argv = [
+        "--merged",
+        str(merged),
+        "--expected",
+        str(tmp_path / "expected.json"),
+        "--analysis",
+        "hepvine.examples.agc:TtbarProcessor",
+        "--output",
+        str(out / "output.coffea"),
+        "--histograms",
+        str(out / "histograms.root"),
+        "--report",
+        str(out / "report.json"),
+        "--summary",
+        str(out / "summary.html"),
+        "--failures",
+        str(out / "failures.tsv"),
+    ]
     if not written:
         with pytest.raises(report.ReportError, match="counts 201 events, the ok records 200"):
             report.main(argv)
@@ -146,34 +188,61 @@ def test_summary_names_failures_and_where_the_products_are():
 def test_retries_count_failures_by_class_once_per_report(tmp_path):
     path = tmp_path / "retries.json"
     bad = Failure("corrupt", PERMANENT, "x", "y")
-    summary = report.summarise([record("a", 0, 1, failure=GONE), record("b", 0, 1, failure=bad), record("c", 0, 1)],
-                               expected("a", "b", "c"))
+    summary = report.summarise(
+        [record("a", 0, 1, failure=GONE), record("b", 0, 1, failure=bad), record("c", 0, 1)], expected("a", "b", "c")
+    )
     retries.update(summary, path)
     retries.update(summary, path)  # the same report again (a run that did nothing): counted once
-    assert json.loads(path.read_text())["files"] == {"ttbar/nominal/a": {"transient": 1, "permanent": 0},
-                                                     "ttbar/nominal/b": {"transient": 0, "permanent": 1}}
+    assert json.loads(path.read_text())["files"] == {
+        "ttbar/nominal/a": {"transient": 1, "permanent": 0},
+        "ttbar/nominal/b": {"transient": 0, "permanent": 1, "path": "/store/b.root", "failed_source": "missing"},
+    }
     assert retries.transient_counts(path) == {"ttbar/nominal/a": 1}
     assert retries.transient_counts(tmp_path / "none.json") == {}
 
 
 def test_failures_tsv_has_one_row_per_failed_file_and_only_its_header_when_none_failed():
     assert report.failures_tsv(report.summarise([record("a", 0, 1)], expected("a"))) == (
-        "fid\tpath\trule\toutput\tclass\tkind\tcause\tfix\n")
+        "fid\tpath\trule\toutput\tclass\tkind\tcause\tfix\n"
+    )
     odd = Failure("corrupt", PERMANENT, "Error:\tbasket 3\nbad", "replace it")
-    summary = report.summarise([record("a", 0, 1), record("d", 0, 1, failure=GONE), record("e", 0, 1, failure=odd)],
-                               expected("a", "d", "e"), "results/x")
+    summary = report.summarise(
+        [record("a", 0, 1), record("d", 0, 1, failure=GONE), record("e", 0, 1, failure=odd)],
+        expected("a", "d", "e"),
+        "results/x",
+    )
     header, *rows = report.failures_tsv(summary).splitlines()
     assert [row.split("\t") for row in rows] == [
-        ["ttbar/nominal/d", "/store/d.root", "analyse", "results/x/files/ttbar/nominal/direct/000/000.pkl",
-         "transient", "unreachable", "FetchError: gone", "run the same command again"],
-        ["ttbar/nominal/e", "/store/e.root", "analyse", "results/x/files/ttbar/nominal/direct/000/000.pkl",
-         "permanent", "corrupt", "Error: basket 3 bad", "replace it"]]
+        [
+            "ttbar/nominal/d",
+            "/store/d.root",
+            "analyse",
+            "results/x/files/ttbar/nominal/direct/000/000.pkl",
+            "transient",
+            "unreachable",
+            "FetchError: gone",
+            "run the same command again",
+        ],
+        [
+            "ttbar/nominal/e",
+            "/store/e.root",
+            "analyse",
+            "results/x/files/ttbar/nominal/direct/000/000.pkl",
+            "permanent",
+            "corrupt",
+            "Error: basket 3 bad",
+            "replace it",
+        ],
+    ]
 
 
 def test_summary_html_shows_the_figures_and_the_failed_files(monkeypatch):
     odd = Failure("not-root", PERMANENT, "ValueError: <b>not a ROOT file</b>", "replace it")
-    summary = report.summarise([record("a", 0, 10), record("d", 5, 20, failure=GONE), record("e", 0, 1, failure=odd)],
-                               expected("a", "d", "e"), "results/x")
+    summary = report.summarise(
+        [record("a", 0, 10), record("d", 5, 20, failure=GONE), record("e", 0, 1, failure=odd)],
+        expected("a", "d", "e"),
+        "results/x",
+    )
     page = report.summary_html(summary, "results/x")
     assert "hepvine campaign results/x" in page and "INCOMPLETE" in page and "1 of 3" in page
     assert "2 (1 transient, 1 permanent)" in page and "<td>100</td>" in page and "Gbps" in page
@@ -184,3 +253,31 @@ def test_summary_html_shows_the_figures_and_the_failed_files(monkeypatch):
     assert "ttbar/nominal/d" in page and "ttbar/nominal/e" not in page
     assert "2 failed file(s); the first 1 are shown, failures.tsv lists them all" in page
     assert "No file failed." in report.summary_html(report.summarise([record("a", 0, 1)], expected("a")), "r")
+
+
+def test_summary_gives_the_whole_commands_time_beside_the_analysis_window():
+    """The physicist's loop waits for the whole command, not only the analysis: the summary says both."""
+    import time
+
+    age = report.process_age_s()
+    time.sleep(0.2)
+    assert age is not None and age > 0 and 0.15 < report.process_age_s() - age < 5
+    summary = {
+        "files": {"ok": 1, "total": 1, "failed": 0},
+        "events": 10,
+        "bytes_read": 100,
+        "wall_seconds": 2.5,
+        "cores": 1,
+        "event_rate_hz": 4.0,
+        "event_rate_per_core_hz": 4.0,
+        "data_rate_gbps": 0.0,
+        "accounting": {"missing": [], "duplicated": [], "unexpected": []},
+        "failed_files": [],
+        "complete": True,
+    }
+    line = report.summary_line(summary, "results/x", 7.25)
+    assert (
+        "this command: 7.2 s in all; the analysis window (first file started to last ended, over the campaign's "
+        "runs): 2.5 s" in line
+    )
+    assert "this command" not in report.summary_line(summary, "results/x")

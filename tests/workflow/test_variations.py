@@ -14,8 +14,14 @@ import numpy as np
 import pytest
 import uproot
 
+from hepvine.devtools import generate
 from hepvine.examples import agc as analysis
-from hepvine import atomic, dataset, driver, fetch, generate, index, merge, processor, report
+from hepvine.jobs import driver, merge
+from hepvine.model import atomic, dataset
+from hepvine.products import report
+from hepvine.reading import fetch
+from hepvine.routing import index
+from hepvine.work import processor
 
 EVENTS = 3000
 LUMI_PB = 3378
@@ -31,14 +37,24 @@ def campaign(tmp_path_factory):
     where = tmp_path_factory.mktemp("variations")
 
     def sample(process: str, first: int, n: int) -> dict:
-        files = [generate.write_file(where / f"{process}_{first + i}.root", process, EVENTS, index=first + i, seed=5,
-                                     compression=uproot.ZSTD(1))  # quick to write; the codec changes nothing here
-                 for i in range(n)]
+        files = [
+            generate.write_file(
+                where / f"{process}_{first + i}.root",
+                process,
+                EVENTS,
+                index=first + i,
+                seed=5,
+                compression=uproot.ZSTD(1),
+            )  # quick to write; the codec changes nothing here
+            for i in range(n)
+        ]
         return {"nevts_total": EVENTS * n + 1000, "files": files}  # nevts_total counts unlisted events too
 
     gone = {"nevts_total": EVENTS, "files": [{"path": str(where / "gone.root"), "nevts": EVENTS}]}
-    spec = {"ttbar": {"xsec": XSEC, "nominal": sample("ttbar", 0, 2), "scaleup": sample("ttbar", 2, 1), "ME_var": gone},
-            "data": {"nominal": sample("data", 0, 1)}}
+    spec = {
+        "ttbar": {"xsec": XSEC, "nominal": sample("ttbar", 0, 2), "scaleup": sample("ttbar", 2, 1), "ME_var": gone},
+        "data": {"nominal": sample("data", 0, 1)},
+    }
     batches = index.plan(dataset.tasks(spec), 8, fetch.local_route)
     analysis_ = processor.load(AGC, {"lumi_pb": LUMI_PB})
     results = [driver.run_batch(index.shard(b, {}), analysis_, retry=fetch.Retry(1, 0)) for b in batches]
@@ -47,11 +63,31 @@ def campaign(tmp_path_factory):
     merge_pkl = where / "merged.pkl"
     atomic.write_pickle(merge_pkl, merged)
     out = where / "out"
-    assert report.main(["--merged", str(merge_pkl), "--expected", str(where / "index" / "expected.json"),
-                        "--analysis", AGC, "--analysis-args", json.dumps({"lumi_pb": LUMI_PB}),
-                        "--output", str(out / "output.coffea"),
-                        "--histograms", str(out / "histograms.root"), "--report", str(out / "report.json"),
-                        "--summary", str(out / "summary.html"), "--failures", str(out / "failures.tsv")]) == 0
+    assert (
+        report.main(
+            [
+                "--merged",
+                str(merge_pkl),
+                "--expected",
+                str(where / "index" / "expected.json"),
+                "--analysis",
+                AGC,
+                "--analysis-args",
+                json.dumps({"lumi_pb": LUMI_PB}),
+                "--output",
+                str(out / "output.coffea"),
+                "--histograms",
+                str(out / "histograms.root"),
+                "--report",
+                str(out / "report.json"),
+                "--summary",
+                str(out / "summary.html"),
+                "--failures",
+                str(out / "failures.tsv"),
+            ]
+        )
+        == 0
+    )
     return spec, merged, out
 
 
@@ -89,10 +125,15 @@ def test_each_histogram_variation_holds_only_its_samples_events(campaign, region
     shifted = by_file(spec, "ttbar", "nominal", "pt_scale_up", region)
     data = by_file(spec, "data", "nominal", "nominal", region)
     assert nominal[0].sum() > 0 and scaleup[0].sum() > 0 and data[0].sum() > 0, "a sample selected nothing"
-    assert not np.allclose(nominal[0], shifted[0]) and not np.allclose(nominal[0] / weight(spec, "ttbar", "nominal"),
-                                                                        scaleup[0] / weight(spec, "ttbar", "scaleup"))
-    for name, want in [(f"{region}_ttbar_nominal", nominal), (f"{region}_ttbar_scaleup", scaleup),
-                       (f"{region}_ttbar_pt_scale_up", shifted), (f"{region}_data_nominal", data)]:
+    assert not np.allclose(nominal[0], shifted[0]) and not np.allclose(
+        nominal[0] / weight(spec, "ttbar", "nominal"), scaleup[0] / weight(spec, "ttbar", "scaleup")
+    )
+    for name, want in [
+        (f"{region}_ttbar_nominal", nominal),
+        (f"{region}_ttbar_scaleup", scaleup),
+        (f"{region}_ttbar_pt_scale_up", shifted),
+        (f"{region}_data_nominal", data),
+    ]:
         got = th1(path, name)
         np.testing.assert_allclose(got[0], want[0], rtol=1e-12, atol=0, err_msg=name)
         np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=0, err_msg=name)
@@ -105,14 +146,26 @@ def test_each_histogram_variation_holds_only_its_samples_events(campaign, region
 def first_jets_pt(events: ak.Array, region: str) -> np.ndarray:
     """Per event of REGION (nominal selection), the pt of its first four selected jets: the AGC's selection written
     again with awkward, event-wise, as ttbar_analysis_pipeline.py lines 238-262 do."""
-    e = ((events.Electron_pt > 30) & (abs(events.Electron_eta) < 2.1) & (events.Electron_cutBased == 4)
-         & (events.Electron_sip3d < 4))
-    m = ((events.Muon_pt > 30) & (abs(events.Muon_eta) < 2.1) & events.Muon_tightId & (events.Muon_sip3d < 4)
-         & (events.Muon_pfRelIso04_all < 0.15))
+    e = (
+        (events.Electron_pt > 30)
+        & (abs(events.Electron_eta) < 2.1)
+        & (events.Electron_cutBased == 4)
+        & (events.Electron_sip3d < 4)
+    )
+    m = (
+        (events.Muon_pt > 30)
+        & (abs(events.Muon_eta) < 2.1)
+        & events.Muon_tightId
+        & (events.Muon_sip3d < 4)
+        & (events.Muon_pfRelIso04_all < 0.15)
+    )
     jets = (events.Jet_pt > 30) & (abs(events.Jet_eta) < 2.4) & ((events.Jet_jetId & 4) != 0)
     pt, nb = events.Jet_pt[jets], ak.sum(events.Jet_btagCSVV2[jets] > 0.5, axis=1)
-    chosen = ((ak.sum(e, axis=1) + ak.sum(m, axis=1)) == 1) & (ak.num(pt) >= 4) & ((nb == 1) if region == "4j1b"
-                                                                                   else (nb >= 2))
+    chosen = (
+        ((ak.sum(e, axis=1) + ak.sum(m, axis=1)) == 1)
+        & (ak.num(pt) >= 4)
+        & ((nb == 1) if region == "4j1b" else (nb >= 2))
+    )
     return ak.to_numpy(pt[chosen][:, :4]).astype(np.float64)
 
 
@@ -147,19 +200,29 @@ def test_histograms_root_has_exactly_the_th1s_each_sample_fills(campaign):
     # The merged output holds the same histograms: process data has none outside nominal.
     assert set(merged["output"]) == want | events
     assert {name for name in merged["output"] if "_data_" in name} == {
-        *(f"{r}_data_nominal" for r in analysis.REGIONS), "events_data_nominal"}
+        *(f"{r}_data_nominal" for r in analysis.REGIONS),
+        "events_data_nominal",
+    }
     result = json.loads((out / "report.json").read_text())
     assert result["files"] == {"total": 5, "ok": 4, "failed": 1} and result["complete"] is False
     assert [f["fid"] for f in result["failed_files"]] == ["ttbar/ME_var/0"]
     assert sorted(result["histograms"]["written"]) == sorted(want | events) and result["histograms"]["skipped"] == {}
-    assert result["events_per_dataset"] == {"data__nominal": EVENTS, "ttbar__nominal": 2 * EVENTS,
-                                            "ttbar__scaleup": EVENTS}
+    assert result["events_per_dataset"] == {
+        "data__nominal": EVENTS,
+        "ttbar__nominal": 2 * EVENTS,
+        "ttbar__scaleup": EVENTS,
+    }
 
 
 def test_which_variations_a_sample_fills():
     assert analysis.variations("ttbar", "nominal", data=False) == ("nominal", "pt_scale_up", *BTAG)
     assert analysis.variations("wjets", "nominal", data=False) == (
-        "nominal", "pt_scale_up", *BTAG, "scale_var_up", "scale_var_down")
+        "nominal",
+        "pt_scale_up",
+        *BTAG,
+        "scale_var_up",
+        "scale_var_down",
+    )
     assert analysis.variations("ttbar", "PS_var", data=False) == ("PS_var",)
     assert analysis.variations("data", "nominal", data=True) == ("nominal",)
 
@@ -179,8 +242,10 @@ def test_wjets_scale_var_is_the_nominal_weight_times_1_plus_or_minus_0_025(campa
 def test_a_sample_named_like_a_systematic_is_each_of_its_files_permanent_analysis_error(tmp_path):
     """The processor refuses the sample (it would be summed into the nominal sample's systematic): each of its files
     is a permanent analysis-error that names the problem and where the processor raised it; nothing is filled."""
-    files = [generate.write_file(tmp_path / f"t{i}.root", "ttbar", 100, index=i, compression=uproot.ZSTD(1))
-             for i in range(2)]
+    files = [
+        generate.write_file(tmp_path / f"t{i}.root", "ttbar", 100, index=i, compression=uproot.ZSTD(1))
+        for i in range(2)
+    ]
     spec = {"ttbar": {"xsec": XSEC, "btag_var_0_up": {"nevts_total": 200, "files": files}}}
     (batch,) = index.plan(dataset.tasks(spec), 8, fetch.local_route)
     result = driver.run_batch(index.shard(batch, {}), processor.load(AGC), retry=fetch.Retry(1, 0))
@@ -192,7 +257,8 @@ def test_a_sample_named_like_a_systematic_is_each_of_its_files_permanent_analysi
 
 
 def test_merging_a_result_of_an_older_hepvine_says_to_make_it_again(tmp_path, capsys):
-    from hepvine import atomic, merge
+    from hepvine.jobs import merge
+    from hepvine.model import atomic
 
     old = tmp_path / "old.pkl"  # a batch result as hepvine wrote it before analyses were plug-ins: no "output"
     atomic.write_pickle(old, {"records": [], "hist": None, "events": {}, "variations": {}})

@@ -1,20 +1,25 @@
 # The campaign: one job per batch of files (read over each file's route, recompressed first if asked, analysed), a
 # merge tree, histograms and report, plots. A job's inputs are its own index files; nothing it reads grows with N.
 
-localrules: resolve_spec
+
+localrules:
+    resolve_spec,
+
 
 wildcard_constraints:
     batch=hv_index.BATCH_PATTERN,
     level=r"\d+",
-    index=r"\d\d\d+/\d\d\d",  # <thousands>/<n>, as hepvine.index.merge_tree names its nodes
+    index=r"\d\d\d+/\d\d\d",  # <thousands>/<n>, as hepvine.routing.index.merge_tree names its nodes
 
 
 if HAS_SITE:
 
-    localrules: cache_stats
+    localrules:
+        cache_stats,
 
     onstart:
-        from hepvine import atomic, cachestats
+        from hepvine.model import atomic
+        from hepvine.products import cachestats
 
         # The first run's baseline is kept until a run completes: a resumed run measures from where it began.
         if not Path(f"{CACHE_STATS}/start.json").exists():
@@ -27,12 +32,9 @@ if HAS_SITE:
         output:
             f"{CACHE_STATS}/run.json",
         run:
-            from hepvine import atomic, cachestats
-
             # start.json is written when the campaign's run starts (onstart), so it is not an input: this rule runs
             # locally.
-            start = json.loads(Path(f"{CACHE_STATS}/start.json").read_text())
-            atomic.write_json(output[0], {"start": start, "end": cachestats.snapshot(SITE, LFNS)})
+            write_cache_stats(output[0])
 
 
 rule resolve_spec:
@@ -43,22 +45,20 @@ rule resolve_spec:
     log:
         f"{OUT}/logs/resolve_spec.log",
     run:
-        from hepvine import atomic
-
-        routes = {t.fid: r for b in BATCHES for t, r in zip(b.files, b.routes)}  # computed once, when planning
-        atomic.write_json(output.spec, hv_dataset.updated(SPEC, lambda task, entry: {"route": routes[task.fid]}),
-                          indent=None)
+        write_resolved_spec(output.spec)
 
 
 # A batch's result, and with recompression the directory of its copies. (Parameters are plain strings where they
 # can be: Snakemake inspects a function's signature for every job, ~0.1 ms each, 58,000 jobs at 219,000 files.)
 ANALYSE_OUTPUTS = {"result": f"{OUT}/files/{{batch}}.pkl"}
-ANALYSE_OPTIONS = (f"--schema {config['schema']} --chunksize {config['chunksize']}"
-                   f" --read-attempts {config['read_attempts']} --read-backoff-s {config['read_backoff_s']}"
-                   f" --rate-floor-mb-s {LIMITS.rate_floor_mb_s} --file-time-base-s {LIMITS.file_time_base_s}"
-                   f" --bytes-per-event {LIMITS.bytes_per_event}")
+ANALYSE_OPTIONS = (
+    f"--schema {config['schema']} --chunksize {config['chunksize']}"
+    f" --read-attempts {config['read_attempts']} --read-backoff-s {config['read_backoff_s']}"
+    f" --rate-floor-mb-s {LIMITS.rate_floor_mb_s} --file-time-base-s {LIMITS.file_time_base_s}"
+    f" --bytes-per-event {LIMITS.bytes_per_event}"
+)
 # Its time limit (the executor's, the last guard: each file has its own inside the job) and, with recompression, its
-# disk, from its files' sizes (hepvine.limits).
+# disk, from its files' sizes (hepvine.model.limits).
 ANALYSE_RESOURCES = {"runtime": batch_runtime_min}
 if RECOMPRESS:
     ANALYSE_OUTPUTS["copies"] = directory(f"{OUT}/recompressed/{{batch}}")
@@ -74,24 +74,27 @@ rule analyse:
         **ANALYSE_OUTPUTS,
     log:
         f"{OUT}/logs/analyse/{{batch}}.log",
+    resources:
+        **ANALYSE_RESOURCES,
+        taskvine_prefer=home_rack,
     params:
         analysis_args=ANALYSIS_ARGS,
-        # The batch's transient failures so far: a new count reruns the job (see hepvine.retries).
+        # The batch's transient failures so far: a new count reruns the job (see hepvine.products.retries).
         retry=lambda wildcards: BATCH_RETRY.get(wildcards.batch, 0),
-    resources:
-        taskvine_prefer=home_rack,
-        **ANALYSE_RESOURCES,
+        # Its permanently failed files whose source changed since (replaced, restored): a new value reruns it.
+        fixed=lambda wildcards: BATCH_FIXED.get(wildcards.batch, ""),
     shell:
-        "python -m hepvine.driver --shard {input.shard:q} " + ANALYSIS_OPTIONS + " " + ANALYSE_OPTIONS +
-        " --output {output.result:q} 2> {log:q}"
+        "python -m hepvine.jobs.driver --shard {input.shard:q} "
+        + ANALYSIS_OPTIONS
+        + " "
+        + ANALYSE_OPTIONS
+        + " --output {output.result:q} 2> {log:q}"
 
 
 if RECOMPRESS:
 
-    localrules: recompressed_spec
-
-    def all_copies(wildcards):
-        return [f"{OUT}/recompressed/{b.id}" for b in BATCHES]
+    localrules:
+        recompressed_spec,
 
     rule recompressed_spec:
         input:
@@ -101,21 +104,7 @@ if RECOMPRESS:
         log:
             f"{OUT}/logs/recompressed_spec.log",
         run:
-            from hepvine import atomic
-
-            copies = {}
-            for b in BATCHES:
-                directory = f"{OUT}/recompressed/{b.id}"
-                manifest = json.loads(Path(f"{directory}/manifest.json").read_text())
-                copies.update({fid: f"{directory}/{name}" for fid, name in manifest["copies"].items()})
-            # A file whose copy failed keeps its original path (its record says why), so the spec stays usable.
-            atomic.write_json(output.spec, hv_dataset.updated(SPEC, lambda task, entry: (
-                {"source": entry["path"], "path": copies[task.fid]} if task.fid in copies else {})), indent=None)
-
-
-def node_inputs(node):
-    """A merge node's inputs, listed in its own index file NODE (an input too, so it is shipped to the job)."""
-    return {"node": node, "results": json.loads(Path(node).read_text())}
+            write_recompressed_spec(output.spec)
 
 
 rule merge:
@@ -126,7 +115,7 @@ rule merge:
     log:
         f"{OUT}/logs/merge/{{level}}/{{index}}.log",
     shell:
-        "python -m hepvine.merge --output {output:q} {input.results:q} 2> {log:q}"
+        "python -m hepvine.jobs.merge --output {output:q} {input.results:q} 2> {log:q}"
 
 
 rule merge_root:
@@ -137,21 +126,13 @@ rule merge_root:
     log:
         f"{OUT}/logs/merge/root.log",
     shell:
-        "python -m hepvine.merge --output {output:q} {input.results:q} 2> {log:q}"
-
-
-def report_inputs(wildcards):
-    inputs = {"merged": MERGED, "expected": f"{INDEX}/expected.json"}
-    if HAS_SITE:
-        inputs["cache_stats"] = rules.cache_stats.output[0]
-        inputs["site"] = f"{INDEX}/site.json"
-    return inputs
+        "python -m hepvine.jobs.merge --output {output:q} {input.results:q} 2> {log:q}"
 
 
 rule report:
     input:
         unpack(report_inputs),
-        # What the main process recorded of this run (hepvine.provenance; written by the Snakefile): an input, so it
+        # What the main process recorded of this run (hepvine.products.provenance; written by the Snakefile): an input, so it
         # reaches a report job on a worker, and a changed command line, profile, config or checkout remakes the report.
         run=f"{INDEX}/run.json",
         # Its postprocess runs here, once, on the merged output.
@@ -168,11 +149,13 @@ rule report:
         f"{OUT}/logs/report.log",
     params:
         analysis_args=ANALYSIS_ARGS,
-        cache=lambda wildcards, input: (f"--site {shlex.quote(input.site)} --cache-stats {shlex.quote(input.cache_stats)}"
-                                        if HAS_SITE else ""),
+        cache=lambda wildcards, input: (
+            f"--site {shlex.quote(input.site)} --cache-stats {shlex.quote(input.cache_stats)}" if HAS_SITE else ""
+        ),
     shell:
-        "python -m hepvine.report --merged {input.merged:q} --expected {input.expected:q} --run {input.run:q} "
-        + ANALYSIS_OPTIONS + " --output {output.output:q} --histograms {output.histograms:q} --report {output.report:q} --summary {output.summary:q}"
+        "python -m hepvine.products.report --merged {input.merged:q} --expected {input.expected:q} --run {input.run:q} "
+        + ANALYSIS_OPTIONS
+        + " --output {output.output:q} --histograms {output.histograms:q} --report {output.report:q} --summary {output.summary:q}"
         " --failures {output.failures:q} {params.cache} 2> {log:q}"
 
 
@@ -181,11 +164,12 @@ rule plots:
         merged=MERGED,
         output=rules.report.output.output,
     output:
-        plots=report(directory(f"{OUT}/plots"), patterns=["{name}.png"], category="Plots",
-                     caption="../report/plots.rst"),
+        plots=report(
+            directory(f"{OUT}/plots"), patterns=["{name}.png"], category="Plots", caption="../report/plots.rst"
+        ),
     log:
         f"{OUT}/logs/plots.log",
     params:
         histograms=lambda wildcards, input: f"--output {shlex.quote(input.output)}" if config["plots"] else "",
     shell:
-        "python -m hepvine.plots --merged {input.merged:q} {params.histograms} --outdir {output.plots:q} 2> {log:q}"
+        "python -m hepvine.products.plots --merged {input.merged:q} {params.histograms} --outdir {output.plots:q} 2> {log:q}"

@@ -3,6 +3,7 @@
 # index and the merge tree — happens only on the login node: in the main process, and in the subprocesses in which
 # Snakemake runs the few local `run:` rules (which need the whole spec); a remote job reads its own index files.
 import json
+import os
 import shlex
 from pathlib import Path
 
@@ -10,12 +11,12 @@ import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake_interface_executor_plugins.settings import SharedFSUsage
 
-from hepvine import dataset as hv_dataset
-from hepvine import fetch as hv_fetch
-from hepvine import index as hv_index
-from hepvine import limits as hv_limits
-from hepvine import retries as hv_retries
-from hepvine import site as hv_site
+from hepvine.model import dataset as hv_dataset
+from hepvine.reading import fetch as hv_fetch
+from hepvine.routing import index as hv_index
+from hepvine.model import limits as hv_limits
+from hepvine.products import retries as hv_retries
+from hepvine.routing import site as hv_site
 
 OUT = f"results/{config['campaign']}"
 INDEX = f"{OUT}/index"
@@ -27,7 +28,7 @@ CACHE_STATS = f"{OUT}/cache-stats"
 # Each file's transient failures so far (written when a run ends): a batch's sum is a parameter of its job, so a
 # new run reruns exactly the batches that had a transient failure (Snakemake reruns jobs whose parameters changed).
 RETRIES_FILE = f"{OUT}/retries.json"
-# The analysis (hepvine.processor loads it in the jobs; never imported here: every job parses this file). A file of
+# The analysis (hepvine.work.processor loads it in the jobs; never imported here: every job parses this file). A file of
 # the user's is an input of the jobs that run it: shipped to workers without a shared filesystem, and a change of it
 # reruns them. Its arguments are a parameter (a change reruns them too).
 ANALYSIS = config["analysis"]
@@ -48,15 +49,17 @@ ANALYSIS_ARGS = json.dumps(typed(config["analysis_args"]), sort_keys=True, separ
 # (Rules that use it have the parameter analysis_args = ANALYSIS_ARGS.)
 ANALYSIS_OPTIONS = f"--analysis {shlex.quote(ANALYSIS)} --analysis-args {{params.analysis_args:q}}"
 if ANALYSIS_FILE and not Path(ANALYSIS_FILE[0]).is_file() and not workflow.remote_exec:
-    raise WorkflowError(f"analysis={ANALYSIS}: no such file {ANALYSIS_FILE[0]} (relative to {Path.cwd()}); give "
-                        "<file.py>:<Name> or <module>:<Name>")
+    raise WorkflowError(
+        f"analysis={ANALYSIS}: no such file {ANALYSIS_FILE[0]} (relative to {Path.cwd()}); give "
+        "<file.py>:<Name> or <module>:<Name>"
+    )
 # The files the main process reads to plan the campaign; inputs of the rules that re-read them.
 PARSED = [config["dataset"]] + ([config["site"]] if HAS_SITE else [])
 
 LIMITS = hv_limits.Limits(config["rate_floor_mb_s"], config["file_time_base_s"], config["bytes_per_event"])
 
 SPEC = SITE = None
-BATCHES, BATCH, BATCH_RETRY, LFNS = [], {}, {}, []
+BATCHES, BATCH, BATCH_RETRY, BATCH_FIXED, LFNS = [], {}, {}, {}, []
 if not workflow.remote_exec:
     try:
         SPEC = hv_dataset.load(config["dataset"])
@@ -74,17 +77,25 @@ if not workflow.remote_exec:
     BATCHES = hv_index.plan(hv_dataset.tasks(SPEC), config["files_per_job"], route_of)
     if workflow.is_main_process:
         hv_index.write(INDEX, BATCHES, SITE.xrootd_client if SITE else {})
-        MERGE_NODES, MERGE_ROOT = hv_index.merge_tree([f"{OUT}/files/{b.id}.pkl" for b in BATCHES],
-                                                      config["merge_fan_in"], f"{OUT}/merge")
+        MERGE_NODES, MERGE_ROOT = hv_index.merge_tree(
+            [f"{OUT}/files/{b.id}.pkl" for b in BATCHES], config["merge_fan_in"], f"{OUT}/merge"
+        )
         hv_index.write_merge_tree(f"{INDEX}/merge", MERGE_NODES, MERGE_ROOT, f"{OUT}/merge")
         if SITE:  # what the report needs of the site (a job cannot expand the site config's ${VARIABLES})
             hv_index.write_site(INDEX, SITE.name, SITE.rack_cores())
     BATCH = {b.id: b for b in BATCHES}
     counts = hv_retries.transient_counts(Path(RETRIES_FILE))
     BATCH_RETRY = {b.id: n for b in BATCHES if (n := sum(counts.get(t.fid, 0) for t in b.files))}
+    # Permanently failed files whose source was replaced or restored since: their batches run again (a stat of each
+    # failed file, nothing for the others).
+    fixed = hv_retries.fixed_sources(hv_retries.permanent_failures(Path(RETRIES_FILE)))
+    for b in BATCHES if fixed else ():
+        if changed := " ".join(f"{t.fid}={fixed[t.fid]}" for t in b.files if t.fid in fixed):
+            BATCH_FIXED[b.id] = changed
     if SITE:
-        LFNS = sorted({m.group(2) if (m := hv_site.ROOT_URL.match(t.path)) else t.path
-                       for b in BATCHES for t in b.files})
+        LFNS = sorted(
+            {m.group(2) if (m := hv_site.ROOT_URL.match(t.path)) else t.path for b in BATCHES for t in b.files}
+        )
 
 
 def home_rack(wildcards):
@@ -98,13 +109,66 @@ def _sizes(batch):
 
 
 def batch_runtime_min(wildcards):
-    """A batch's time limit in minutes (resource runtime; hepvine.limits). A job's own process, which has no
+    """A batch's time limit in minutes (resource runtime; hepvine.model.limits). A job's own process, which has no
     batches, never needs it."""
     return LIMITS.job_runtime_min(_sizes(wildcards.batch)) if wildcards.batch in BATCH else 0
 
 
 def batch_recompress_disk_mb(wildcards):
-    """The disk (MB) a recompressing batch needs on its worker (resource disk_mb; hepvine.limits): with a shared
+    """The disk (MB) a recompressing batch needs on its worker (resource disk_mb; hepvine.model.limits): with a shared
     filesystem its copies go there, not to the worker's disk."""
     copies_on_worker = SharedFSUsage.INPUT_OUTPUT not in workflow.storage_settings.shared_fs_usage
     return LIMITS.recompress_disk_mb(_sizes(wildcards.batch), copies_on_worker) if wildcards.batch in BATCH else 0
+
+
+def write_cache_stats(path):
+    """The caches' counters at the run's start (start.json, written by onstart) and now, to PATH."""
+    from hepvine.model import atomic
+    from hepvine.products import cachestats
+
+    start = json.loads(Path(f"{CACHE_STATS}/start.json").read_text())
+    atomic.write_json(path, {"start": start, "end": cachestats.snapshot(SITE, LFNS)})
+
+
+def write_resolved_spec(path):
+    """The dataset with each file's route (computed once, when planning), to PATH."""
+    from hepvine.model import atomic
+
+    routes = {t.fid: r for b in BATCHES for t, r in zip(b.files, b.routes)}
+    atomic.write_json(path, hv_dataset.updated(SPEC, lambda task, entry: {"route": routes[task.fid]}), indent=None)
+
+
+def write_recompressed_spec(path):
+    """The dataset of the recompressed copies (each file's copy by its absolute path, so that a later campaign's
+    workers find it wherever they see this directory; its original as ``source``), to PATH. A file whose copy
+    failed keeps its original path (its record says why), so the dataset stays usable."""
+    from hepvine.model import atomic
+
+    copies = {}
+    for b in BATCHES:
+        directory = os.path.abspath(f"{OUT}/recompressed/{b.id}")
+        manifest = json.loads(Path(f"{directory}/manifest.json").read_text())
+        copies.update({fid: f"{directory}/{name}" for fid, name in manifest["copies"].items()})
+    moved = hv_dataset.updated(
+        SPEC, lambda task, entry: {"source": entry["path"], "path": copies[task.fid]} if task.fid in copies else {}
+    )
+    atomic.write_json(path, moved, indent=None)
+
+
+def all_copies(wildcards):
+    """Every batch's directory of recompressed copies (the inputs of the recompressed dataset)."""
+    return [f"{OUT}/recompressed/{b.id}" for b in BATCHES]
+
+
+def node_inputs(node):
+    """A merge node's inputs, listed in its own index file NODE (an input too, so it is shipped to the job)."""
+    return {"node": node, "results": json.loads(Path(node).read_text())}
+
+
+def report_inputs(wildcards):
+    """The report's inputs: the merged result and the expected files, and with a site its caches' counters."""
+    inputs = {"merged": MERGED, "expected": f"{INDEX}/expected.json"}
+    if HAS_SITE:
+        inputs["cache_stats"] = rules.cache_stats.output[0]
+        inputs["site"] = f"{INDEX}/site.json"
+    return inputs

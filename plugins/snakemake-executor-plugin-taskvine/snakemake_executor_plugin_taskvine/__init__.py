@@ -27,7 +27,6 @@ from .stragglers import Stragglers
 from .tasks import job_task, relative_name
 from .taskvine import DEFAULT_WORKER_ENV, SCHEDULERS, private_directory, remove_private_directory, write_password_file
 
-
 STATUS_POLL_S = 0.2
 STATUS_POLL_S_PER_JOB = 50e-6  # with 30,000 active jobs: a check every 1.5 s
 
@@ -38,82 +37,124 @@ def _setting(default, help: str, **extra):
 
 @dataclass
 class ExecutorSettings(ExecutorSettingsBase):
-    port: int = _setting(0, "TCP port of the TaskVine manager; 0 picks a free one. The manager listens on every "
-                            "interface (TaskVine cannot bind one); workers connect to it, it connects to none.")
+    port: int = _setting(
+        0,
+        "TCP port of the TaskVine manager; 0 picks a free one. The manager listens on every "
+        "interface (TaskVine cannot bind one); workers connect to it, it connects to none.",
+    )
     port_range: Optional[str] = _setting(
-        None, "LOW-HIGH: the manager listens on the first free port in this range (for a firewall that opens only "
-        "these ports to the worker nodes); instead of --taskvine-port.")
+        None,
+        "LOW-HIGH: the manager listens on the first free port in this range (for a firewall that opens only "
+        "these ports to the worker nodes); instead of --taskvine-port.",
+    )
     manager_name: Optional[str] = _setting(
-        None, "Name under which the manager reports to the catalog server (workers can then find it by name). "
-        "Unnamed managers do not report.")
+        None,
+        "Name under which the manager reports to the catalog server (workers can then find it by name). "
+        "Unnamed managers do not report.",
+    )
     password_file: Optional[Path] = _setting(
-        None, "File holding the password that workers must present (mode 0600; a path of letters, digits and "
+        None,
+        "File holding the password that workers must present (mode 0600; a path of letters, digits and "
         "_ . / + - only). Default: a random password generated for each run in a private directory (mode 0700, "
-        "in $TMPDIR, removed when the run ends) and handed to the workers this plugin starts as a file.")
-    ssl: bool = _setting(False, "Encrypt manager-worker connections with TLS (a self-signed certificate per run, "
-                              "made in the run's private directory and removed with it).")
+        "in $TMPDIR, removed when the run ends) and handed to the workers this plugin starts as a file.",
+    )
+    ssl: bool = _setting(
+        False,
+        "Encrypt manager-worker connections with TLS (a self-signed certificate per run, "
+        "made in the run's private directory and removed with it).",
+    )
     workers: str = _setting(
-        "local", "Who starts the workers: 'local' (vine_worker processes on this machine), 'condor' (a TaskVine "
+        "local",
+        "Who starts the workers: 'local' (vine_worker processes on this machine), 'condor' (a TaskVine "
         "factory submits them to HTCondor) or 'none' (someone else; connect them to this manager's port).",
-        choices=list(provision.WORKER_MODES))
+        choices=list(provision.WORKER_MODES),
+    )
     min_workers: int = _setting(1, "Workers the factory keeps running even when idle.")
     max_workers: int = _setting(4, "Most workers the factory starts.")
     worker_cores: int = _setting(1, "Cores of each worker the plugin starts.")
     worker_memory_mb: int = _setting(2048, "Memory (MB) of each worker the plugin starts; 0 lets TaskVine decide.")
     worker_disk_mb: int = _setting(8192, "Disk (MB) of each worker the plugin starts; 0 lets TaskVine decide.")
     condor_requirements: Optional[str] = _setting(
-        None, "HTCondor requirements expression for the worker jobs (with --taskvine-workers condor): one line of "
-        "letters, digits, spaces, double quotes and ClassAd operators; no $, \\, ', ` or ;.")
+        None,
+        "HTCondor requirements expression for the worker jobs (with --taskvine-workers condor): one line of "
+        "letters, digits, spaces, double quotes and ClassAd operators; no $, \\, ', ` or ;.",
+    )
     worker_features: Optional[str] = _setting(
-        None, "Comma-separated features the started workers advertise (vine_worker --feature); jobs ask for "
-        "them with the resource taskvine_features. Each of letters, digits and _ . - (not first).")
+        None,
+        "Comma-separated features the started workers advertise (vine_worker --feature); jobs ask for "
+        "them with the resource taskvine_features. Each of letters, digits and _ . - (not first).",
+    )
     worker_groups: Optional[Path] = _setting(
-        None, "YAML file whose 'worker_groups' list describes groups of workers, each started by its own factory "
+        None,
+        "YAML file whose 'worker_groups' list describes groups of workers, each started by its own factory "
         "(e.g. one per rack): name, features, condor_requirements, min_workers, max_workers, cores, memory_mb, "
         "disk_mb; sizes left out come from the settings above; names and features as for "
         "--taskvine-worker-features, requirements as for --taskvine-condor-requirements. Tasks see their worker's "
-        "group in SNAKEMAKE_TASKVINE_WORKER_GROUP.")
+        "group in SNAKEMAKE_TASKVINE_WORKER_GROUP.",
+    )
     worker_env: Optional[str] = _setting(
-        None, "Comma-separated environment variables that the workers this plugin starts get from this one "
+        None,
+        "Comma-separated environment variables that the workers this plugin starts get from this one "
         "(names, or prefixes ending in *; 'default' stands for the default list); nothing else of the environment "
         "reaches them (with HTCondor it would be in the job ad, which every user of the pool can read). Default: "
-        + ",".join(DEFAULT_WORKER_ENV) + ". E.g. 'default,MY_SITE_*'. Hand tokens over as files "
-        "(BEARER_TOKEN_FILE, X509_USER_PROXY), not as values.")
+        + ",".join(DEFAULT_WORKER_ENV)
+        + ". E.g. 'default,MY_SITE_*'. Hand tokens over as files "
+        "(BEARER_TOKEN_FILE, X509_USER_PROXY), not as values.",
+    )
     prefer_wait_s: float = _setting(
-        30.0, "A job with the resource taskvine_prefer (comma-separated features) waits for a worker with those "
+        30.0,
+        "A job with the resource taskvine_prefer (comma-separated features) waits for a worker with those "
         "features; once it has waited this many seconds while workers without them sat idle, it runs on one of "
-        "those instead.")
+        "those instead.",
+    )
     scheduler: str = _setting(
-        "files", "TaskVine's scheduling mode: 'files' (where the task's input files already are), 'time', "
-        "'fcfs', 'rand' or 'worst'.", choices=list(SCHEDULERS))
+        "files",
+        "TaskVine's scheduling mode: 'files' (where the task's input files already are), 'time', "
+        "'fcfs', 'rand' or 'worst'.",
+        choices=list(SCHEDULERS),
+    )
     library: bool = _setting(
-        False, "Run each job as a call of a TaskVine library (one per worker, Snakemake imported once; each call a "
+        False,
+        "Run each job as a call of a TaskVine library (one per worker, Snakemake imported once; each call a "
         "forked child) instead of a process of its own: saves most of a short job's ~2 s. A call takes one of the "
         "worker's function slots (one core, its share of the worker's memory), so jobs with more threads, or more "
-        "mem_mb than that share, run as processes of their own.")
+        "mem_mb than that share, run as processes of their own.",
+    )
     straggler_factor: float = _setting(
-        3.0, "A task that has run this many times longer than the median of its rule's finished tasks (and at least "
+        3.0,
+        "A task that has run this many times longer than the median of its rule's finished tasks (and at least "
         "--taskvine-straggler-min-s) gets a second copy on a free slot; the first copy to succeed wins and the other "
         "is cancelled, so the job still ends once. 0 turns this off. Only without a shared filesystem "
         "(--shared-fs-usage none), where each copy writes its outputs in its own sandbox and only the winner's "
-        "come back; with a shared filesystem both copies would write the same files, so there are no copies.")
+        "come back; with a shared filesystem both copies would write the same files, so there are no copies.",
+    )
     straggler_min_s: float = _setting(
-        60.0, "No task is a straggler before it has run this many seconds (so short jobs are never copied).")
+        60.0, "No task is a straggler before it has run this many seconds (so short jobs are never copied)."
+    )
     max_tasks: int = _setting(
-        0, "Most of the run's tasks TaskVine holds at once (running or waiting for a worker); further jobs wait in "
+        0,
+        "Most of the run's tasks TaskVine holds at once (running or waiting for a worker); further jobs wait in "
         "this plugin's own queue, in the order Snakemake handed them over. 0: twice the cores of the connected "
         "workers, at least 100. So a campaign can run with --jobs unlimited (Snakemake hands over every ready job "
-        "at once and its scheduler's cost per job stays flat) without flooding TaskVine's scheduler.")
-    retries: int = _setting(3, "How often a task is dispatched again after an infrastructure failure, such as "
-                               "a lost worker, before its job fails.")
+        "at once and its scheduler's cost per job stays flat) without flooding TaskVine's scheduler.",
+    )
+    retries: int = _setting(
+        3,
+        "How often a task is dispatched again after an infrastructure failure, such as "
+        "a lost worker, before its job fails.",
+    )
     environment: Optional[Path] = _setting(
-        None, "A packed environment (a tarball made by `hepvine pack-env FILE`, with bin/run_in_env at its top) that "
+        None,
+        "A packed environment (a tarball with bin/run_in_env at its top, as cctools' poncho_package_create or a "
+        "workflow's own packer makes) that "
         "every task runs in: sent to each worker once, unpacked there once and kept for the run, so that workers "
         "need no Python packages installed (also workers this plugin did not start). Jobs then run `python` from "
         "it, not this interpreter's path. A --taskvine-worker-groups file (a site config) may name it instead, "
-        "under the key taskvine_environment. Default: none; the workers' own Python runs the jobs.")
-    run_info_dir: Path = _setting(Path(".snakemake/taskvine"),
-                                  "Directory for the manager's logs, the factory's files and failed jobs' logs.")
+        "under the key taskvine_environment. Default: none; the workers' own Python runs the jobs.",
+    )
+    run_info_dir: Path = _setting(
+        Path(".snakemake/taskvine"), "Directory for the manager's logs, the factory's files and failed jobs' logs."
+    )
 
 
 common_settings = CommonSettings(
@@ -147,8 +188,9 @@ class Executor(RemoteExecutor):
         self.shared_fs = SharedFSUsage.INPUT_OUTPUT in self.workflow.storage_settings.shared_fs_usage
         self.workdir = os.path.abspath(str(self.workflow.workdir_init))
         # Unique per run, even for two runs started in the same second.
-        self.run_dir = (Path(settings.run_info_dir).absolute()
-                        / f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}")
+        self.run_dir = (
+            Path(settings.run_info_dir).absolute() / f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
+        )
         self.run_dir.mkdir(parents=True, exist_ok=False)
         # The run's secrets, and the factories' files (they copy the password), outside the checkout; removed at the
         # end of the run (shutdown).
@@ -167,21 +209,37 @@ class Executor(RemoteExecutor):
             raise
 
     def _start(self, settings):
-        self.password_file = (Path(settings.password_file).absolute() if settings.password_file
-                              else write_password_file(self.private_dir))
-        self.dispatcher = Dispatcher(dict(
-            port=validation.port_range(settings.port_range) or settings.port, name=settings.manager_name,
-            password_file=self.password_file, ssl=settings.ssl, run_info_dir=self.run_dir / "manager",
-            scheduler=settings.scheduler, library=settings.library, secrets_dir=self.private_dir,
-            environment=self.environment),
+        self.password_file = (
+            Path(settings.password_file).absolute() if settings.password_file else write_password_file(self.private_dir)
+        )
+        self.dispatcher = Dispatcher(
+            dict(
+                port=validation.port_range(settings.port_range) or settings.port,
+                name=settings.manager_name,
+                password_file=self.password_file,
+                ssl=settings.ssl,
+                run_info_dir=self.run_dir / "manager",
+                scheduler=settings.scheduler,
+                library=settings.library,
+                secrets_dir=self.private_dir,
+                environment=self.environment,
+            ),
             prefer_wait_s=settings.prefer_wait_s,
             stragglers=Stragglers(settings.straggler_factor if not self.shared_fs else 0, settings.straggler_min_s),
-            max_tasks=settings.max_tasks)
+            max_tasks=settings.max_tasks,
+        )
         port = self.dispatcher.start()
-        self.logger.info(f"TaskVine manager listening on port {port}; run directory {self.run_dir}"
-                         + (f"; tasks run in the environment {self.environment}" if self.environment else ""))
-        self.provisioned = provision.start_workers(settings, manager_port=port, password_file=self.password_file,
-                                                   run_dir=self.run_dir, private_dir=self.private_dir)
+        self.logger.info(
+            f"TaskVine manager listening on port {port}; run directory {self.run_dir}"
+            + (f"; tasks run in the environment {self.environment}" if self.environment else "")
+        )
+        self.provisioned = provision.start_workers(
+            settings,
+            manager_port=port,
+            password_file=self.password_file,
+            run_dir=self.run_dir,
+            private_dir=self.private_dir,
+        )
 
     def get_python_executable(self):
         # With a packed environment the job's interpreter is the environment's `python` (first on the task's PATH),
@@ -214,26 +272,38 @@ class Executor(RemoteExecutor):
             return None
         most_cores, most_memory, most_disk = self.largest_worker
         if spec.cores > most_cores:
-            return (f"rule {job.name} needs {spec.cores} cores (its threads), but the largest worker this run starts "
-                    f"has {most_cores}: lower the rule's threads, or raise --taskvine-worker-cores (or the cores of a "
-                    "group in --taskvine-worker-groups)")
+            return (
+                f"rule {job.name} needs {spec.cores} cores (its threads), but the largest worker this run starts "
+                f"has {most_cores}: lower the rule's threads, or raise --taskvine-worker-cores (or the cores of a "
+                "group in --taskvine-worker-groups)"
+            )
         if most_memory and spec.memory_mb > most_memory:
-            return (f"rule {job.name} needs {spec.memory_mb} MB (its mem_mb), but the largest worker this run starts "
-                    f"has {most_memory} MB: lower the rule's mem_mb, or raise --taskvine-worker-memory-mb (or the "
-                    "memory_mb of a group in --taskvine-worker-groups)")
+            return (
+                f"rule {job.name} needs {spec.memory_mb} MB (its mem_mb), but the largest worker this run starts "
+                f"has {most_memory} MB: lower the rule's mem_mb, or raise --taskvine-worker-memory-mb (or the "
+                "memory_mb of a group in --taskvine-worker-groups)"
+            )
         if most_disk and not spec.function and spec.disk_mb > most_disk:
-            return (f"rule {job.name} needs {spec.disk_mb} MB of disk (its disk_mb), but the largest worker this run "
-                    f"starts has {most_disk} MB: lower the rule's disk_mb (a workflow may derive it from its input "
-                    "files' sizes: fewer files per job), or raise --taskvine-worker-disk-mb (or the disk_mb of a "
-                    "group in --taskvine-worker-groups)")
+            return (
+                f"rule {job.name} needs {spec.disk_mb} MB of disk (its disk_mb), but the largest worker this run "
+                f"starts has {most_disk} MB: lower the rule's disk_mb (a workflow may derive it from its input "
+                "files' sizes: fewer files per job), or raise --taskvine-worker-disk-mb (or the disk_mb of a "
+                "group in --taskvine-worker-groups)"
+            )
         return None
 
     def run_job(self, job: JobExecutorInterface):
-        spec = job_task(job, self.format_job_exec(job), shared_fs=self.shared_fs, workdir=self.workdir,
-                        retries=self.workflow.executor_settings.retries,
-                        sources=() if self.shared_fs else self.sources(),
-                        function=self.workflow.executor_settings.library, call_memory_mb=self.call_memory_mb,
-                        env=self.envvars())
+        spec = job_task(
+            job,
+            self.format_job_exec(job),
+            shared_fs=self.shared_fs,
+            workdir=self.workdir,
+            retries=self.workflow.executor_settings.retries,
+            sources=() if self.shared_fs else self.sources(),
+            function=self.workflow.executor_settings.library,
+            call_memory_mb=self.call_memory_mb,
+            env=self.envvars(),
+        )
         # Debug level (shown with --verbose only). The command holds no secret: the password is a file on the
         # worker, and the workflow's envvars go as the task's environment (spec.env), which is not logged.
         self.logger.debug(f"TaskVine task {spec.tag}{' (library call)' if spec.function else ''}: {spec.command}")
@@ -244,9 +314,7 @@ class Executor(RemoteExecutor):
         self.dispatcher.submit(spec)
         self.report_job_submission(SubmittedJobInfo(job=job, external_jobid=spec.tag))
 
-    async def check_active_jobs(
-        self, active_jobs: List[SubmittedJobInfo]
-    ) -> AsyncGenerator[SubmittedJobInfo, None]:
+    async def check_active_jobs(self, active_jobs: List[SubmittedJobInfo]) -> AsyncGenerator[SubmittedJobInfo, None]:
         # Snakemake's status thread starts before __post_init__ has made the dispatcher; nothing is active then.
         if not active_jobs:
             return

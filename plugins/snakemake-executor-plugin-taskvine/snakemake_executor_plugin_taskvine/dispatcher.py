@@ -60,8 +60,9 @@ def widen(connection) -> None:
         pass
 
 
-def _serve(manager_kwargs: dict, prefer_wait_s: float, stragglers: Stragglers, max_tasks: int, requests,
-           results) -> None:
+def _serve(
+    manager_kwargs: dict, prefer_wait_s: float, stragglers: Stragglers, max_tasks: int, requests, results
+) -> None:
     """The child: own the manager, take requests, send back every finished task."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -189,11 +190,20 @@ class Tasks:
             return
         hostname = self.manager.hostname(task_id)
         self.manager.cancel(task_id)
-        self.finished(TaskResult(
-            task_id=task_id, tag=tag, successful=False, exit_code=None, result=TIME_LIMIT, hostname=hostname,
-            category=self.specs[tag].category, run_s=running_s,
-            output=f"The task ran {running_s:.0f} s on {hostname or 'its worker'}, past its time limit of {limit_s} s, "
-                   "and was cancelled.\n"))
+        self.finished(
+            TaskResult(
+                task_id=task_id,
+                tag=tag,
+                successful=False,
+                exit_code=None,
+                result=TIME_LIMIT,
+                hostname=hostname,
+                category=self.specs[tag].category,
+                run_s=running_s,
+                output=f"The task ran {running_s:.0f} s on {hostname or 'its worker'}, past its time limit of "
+                f"{limit_s} s, and was cancelled.\n",
+            )
+        )
 
     def copy_stragglers(self, now: float) -> None:
         """Start a second copy of each task that has run far longer than its peers (stragglers.py), ahead of the
@@ -206,9 +216,14 @@ class Tasks:
             running_s = self.manager.running_s(task_id, now)
             if running_s is not None and running_s > limit:
                 self.copies[tag] = self.manager.submit(dataclasses.replace(spec, preferred=(), priority=2))
-                self.results.send(("note", f"TaskVine task {tag} has run {running_s:.0f} s, more than {limit:.0f} s "
-                                           f"(--taskvine-straggler-factor times the median of rule {spec.category}'s "
-                                           "finished tasks): started a second copy; the first to succeed wins"))
+                self.results.send(
+                    (
+                        "note",
+                        f"TaskVine task {tag} has run {running_s:.0f} s, more than {limit:.0f} s "
+                        f"(--taskvine-straggler-factor times the median of rule {spec.category}'s "
+                        "finished tasks): started a second copy; the first to succeed wins",
+                    )
+                )
 
 
 @dataclasses.dataclass
@@ -248,17 +263,32 @@ def drop_stale_preferences(manager: Manager, task_ids: dict, preferring: dict, w
 class Dispatcher:
     """Starts the manager process and keeps the results it sends back, by task tag. Thread-safe."""
 
-    def __init__(self, manager_kwargs: dict, prefer_wait_s: float = 30.0, stragglers: Stragglers | None = None,
-                 max_tasks: int = 0):
+    def __init__(
+        self,
+        manager_kwargs: dict,
+        prefer_wait_s: float = 30.0,
+        stragglers: Stragglers | None = None,
+        max_tasks: int = 0,
+    ):
         context = multiprocessing.get_context("spawn")
         # Pipe(duplex=False) returns (receiving end, sending end).
         requests_in, self._requests = context.Pipe(duplex=False)
         self._results_recv, results_out = context.Pipe(duplex=False)
         widen(self._requests)
         widen(self._results_recv)
-        self._process = context.Process(target=_serve, name="taskvine-manager", daemon=True,
-                                        args=(manager_kwargs, prefer_wait_s, stragglers or Stragglers(factor=0, min_s=0),
-                                              max_tasks, requests_in, results_out))
+        self._process = context.Process(
+            target=_serve,
+            name="taskvine-manager",
+            daemon=True,
+            args=(
+                manager_kwargs,
+                prefer_wait_s,
+                stragglers or Stragglers(factor=0, min_s=0),
+                max_tasks,
+                requests_in,
+                results_out,
+            ),
+        )
         self._send_lock = threading.Lock()
         self._recv_lock = threading.Lock()
         self._results: dict[str, TaskResult] = {}

@@ -20,13 +20,17 @@ def describe_failure(job: JobExecutorInterface, result: TaskResult, log_dir: Pat
     if result.result == "success":
         why = f"exit code {result.exit_code}"
     elif result.result == GAVE_UP_LOST:
-        why = (f"its worker was lost {result.lost_workers} times, once more than --taskvine-retries allows: find out "
-               "why the workers vanish (the factory's and workers' logs are in the run directory), or raise "
-               "--taskvine-retries")
+        why = (
+            f"its worker was lost {result.lost_workers} times, once more than --taskvine-retries allows: find out "
+            "why the workers vanish (the factory's and workers' logs are in the run directory), or raise "
+            "--taskvine-retries"
+        )
     elif result.result == TIME_LIMIT:
-        why = (f"it ran past its time limit, the rule's runtime resource ({job.resources.get('runtime')} min), and "
-               "was cancelled: raise the rule's runtime (--set-resources RULE:runtime=MINUTES), or find out why it "
-               "was slow (its worker, its inputs)")
+        why = (
+            f"it ran past its time limit, the rule's runtime resource ({job.resources.get('runtime')} min), and "
+            "was cancelled: raise the rule's runtime (--set-resources RULE:runtime=MINUTES), or find out why it "
+            "was slow (its worker, its inputs)"
+        )
     else:
         why = f"TaskVine: {result.result}" + (f", exit code {result.exit_code}" if result.exit_code else "")
     tail = result.output.rstrip().splitlines()[-TAIL_LINES:]

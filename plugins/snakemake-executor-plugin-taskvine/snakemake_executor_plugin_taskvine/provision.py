@@ -15,8 +15,9 @@ Group names, features and HTCondor requirements, which reach shell commands, are
 (``workergroups.py``). Workers get only the allowed environment (``--taskvine-worker-env``).
 
 The software the tasks run in (``--taskvine-environment FILE``, or the groups file's ``taskvine_environment`` key): a
-packed environment (``hepvine pack-env``) that goes with every task, so that workers need nothing installed — also
-workers this plugin did not start. ``environment_file`` finds it and checks it before anything starts.
+packed environment (a tarball with ``bin/run_in_env`` at its top: cctools' poncho packages) that goes with every
+task, so that workers need nothing installed — also workers this plugin did not start. ``environment_file`` finds
+it and checks it before anything starts.
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ import yaml
 from snakemake_interface_common.exceptions import WorkflowError
 
 from . import workergroups
-from .workergroups import WorkerGroup
 from .tasks import comma_separated
 from .taskvine import Factory, Worker, env_patterns
+from .workergroups import WorkerGroup
 
 WORKER_MODES = ("local", "condor", "none")
 CONDOR_CHECK_TIMEOUT_S = 20
@@ -47,9 +48,14 @@ def worker_groups(settings) -> tuple[list[WorkerGroup], list[str]]:
     """(groups, problems). Without a groups file, one group made of the plugin's own settings; with one, its
     non-empty ``worker_groups`` list (workergroups.parse), sizes not given there taken from the settings."""
     common = comma_separated(settings.worker_features)
-    defaults = dict(min_workers=settings.min_workers, max_workers=settings.max_workers, cores=settings.worker_cores,
-                    memory_mb=settings.worker_memory_mb, disk_mb=settings.worker_disk_mb,
-                    condor_requirements=settings.condor_requirements or "")
+    defaults = dict(
+        min_workers=settings.min_workers,
+        max_workers=settings.max_workers,
+        cores=settings.worker_cores,
+        memory_mb=settings.worker_memory_mb,
+        disk_mb=settings.worker_disk_mb,
+        condor_requirements=settings.condor_requirements or "",
+    )
     if not settings.worker_groups:
         return [WorkerGroup(name="workers", features=tuple(common), **defaults)], []
     where = f"--taskvine-worker-groups {settings.worker_groups}"
@@ -73,13 +79,12 @@ def check_condor_reachable() -> None:
             "(or run on the pool's access point), or use --taskvine-workers local."
         )
     try:
-        probe = subprocess.run(["condor_q", "-totals"], capture_output=True, text=True,
-                               timeout=CONDOR_CHECK_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
+        probe = subprocess.run(["condor_q", "-totals"], capture_output=True, text=True, timeout=CONDOR_CHECK_TIMEOUT_S)
+    except subprocess.TimeoutExpired as e:
         raise WorkflowError(
             f"--taskvine-workers condor: condor_q did not answer within {CONDOR_CHECK_TIMEOUT_S} s; is the "
             "HTCondor schedd up? Check CONDOR_CONFIG, or use --taskvine-workers local."
-        )
+        ) from e
     if probe.returncode != 0:
         said = (probe.stderr or probe.stdout).strip().splitlines()[-3:]
         raise WorkflowError(
@@ -108,13 +113,16 @@ def largest_worker(settings) -> tuple[int, int, int] | None:
     groups, found = worker_groups(settings)
     if found or not groups:
         return None
-    return (max(g.cores for g in groups),
-            0 if any(g.memory_mb <= 0 for g in groups) else max(g.memory_mb for g in groups),
-            0 if any(g.disk_mb <= 0 for g in groups) else max(g.disk_mb for g in groups))
+    return (
+        max(g.cores for g in groups),
+        0 if any(g.memory_mb <= 0 for g in groups) else max(g.memory_mb for g in groups),
+        0 if any(g.disk_mb <= 0 for g in groups) else max(g.disk_mb for g in groups),
+    )
 
 
-def start_workers(settings, *, manager_port: int, password_file: Path, run_dir: Path,
-                  private_dir: Path) -> list[Factory | Worker]:
+def start_workers(
+    settings, *, manager_port: int, password_file: Path, run_dir: Path, private_dir: Path
+) -> list[Factory | Worker]:
     """What keeps the run's workers connected to the manager on PORT: a factory per worker group, or for local
     worker groups the workers themselves (nothing for ``workers=none``). Factories work in PRIVATE_DIR (their
     files include a copy of the password); their logs go to RUN_DIR."""
@@ -129,39 +137,81 @@ def start_workers(settings, *, manager_port: int, password_file: Path, run_dir: 
         if settings.workers == "local" and settings.worker_groups:
             for group in groups:
                 for i in range(group.max_workers):
-                    started.append(Worker(
-                        manager_host="127.0.0.1", manager_port=manager_port,
-                        workspace=run_dir / "workers" / f"{group.name}-{i}", password_file=password_file,
-                        ssl=settings.ssl, cores=group.cores, memory_mb=group.memory_mb, disk_mb=group.disk_mb,
-                        features=group.features, env={GROUP_ENV: group.name}, env_allow=allow))
+                    started.append(
+                        Worker(
+                            manager_host="127.0.0.1",
+                            manager_port=manager_port,
+                            workspace=run_dir / "workers" / f"{group.name}-{i}",
+                            password_file=password_file,
+                            ssl=settings.ssl,
+                            cores=group.cores,
+                            memory_mb=group.memory_mb,
+                            disk_mb=group.disk_mb,
+                            features=group.features,
+                            env={GROUP_ENV: group.name},
+                            env_allow=allow,
+                        )
+                    )
             return started
         host = "127.0.0.1" if settings.workers == "local" else _manager_host()
         for group in groups:
-            started.append(_factory(settings, group, host, manager_port, password_file, allow,
-                                    scratch_dir=private_dir / "factory" / group.name,
-                                    log=run_dir / "factory" / group.name / "factory.log"))
+            started.append(
+                _factory(
+                    settings,
+                    group,
+                    host,
+                    manager_port,
+                    password_file,
+                    allow,
+                    scratch_dir=private_dir / "factory" / group.name,
+                    log=run_dir / "factory" / group.name / "factory.log",
+                )
+            )
         return started
     except ValueError as e:  # a path or name the TaskVine binaries cannot take safely
         for process in started:
             process.stop()
-        raise WorkflowError(f"cannot start the TaskVine workers: {e}")
+        raise WorkflowError(f"cannot start the TaskVine workers: {e}") from e
 
 
-def _factory(settings, group: WorkerGroup, host: str, manager_port: int, password_file: Path, allow: list[str], *,
-             scratch_dir: Path, log: Path) -> Factory:
-    return Factory(batch_type=settings.workers, manager_host=host, manager_port=manager_port, scratch_dir=scratch_dir,
-                   log=log, password_file=password_file, ssl=settings.ssl, min_workers=group.min_workers,
-                   max_workers=group.max_workers, cores=group.cores, memory_mb=group.memory_mb,
-                   disk_mb=group.disk_mb, features=group.features, condor_requirements=group.condor_requirements,
-                   worker_env={GROUP_ENV: group.name}, worker_env_allow=allow)
+def _factory(
+    settings,
+    group: WorkerGroup,
+    host: str,
+    manager_port: int,
+    password_file: Path,
+    allow: list[str],
+    *,
+    scratch_dir: Path,
+    log: Path,
+) -> Factory:
+    return Factory(
+        batch_type=settings.workers,
+        manager_host=host,
+        manager_port=manager_port,
+        scratch_dir=scratch_dir,
+        log=log,
+        password_file=password_file,
+        ssl=settings.ssl,
+        min_workers=group.min_workers,
+        max_workers=group.max_workers,
+        cores=group.cores,
+        memory_mb=group.memory_mb,
+        disk_mb=group.disk_mb,
+        features=group.features,
+        condor_requirements=group.condor_requirements,
+        worker_env={GROUP_ENV: group.name},
+        worker_env_allow=allow,
+    )
 
 
 def _manager_host() -> str:
     """The address that workers in the pool use to reach this manager: the interface HTCondor itself is bound to
     (NETWORK_INTERFACE, e.g. loopback for a personal pool), else this host's fully qualified name."""
     try:
-        out = subprocess.run(["condor_config_val", "NETWORK_INTERFACE"], capture_output=True, text=True,
-                             timeout=CONDOR_CHECK_TIMEOUT_S)
+        out = subprocess.run(
+            ["condor_config_val", "NETWORK_INTERFACE"], capture_output=True, text=True, timeout=CONDOR_CHECK_TIMEOUT_S
+        )
         value = out.stdout.strip() if out.returncode == 0 else ""
     except (OSError, subprocess.TimeoutExpired):
         value = ""
@@ -184,7 +234,10 @@ def environment_file(settings) -> tuple[Path | None, list[str]]:
             return None, []
         where = f"--taskvine-worker-groups {settings.worker_groups}: {ENVIRONMENT_KEY} {value!r}"
         if not isinstance(value, str) or not value:
-            return None, [f"{where}: give the path of a file made by `hepvine pack-env FILE`"]
+            return None, [
+                f"{where}: give the path of a tarball with bin/run_in_env at its top (cctools' "
+                "poncho_package_create makes one)"
+            ]
         path = Path(value)
     else:
         return None, []
@@ -193,8 +246,11 @@ def environment_file(settings) -> tuple[Path | None, list[str]]:
 
 def environment_problems(path: Path, where: str) -> list[str]:
     """What keeps the file at PATH from being a packed environment: it must be a readable tarball with
-    ``bin/run_in_env`` (``hepvine pack-env`` writes it first, so this reads little of a large file)."""
-    make = "make one with `hepvine pack-env FILE` in the environment that runs the workflow"
+    ``bin/run_in_env`` (a packer that writes it first lets this read little of a large file)."""
+    make = (
+        "make one in the environment that runs the workflow (cctools' poncho_package_create, or the workflow's own "
+        "packer)"
+    )
     if not path.is_file():
         return [f"{where}: no such file; {make}"]
     try:

@@ -53,8 +53,8 @@ def _int_resource(job: JobExecutorInterface, name: str) -> int:
     value = job.resources.get(name, 0)
     try:
         number = int(value or 0)
-    except (TypeError, ValueError):
-        raise WorkflowError(f"rule {job.name}: resource {name}={value!r} is not a whole number")
+    except (TypeError, ValueError) as e:
+        raise WorkflowError(f"rule {job.name}: resource {name}={value!r} is not a whole number") from e
     if number < 0:
         raise WorkflowError(f"rule {job.name}: resource {name}={number} is negative")
     return number

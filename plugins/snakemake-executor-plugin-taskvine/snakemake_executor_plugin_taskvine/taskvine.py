@@ -1,5 +1,5 @@
 """The adapter that owns every TaskVine call: the manager (``ndcctools.taskvine``), and the ``vine_factory`` and
-``vine_worker`` processes it provisions. Nothing else in hepvine imports ``ndcctools`` or starts a TaskVine binary.
+``vine_worker`` processes it provisions. Nothing else in the plugin imports ``ndcctools`` or starts a TaskVine binary.
 
 Everything points at a catalog on loopback unless told otherwise: TaskVine's default is a public catalog server.
 """
@@ -27,7 +27,7 @@ STOP_TIMEOUT_S = 30.0
 LIBRARY_NAME = "snakemake-jobs"
 # A task's environment (TaskSpec.env) arrives as this file in its sandbox, which the task's shell sources first:
 # TaskVine's own set_env_var would write each value into the manager's debug log.
-ENV_FILE = ".hepvine-task-env"
+ENV_FILE = ".taskvine-task-env"
 GAVE_UP_LOST = "lost workers"  # TaskResult.result of a task given up after losing more workers than its retries
 # TaskResult.result of a task cancelled past its time limit (TaskSpec.time_max_s). The dispatcher enforces the limit,
 # not TaskVine: the workers of TaskVine 7.14.5 end every task that has a limit (Task.set_time_max) at their first
@@ -43,7 +43,7 @@ KEEPALIVE_INTERVAL_S = 5
 # forsaken there again and again (seen with two workers taking their first tasks at once).
 PEER_TRANSFER = False
 KEEPALIVE_TIMEOUT_S = 20
-PRIVATE_PREFIX = "hepvine-vine-"
+PRIVATE_PREFIX = "snakemake-vine-"
 # vine_factory pastes paths unquoted into shell commands (`cp PASSWORD SCRATCH/pwfile`) and the workers' command
 # line (run through `eval` in the HTCondor job): every path handed to it must be made of these characters. Every
 # pattern here ends in \Z, not $ ($ also matches before a final line break, which would let "name\n" through).
@@ -65,10 +65,31 @@ ENV_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\*?\Z")  # a variable name, or
 # settings, and TaskVine's catalog. Not BEARER_TOKEN itself: a value in the environment of an HTCondor job is in its
 # job ad, which every user of the pool can read (condor_q -l); hand tokens over as files.
 DEFAULT_WORKER_ENV = (
-    "PATH", "LD_LIBRARY_PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_*", "TZ",
-    "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "PYTHONPATH", "PYTHONHOME",
-    "X509_USER_PROXY", "X509_CERT_DIR", "X509_VOMS_DIR", "X509_VOMSES", "SSL_CERT_FILE", "SSL_CERT_DIR",
-    "BEARER_TOKEN_FILE", "XDG_RUNTIME_DIR", "XRD_*", "XrdSec*", "CATALOG_HOST", "CATALOG_PORT",
+    "PATH",
+    "LD_LIBRARY_PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LC_*",
+    "TZ",
+    "VIRTUAL_ENV",
+    "CONDA_PREFIX",
+    "CONDA_DEFAULT_ENV",
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "X509_USER_PROXY",
+    "X509_CERT_DIR",
+    "X509_VOMS_DIR",
+    "X509_VOMSES",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "BEARER_TOKEN_FILE",
+    "XDG_RUNTIME_DIR",
+    "XRD_*",
+    "XrdSec*",
+    "CATALOG_HOST",
+    "CATALOG_PORT",
 )
 # What the HTCondor command-line tools that vine_factory runs need (the factory's own environment, not the jobs').
 CONDOR_CLIENT_ENV = ("PATH", "HOME", "USER", "LOGNAME", "CONDOR_CONFIG", "_CONDOR_*")
@@ -137,7 +158,7 @@ def env_patterns(value: str | Sequence[str] | None) -> list[str]:
         return list(DEFAULT_WORKER_ENV)
     expanded: list[str] = []
     for item in items:
-        for name in (DEFAULT_WORKER_ENV if item == "default" else (item,)):
+        for name in DEFAULT_WORKER_ENV if item == "default" else (item,):
             if name not in expanded:
                 expanded.append(name)
     return expanded
@@ -159,12 +180,34 @@ def self_signed_certificate(directory: Path) -> tuple[str, str]:
     """(key, certificate): a fresh self-signed TLS certificate for the manager, in DIRECTORY (a private one)."""
     key, cert = directory / "manager.key", directory / "manager.cert"
     try:
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:3072", "-keyout", str(key), "-out", str(cert),
-                        "-sha256", "-days", "7", "-nodes", "-batch", "-subj", "/CN=hepvine-taskvine-manager"],
-                       check=True, capture_output=True, text=True)
+        subprocess.run(
+            [
+                "openssl",
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:3072",
+                "-keyout",
+                str(key),
+                "-out",
+                str(cert),
+                "-sha256",
+                "-days",
+                "7",
+                "-nodes",
+                "-batch",
+                "-subj",
+                "/CN=snakemake-taskvine-manager",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
     except FileNotFoundError as e:
-        raise RuntimeError("--taskvine-ssl needs the openssl command to make the run's certificate; install "
-                           "openssl or leave out --taskvine-ssl") from e
+        raise RuntimeError(
+            "--taskvine-ssl needs the openssl command to make the run's certificate; install "
+            "openssl or leave out --taskvine-ssl"
+        ) from e
     except subprocess.CalledProcessError as e:
         raise RuntimeError(f"--taskvine-ssl: openssl could not make the run's certificate: {e.stderr.strip()}") from e
     return str(key), str(cert)
@@ -172,16 +215,20 @@ def self_signed_certificate(directory: Path) -> tuple[str, str]:
 
 def _safe_host(host: str, what: str) -> str:
     if not SAFE_HOST.match(host):
-        raise ValueError(f"{what} {host!r}: vine_factory and vine_worker paste it into shell commands; give a host "
-                         "name or address (letters, digits and _ . : - [ ] only)")
+        raise ValueError(
+            f"{what} {host!r}: vine_factory and vine_worker paste it into shell commands; give a host "
+            "name or address (letters, digits and _ . : - [ ] only)"
+        )
     return host
 
 
 def _safe_path(path: Path | str, what: str) -> str:
     text = str(path)
     if not SAFE_PATH.match(text):
-        raise ValueError(f"{what} {text!r}: vine_factory and vine_worker paste it into shell commands; use a path "
-                         "made of letters, digits and _ . / + - only")
+        raise ValueError(
+            f"{what} {text!r}: vine_factory and vine_worker paste it into shell commands; use a path "
+            "made of letters, digits and _ . / + - only"
+        )
     return text
 
 
@@ -276,11 +323,19 @@ class LostWorkers:
             losses = self._losses[task_id]
             losses.observe(t.get_metric("time_when_commit_start"), t.get_metric("time_workers_execute_failure"))
             if losses.lost > losses.retries:
-                given_up.append(TaskResult(
-                    task_id=task_id, tag=t.tag or "", successful=False, exit_code=None, result=GAVE_UP_LOST,
-                    hostname=t.hostname or "", lost_workers=losses.lost,
-                    output=f"The task's worker was lost under it {losses.lost} times; TaskVine would have sent it to "
-                           "another worker again.\n"))
+                given_up.append(
+                    TaskResult(
+                        task_id=task_id,
+                        tag=t.tag or "",
+                        successful=False,
+                        exit_code=None,
+                        result=GAVE_UP_LOST,
+                        hostname=t.hostname or "",
+                        lost_workers=losses.lost,
+                        output=f"The task's worker was lost under it {losses.lost} times; TaskVine would have sent it "
+                        "to another worker again.\n",
+                    )
+                )
         return given_up
 
 
@@ -334,7 +389,7 @@ class Manager:
             self._install_library()
 
     def _declare_environment(self, path: Path):
-        """The packed environment at PATH (``hepvine pack-env``: a tarball with ``bin/run_in_env`` at its top) as
+        """The packed environment at PATH (a tarball with ``bin/run_in_env`` at its top) as
         TaskVine's execution context: declared once; each worker gets the tarball once (from the manager or a peer),
         unpacks it once in a mini-task that also runs its set-up (``run_in_env`` without arguments), and keeps it
         for the run; every task then runs under its ``run_in_env``. Sent by the manager only (PEER_TRANSFER)."""
@@ -348,9 +403,14 @@ class Manager:
 
         from . import library
 
-        lib = self._m.create_library_from_functions(LIBRARY_NAME, library.run_job, add_env=False,
-                                                    hoisting_modules=[snakemake.cli], exec_mode="fork",
-                                                    library_context_info=[library.warm, [], {}])
+        lib = self._m.create_library_from_functions(
+            LIBRARY_NAME,
+            library.run_job,
+            add_env=False,
+            hoisting_modules=[snakemake.cli],
+            exec_mode="fork",
+            library_context_info=[library.warm, [], {}],
+        )
         if self._environment is not None:  # the library's `python` is the environment's
             lib.add_environment(self._environment)
         self._m.tune("watch-library-logfiles", 1)  # its log comes back to the run directory (library-logs/)
@@ -437,10 +497,18 @@ class Manager:
         else:
             output = t.output or ""
         dispatched_us, done_us = t.get_metric("time_when_commit_start"), t.get_metric("time_when_done")
-        return TaskResult(task_id=t.id, tag=t.tag or "", successful=successful, exit_code=exit_code,
-                          result=str(t.result), output=output, hostname=t.hostname or "",
-                          lost_workers=lost_workers, category=t.category or "",
-                          run_s=max(0.0, (done_us - dispatched_us) / 1e6) if dispatched_us and done_us else 0.0)
+        return TaskResult(
+            task_id=t.id,
+            tag=t.tag or "",
+            successful=successful,
+            exit_code=exit_code,
+            result=str(t.result),
+            output=output,
+            hostname=t.hostname or "",
+            lost_workers=lost_workers,
+            category=t.category or "",
+            run_s=max(0.0, (done_us - dispatched_us) / 1e6) if dispatched_us and done_us else 0.0,
+        )
 
     def give_up_lost(self) -> list[TaskResult]:
         """Cancel the tasks whose worker was lost more often than their spec's retries (LostWorkers), and return them
@@ -493,8 +561,7 @@ class _Process:
         self.log = log
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as out:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
         """SIGTERM, then SIGKILL after TIMEOUT_S; returns the exit status. Whatever it started on this machine
@@ -525,8 +592,9 @@ def _worker_env_list(patterns: Sequence[str], extra: Mapping[str, str]) -> str:
     return ", ".join(names)
 
 
-def _worker_options(password_file: Path | None, ssl: bool, memory_mb: int, disk_mb: int,
-                    features: Sequence[str]) -> list[str]:
+def _worker_options(
+    password_file: Path | None, ssl: bool, memory_mb: int, disk_mb: int, features: Sequence[str]
+) -> list[str]:
     """The options that vine_worker and vine_factory share for the workers they start."""
     options = [f"--password={_safe_path(password_file, 'password file')}"] if password_file is not None else []
     if ssl:
@@ -575,16 +643,24 @@ class Factory(_Process):
     ):
         worker_env = dict(worker_env or {})
         argv = [
-            "vine_factory", f"--batch-type={batch_type}", f"--catalog={catalog_address()}",
+            "vine_factory",
+            f"--batch-type={batch_type}",
+            f"--catalog={catalog_address()}",
             f"--scratch-dir={_safe_path(scratch_dir, 'factory scratch directory')}",
-            f"--min-workers={min_workers}", f"--max-workers={max_workers}",
-            f"--workers-per-cycle={max_workers}", f"--cores={cores}", f"--timeout={worker_timeout_s}",
-            "--parent-death", *_worker_options(password_file, ssl, memory_mb, disk_mb, features),
+            f"--min-workers={min_workers}",
+            f"--max-workers={max_workers}",
+            f"--workers-per-cycle={max_workers}",
+            f"--cores={cores}",
+            f"--timeout={worker_timeout_s}",
+            "--parent-death",
+            *_worker_options(password_file, ssl, memory_mb, disk_mb, features),
         ]
         if condor_requirements:
             if not SAFE_REQUIREMENTS.match(condor_requirements):  # validated with the settings already
-                raise ValueError(f"HTCondor requirements {condor_requirements!r}: one line of a ClassAd expression "
-                                 "without $, \\, ', ` or ;")
+                raise ValueError(
+                    f"HTCondor requirements {condor_requirements!r}: one line of a ClassAd expression "
+                    "without $, \\, ', ` or ;"
+                )
             argv.append(f"--condor-requirements={condor_requirements}")
         if batch_type == "condor":
             argv.append(f"--batch-options=getenv = {_worker_env_list(worker_env_allow, worker_env)}")
@@ -618,8 +694,19 @@ class Worker(_Process):
         env: dict[str, str] | None = None,
         env_allow: Sequence[str] = DEFAULT_WORKER_ENV,
     ):
-        argv = ["vine_worker", f"--workspace={workspace}", f"--cores={cores}", f"--timeout={timeout_s}",
-                "--single-shot", "--parent-death", *_worker_options(password_file, ssl, memory_mb, disk_mb, features),
-                _safe_host(manager_host, "manager host"), str(manager_port)]
-        super().__init__(argv, workspace.parent / f"{workspace.name}.log",
-                         env={**allowed_environment(env_allow), **_catalog_env(), **(env or {})})
+        argv = [
+            "vine_worker",
+            f"--workspace={workspace}",
+            f"--cores={cores}",
+            f"--timeout={timeout_s}",
+            "--single-shot",
+            "--parent-death",
+            *_worker_options(password_file, ssl, memory_mb, disk_mb, features),
+            _safe_host(manager_host, "manager host"),
+            str(manager_port),
+        ]
+        super().__init__(
+            argv,
+            workspace.parent / f"{workspace.name}.log",
+            env={**allowed_environment(env_allow), **_catalog_env(), **(env or {})},
+        )

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from snakemake_interface_common.exceptions import WorkflowError
 
-from .workergroups import NAME_RULE, requirements_problems
 from .provision import WORKER_MODES, worker_groups
-from .taskvine import SAFE_NAME, SAFE_PATH, SCHEDULERS, bad_env_patterns, env_patterns
 from .tasks import comma_separated
+from .taskvine import SAFE_NAME, SAFE_PATH, SCHEDULERS, bad_env_patterns, env_patterns
+from .workergroups import NAME_RULE, requirements_problems
 
 
 def flag(name: str) -> str:
@@ -40,8 +40,10 @@ def problems(settings) -> list[str]:
         ports = (0, -1)
     if ports is not None:
         if not 1 <= ports[0] <= ports[1] <= 65535:
-            found.append(f"{flag('port_range')} {settings.port_range!r}: write LOW-HIGH, two TCP ports with "
-                         "1 <= LOW <= HIGH <= 65535 (e.g. 9100-9199)")
+            found.append(
+                f"{flag('port_range')} {settings.port_range!r}: write LOW-HIGH, two TCP ports with "
+                "1 <= LOW <= HIGH <= 65535 (e.g. 9100-9199)"
+            )
         elif settings.port:
             found.append(f"{flag('port_range')} and {flag('port')} {settings.port} are both set; keep one")
     for feature in comma_separated(settings.worker_features):
@@ -51,9 +53,11 @@ def problems(settings) -> list[str]:
         found += requirements_problems(settings.condor_requirements, flag("condor_requirements"))
     bad = bad_env_patterns([p for p in env_patterns(settings.worker_env)])
     if bad:
-        found.append(f"{flag('worker_env')}: {', '.join(map(repr, bad))}: give variable names (letters, digits, _) "
-                     "or prefixes ending in * (e.g. XRD_*), separated by commas; 'default' stands for the default "
-                     "list")
+        found.append(
+            f"{flag('worker_env')}: {', '.join(map(repr, bad))}: give variable names (letters, digits, _) "
+            "or prefixes ending in * (e.g. XRD_*), separated by commas; 'default' stands for the default "
+            "list"
+        )
     if settings.workers not in WORKER_MODES:
         found.append(f"{flag('workers')} {settings.workers!r}: choose one of {', '.join(WORKER_MODES)}")
     if settings.scheduler not in SCHEDULERS:
@@ -65,14 +69,17 @@ def problems(settings) -> list[str]:
         if getattr(settings, name) < 0:
             found.append(f"{flag(name)} {getattr(settings, name)}: must not be negative (0 = TaskVine's default)")
     if settings.max_workers >= 1 and settings.min_workers > settings.max_workers:
-        found.append(f"{flag('min_workers')} {settings.min_workers} is more than {flag('max_workers')} "
-                     f"{settings.max_workers}")
+        found.append(
+            f"{flag('min_workers')} {settings.min_workers} is more than {flag('max_workers')} {settings.max_workers}"
+        )
     for name in ("prefer_wait_s", "straggler_min_s", "max_tasks"):
         if getattr(settings, name) < 0:
             found.append(f"{flag(name)} {getattr(settings, name)}: must not be negative")
     if settings.straggler_factor != 0 and settings.straggler_factor <= 1:
-        found.append(f"{flag('straggler_factor')} {settings.straggler_factor}: must be more than 1 (a copy of every "
-                     "task slower than the median would double half the work), or 0 for no copies")
+        found.append(
+            f"{flag('straggler_factor')} {settings.straggler_factor}: must be more than 1 (a copy of every "
+            "task slower than the median would double half the work), or 0 for no copies"
+        )
     found += worker_groups(settings)[1]
     if settings.password_file is not None:
         found += password_file_problems(Path(settings.password_file))
@@ -82,11 +89,15 @@ def problems(settings) -> list[str]:
 def password_file_problems(path: Path) -> list[str]:
     where = f"{flag('password_file')} {path}"
     if not SAFE_PATH.match(str(path.absolute())):
-        return [f"{where}: TaskVine's factory pastes this path into shell commands; move the file to a path made "
-                "of letters, digits and _ . / + - only"]
+        return [
+            f"{where}: TaskVine's factory pastes this path into shell commands; move the file to a path made "
+            "of letters, digits and _ . / + - only"
+        ]
     if not path.is_file():
-        return [f"{where}: no such file. Create one (e.g. `openssl rand -hex 32 > {path}; chmod 600 {path}`) "
-                "or leave the setting out to get a random password for this run"]
+        return [
+            f"{where}: no such file. Create one (e.g. `openssl rand -hex 32 > {path}; chmod 600 {path}`) "
+            "or leave the setting out to get a random password for this run"
+        ]
     if not os.access(path, os.R_OK):
         return [f"{where}: not readable by this user"]
     if path.stat().st_size == 0 or not path.read_text(errors="replace").strip():

@@ -36,8 +36,10 @@ class WorkerGroup:
 GROUP_KEYS = {f.name for f in dataclasses.fields(WorkerGroup)}
 FIELD_DEFAULTS = {f.name: f.default for f in dataclasses.fields(WorkerGroup) if f.default is not dataclasses.MISSING}
 NAME_RULE = "use letters, digits and _ . - only, not starting with . or -"
-REQUIREMENTS_RULE = ("write one line of a ClassAd expression (letters, digits, spaces, double quotes, "
-                     "_ . , : ( ) < > = ! & | + - * / % ?); no $, \\, ', `, ; or line breaks")
+REQUIREMENTS_RULE = (
+    "write one line of a ClassAd expression (letters, digits, spaces, double quotes, "
+    "_ . , : ( ) < > = ! & | + - * / % ?); no $, \\, ', `, ; or line breaks"
+)
 SIZES = {"min_workers": 0, "max_workers": 1, "cores": 1, "memory_mb": 0, "disk_mb": 0}  # each size's least value
 
 
@@ -58,8 +60,9 @@ def requirements_problems(text: str, where: str) -> list[str]:
     return []
 
 
-def parse(items: object, where: str, defaults: Mapping[str, object] | None = None,
-          common_features: Sequence[str] = ()) -> tuple[list[WorkerGroup], list[str]]:
+def parse(
+    items: object, where: str, defaults: Mapping[str, object] | None = None, common_features: Sequence[str] = ()
+) -> tuple[list[WorkerGroup], list[str]]:
     """(groups, problems) of ITEMS, the value of a ``worker_groups`` key (a list of mappings, each with at least a
     name; empty is fine here — the caller decides whether it needs groups). WHERE starts every problem (e.g.
     ``--taskvine-worker-groups FILE``). A group's sizes and requirements not given come from DEFAULTS (keys of
@@ -75,8 +78,10 @@ def parse(items: object, where: str, defaults: Mapping[str, object] | None = Non
             continue
         unknown = sorted(set(item) - GROUP_KEYS)
         if unknown:
-            found.append(f"{where}: group {item['name']}: unknown key(s) {', '.join(unknown)}; "
-                         f"known: {', '.join(sorted(GROUP_KEYS))}")
+            found.append(
+                f"{where}: group {item['name']}: unknown key(s) {', '.join(unknown)}; "
+                f"known: {', '.join(sorted(GROUP_KEYS))}"
+            )
         for key, least in SIZES.items():
             value = item.get(key, defaults[key])
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
@@ -95,8 +100,15 @@ def parse(items: object, where: str, defaults: Mapping[str, object] | None = Non
         elif requirements:
             found += requirements_problems(requirements, f"{where}: group {name!r}: condor_requirements")
         if not found:
-            groups.append(WorkerGroup(**{**defaults, **{k: v for k, v in item.items() if k in GROUP_KEYS},
-                                         "features": tuple(features) + tuple(common_features)}))
+            groups.append(
+                WorkerGroup(
+                    **{
+                        **defaults,
+                        **{k: v for k, v in item.items() if k in GROUP_KEYS},
+                        "features": tuple(features) + tuple(common_features),
+                    }
+                )
+            )
     names = [item["name"] for item in items if isinstance(item, dict) and isinstance(item.get("name"), str)]
     found += [f"{where}: group {n} appears more than once" for n in sorted({n for n in names if names.count(n) > 1})]
     return (groups if not found else []), found

@@ -26,8 +26,9 @@ class Workflow:
     def run(self, *args: str, timeout: float = 300, check: bool = False) -> subprocess.CompletedProcess:
         """Run snakemake with ARGS. One still running after TIMEOUT seconds is interrupted the way a user would
         (SIGINT: the plugin stops its workers) and the test fails with what it printed and TaskVine's last events."""
-        proc = subprocess.Popen(self.command(*args), cwd=self.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
+        proc = subprocess.Popen(
+            self.command(*args), cwd=self.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         try:
             stdout, stderr = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -37,8 +38,10 @@ class Workflow:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 stdout, stderr = proc.communicate()
-            raise AssertionError(f"snakemake still running after {timeout} s:\n{stderr[-4000:]}\n"
-                                 f"TaskVine's last events:\n{self.taskvine_events()}") from None
+            raise AssertionError(
+                f"snakemake still running after {timeout} s:\n{stderr[-4000:]}\n"
+                f"TaskVine's last events:\n{self.taskvine_events()}"
+            ) from None
         done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
         if check and done.returncode != 0:
             raise AssertionError(f"snakemake failed ({done.returncode}):\n{done.stderr[-4000:]}")
@@ -50,8 +53,9 @@ class Workflow:
         return "\n".join(line for log in logs for line in log.read_text(errors="replace").splitlines()[-lines:])
 
     def popen(self, *args: str) -> subprocess.Popen:
-        return subprocess.Popen(self.command(*args), cwd=self.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True)
+        return subprocess.Popen(
+            self.command(*args), cwd=self.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
 
 
 def slow_snakefile(shell: str, n: int = 4) -> str:

@@ -9,13 +9,15 @@ import signal
 from pathlib import Path
 
 import pytest
-
 from snakemake_runs import Workflow
 
 
 def pytest_addoption(parser):
-    parser.addoption("--chaos", action="store_true",
-                     help="run the slow fault tests marked `chaos` (`make chaos`); without it they are deselected")
+    parser.addoption(
+        "--chaos",
+        action="store_true",
+        help="run the slow fault tests marked `chaos` (`make chaos`); without it they are deselected",
+    )
 
 
 def pytest_configure(config):
@@ -24,16 +26,36 @@ def pytest_configure(config):
     # twice: the run went on to its end). Ctrl-C is acted on again here, so the runs get Python's default.
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    config.addinivalue_line("markers", "sandbox: needs the real services of the sandbox (HTCondor, TaskVine, XRootD); "
-                            "run through `make test`")
-    config.addinivalue_line("markers", "root: must run as root inside the sandbox (mount namespaces); `make test` "
-                            "runs these in a second pass as root")
-    config.addinivalue_line("markers", "chaos: a slow fault test on the real stack; run by `make chaos`, not by "
-                            "`make test`")
+    config.addinivalue_line(
+        "markers",
+        "sandbox: needs the real services of the sandbox (HTCondor, TaskVine, XRootD); run through `make test`",
+    )
+    config.addinivalue_line(
+        "markers",
+        "root: must run as root inside the sandbox (mount namespaces); `make test` runs these in a second pass as root",
+    )
+    config.addinivalue_line(
+        "markers", "chaos: a slow fault test on the real stack; run by `make chaos`, not by `make test`"
+    )
+
+
+# Fixtures that need the sandbox's real services (the pool, the catalog, the XRootD servers): a test using any of
+# them, directly or through another fixture, is marked `sandbox` here, so that `-m "not sandbox"` (the fast check)
+# never runs it. Test suites that load this plugin add theirs with `sandbox_fixtures`.
+SANDBOX_FIXTURES = {"workflow", "condor_env"}
+
+
+def sandbox_fixtures(*names: str) -> None:
+    """Declare more fixtures that need the sandbox's services (see SANDBOX_FIXTURES)."""
+    SANDBOX_FIXTURES.update(names)
 
 
 def pytest_collection_modifyitems(config, items):
-    """Without --chaos, the tests marked `chaos` are deselected (not skipped: `make chaos` runs them)."""
+    """Tests that use a sandbox fixture are marked `sandbox`; without --chaos, the tests marked `chaos` are
+    deselected (not skipped: `make chaos` runs them)."""
+    for item in items:
+        if SANDBOX_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.sandbox)
     if config.getoption("--chaos"):
         return
     chaos = [item for item in items if item.get_closest_marker("chaos")]
@@ -53,6 +75,8 @@ def condor_env() -> dict[str, str]:
     configuration. A test that needs the pool fails (never skips) without it: the real pool is the point."""
     config = os.environ.get("CONDOR_CONFIG")
     if not config or not Path(config).is_file():
-        pytest.fail(f"no HTCondor configuration at $CONDOR_CONFIG={config!r}: run the tests where a pool runs "
-                    "(in hepvine's checkout, `make test`)")
+        pytest.fail(
+            f"no HTCondor configuration at $CONDOR_CONFIG={config!r}: run the tests where a pool runs "
+            "(in a checkout that provides one, e.g. its `make test`)"
+        )
     return dict(os.environ)

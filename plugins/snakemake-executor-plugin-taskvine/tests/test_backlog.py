@@ -4,11 +4,11 @@ never reaches TaskVine. Pure logic, with the fake manager of the straggler tests
 
 from __future__ import annotations
 
+from test_stragglers import FakeManager, Pipe, result
+
 from snakemake_executor_plugin_taskvine.dispatcher import MIN_TASKS, Tasks
 from snakemake_executor_plugin_taskvine.stragglers import Stragglers
 from snakemake_executor_plugin_taskvine.taskvine import TaskResult, TaskSpec
-
-from test_stragglers import FakeManager, Pipe, result
 
 
 def _tasks(max_tasks: int, cores: int = 0, n: int = 5):
@@ -66,8 +66,19 @@ def test_cancel_all_cancels_what_taskvine_holds_and_forgets_the_queue():
 
 def test_a_lost_tasks_result_frees_its_place():
     manager, _, tasks = _tasks(max_tasks=1, n=2)
-    tasks.finished(TaskResult(task_id=1, tag="t0", successful=False, exit_code=None, result="lost", output="",
-                              hostname="", category="analyse", run_s=0.0))
+    tasks.finished(
+        TaskResult(
+            task_id=1,
+            tag="t0",
+            successful=False,
+            exit_code=None,
+            result="lost",
+            output="",
+            hostname="",
+            category="analyse",
+            run_s=0.0,
+        )
+    )
     tasks.feed()
     assert submitted(manager) == ["t0", "t1"]
 

@@ -53,8 +53,10 @@ def test_bad_settings_fail_at_start(workflow, args, expected):
 
 def test_condor_workers_without_reachable_pool_fail_at_start(workflow, tmp_path, monkeypatch):
     dead = tmp_path / "dead_condor_config"
-    dead.write_text("CONDOR_HOST = 127.0.0.1\nCOLLECTOR_HOST = 127.0.0.1:9\nSCHEDD_HOST = 127.0.0.1\n"
-                    "TOOL_TIMEOUT_MULTIPLIER = 1\nQ_QUERY_TIMEOUT = 5\n")
+    dead.write_text(
+        "CONDOR_HOST = 127.0.0.1\nCOLLECTOR_HOST = 127.0.0.1:9\nSCHEDD_HOST = 127.0.0.1\n"
+        "TOOL_TIMEOUT_MULTIPLIER = 1\nQ_QUERY_TIMEOUT = 5\n"
+    )
     monkeypatch.setenv("CONDOR_CONFIG", str(dead))
     wf = workflow(FAILING)
     done = wf.run("--taskvine-workers", "condor", timeout=120)
@@ -103,16 +105,30 @@ def test_job_larger_than_any_worker_fails_at_once(workflow):
     """Local workers of 1 core and 2000 MB of disk: a rule with threads: 2, and one with disk_mb=50000, fail at once
     (TaskVine would wait for such a worker for ever); the job that fits runs."""
     wf = workflow(TOO_LARGE)
-    done = wf.run("--keep-going", "--cores", "4", "--taskvine-worker-cores", "1", "--taskvine-max-workers", "1",
-                  "--taskvine-worker-disk-mb", "2000", "--default-resources", "mem_mb=100", "disk_mb=10",
-                  timeout=120)
+    done = wf.run(
+        "--keep-going",
+        "--cores",
+        "4",
+        "--taskvine-worker-cores",
+        "1",
+        "--taskvine-max-workers",
+        "1",
+        "--taskvine-worker-disk-mb",
+        "2000",
+        "--default-resources",
+        "mem_mb=100",
+        "disk_mb=10",
+        timeout=120,
+    )
     assert done.returncode != 0
     assert (wf.root / "small.txt").read_text() == "fine\n"
     assert not any((wf.root / f"{name}.txt").exists() for name in ("big", "bulky"))
     assert "rule big needs 2 cores (its threads), but the largest worker this run starts has 1" in done.stderr
     assert "--taskvine-worker-cores" in done.stderr
-    assert "rule bulky needs 50000 MB of disk (its disk_mb), but the largest worker this run starts has 2000 MB" \
+    assert (
+        "rule bulky needs 50000 MB of disk (its disk_mb), but the largest worker this run starts has 2000 MB"
         in done.stderr
+    )
 
 
 @pytest.mark.chaos
@@ -121,10 +137,23 @@ def test_job_past_its_time_limit_is_ended(workflow):
     (TaskVine 7.14's own limit ends every task ~5 s after it starts: the job with the same limit that takes no time
     must succeed)."""
     wf = workflow(TIME_LIMIT)
-    done = wf.run("--keep-going", "--cores", "2", "--taskvine-worker-cores", "1", "--taskvine-max-workers", "2",
-                  "--default-resources", "mem_mb=100", "disk_mb=10", timeout=240)  # the slow job alone takes 300 s
+    done = wf.run(
+        "--keep-going",
+        "--cores",
+        "2",
+        "--taskvine-worker-cores",
+        "1",
+        "--taskvine-max-workers",
+        "2",
+        "--default-resources",
+        "mem_mb=100",
+        "disk_mb=10",
+        timeout=240,
+    )  # the slow job alone takes 300 s
     assert done.returncode != 0
     assert (wf.root / "quick.txt").read_text() == "fine\n"
     assert not (wf.root / "slow.txt").exists()
-    assert "of rule slow failed" in done.stderr and "ran past its time limit, the rule's runtime resource (1 min)" \
-        in done.stderr, done.stderr[-3000:]
+    assert (
+        "of rule slow failed" in done.stderr
+        and "ran past its time limit, the rule's runtime resource (1 min)" in done.stderr
+    ), done.stderr[-3000:]

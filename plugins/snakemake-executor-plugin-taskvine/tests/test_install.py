@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 from packaging.utils import canonicalize_name
-
 from snakemake_runs import slow_snakefile
 
 pytestmark = pytest.mark.sandbox
@@ -27,8 +26,8 @@ PIP_TIMEOUT_S = 900
 
 
 def constraints(path: Path) -> Path:
-    """A pip constraints file pinning every distribution installed in this test's own venv (in hepvine's sandbox:
-    from requirements.lock) but the plugin itself, so that the fresh venv gets the versions the tests run with.
+    """A pip constraints file pinning every distribution installed in this test's own venv (in a project's sandbox,
+    from its lock file) but the plugin itself, so that the fresh venv gets the versions the tests run with.
     What the venv sees from the system, the fresh one sees too."""
     pins = {}
     for dist in importlib.metadata.distributions():
@@ -43,16 +42,29 @@ def constraints(path: Path) -> Path:
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory) -> Path:
     """A fresh venv (--system-site-packages over BASE_PYTHON) with the plugin installed from a copy of its
-    directory (a build writes into its source tree; the checkout stays clean) and its dependencies from PyPI."""
+    directory (a build writes into its source tree; the checkout stays clean) with its library extra (Snakemake
+    itself) and its dependencies from PyPI."""
     found = subprocess.run([BASE_PYTHON, "-c", "import ndcctools.taskvine"], capture_output=True, text=True)
     assert found.returncode == 0, f"{BASE_PYTHON} does not see ndcctools.taskvine (cctools): {found.stderr[-2000:]}"
     work = tmp_path_factory.mktemp("install")
     source = work / NAME
     shutil.copytree(DISTRIBUTION, source, ignore=shutil.ignore_patterns("tests", "build", "*.egg-info", "__pycache__"))
     subprocess.run([BASE_PYTHON, "-m", "venv", "--system-site-packages", str(work / "venv")], check=True, timeout=120)
-    pip = subprocess.run([str(work / "venv" / "bin" / "pip"), "install", "-q", "--disable-pip-version-check",
-                          "-c", str(constraints(work / "constraints.txt")), str(source)],
-                         capture_output=True, text=True, timeout=PIP_TIMEOUT_S, env=venv_env(work / "venv"))
+    pip = subprocess.run(
+        [
+            str(work / "venv" / "bin" / "pip"),
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "-c",
+            str(constraints(work / "constraints.txt")),
+            f"{source}[library]",  # Snakemake itself comes with the library extra
+        ],
+        capture_output=True,
+        text=True,
+        timeout=PIP_TIMEOUT_S,
+        env=venv_env(work / "venv"),
+    )
     assert pip.returncode == 0, f"pip install {source} failed:\n{pip.stdout[-3000:]}\n{pip.stderr[-3000:]}"
     return work / "venv"
 
@@ -65,24 +77,34 @@ def venv_env(venv: Path) -> dict[str, str]:
 
 
 def python(venv: Path, code: str, **extra) -> subprocess.CompletedProcess:
-    return subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, timeout=120,
-                          env=venv_env(venv), **extra)
+    return subprocess.run(
+        [str(venv / "bin" / "python"), "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=venv_env(venv),
+        **extra,
+    )
 
 
-def test_the_venv_has_the_plugin_and_nothing_of_the_workflow(venv):
+def test_the_venv_has_the_plugin_from_its_own_install(venv):
     where = python(venv, "import snakemake_executor_plugin_taskvine as p, snakemake; print(p.__file__)", cwd="/")
     assert where.returncode == 0, where.stderr
     assert Path(where.stdout.strip()).is_relative_to(venv), f"the plugin was imported from {where.stdout.strip()}"
-    hepvine = python(venv, "import hepvine", cwd="/")
-    assert hepvine.returncode != 0 and "No module named 'hepvine'" in hepvine.stderr, hepvine.stderr
 
 
 def test_snakemake_from_the_venv_runs_jobs_on_local_taskvine_workers(venv, tmp_path):
     work = tmp_path / "wf"
     work.mkdir()
     (work / "Snakefile").write_text(slow_snakefile('python -c \\"import sys; print(sys.prefix)\\" > {output}', n=2))
-    done = subprocess.run([str(venv / "bin" / "snakemake"), "--executor", "taskvine", "--taskvine-workers", "local",
-                           "--jobs", "2"], cwd=work, capture_output=True, text=True, timeout=300, env=venv_env(venv))
+    done = subprocess.run(
+        [str(venv / "bin" / "snakemake"), "--executor", "taskvine", "--taskvine-workers", "local", "--jobs", "2"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=venv_env(venv),
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     outputs = sorted((work / "out").glob("*.txt"))
     assert [p.name for p in outputs] == ["0.txt", "1.txt"]
@@ -97,8 +119,14 @@ def test_without_taskvine_bindings_snakemake_stops_at_start_saying_how_to_get_th
     work.mkdir()
     (work / "Snakefile").write_text(slow_snakefile("touch {output}", n=2))
     env = dict(venv_env(venv), PYTHONPATH=str(tmp_path / "hide"))
-    done = subprocess.run([str(venv / "bin" / "snakemake"), "--executor", "taskvine", "--jobs", "2"], cwd=work,
-                          capture_output=True, text=True, timeout=120, env=env)
+    done = subprocess.run(
+        [str(venv / "bin" / "snakemake"), "--executor", "taskvine", "--jobs", "2"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert done.returncode != 0
     assert "ndcctools.taskvine" in done.stderr and "install cctools" in done.stderr, done.stderr[-3000:]
     assert not (work / "out").exists()

@@ -12,17 +12,27 @@ import time
 
 import psutil
 import pytest
+from snakemake_runs import alive, slow_snakefile
 
 pytestmark = pytest.mark.sandbox
-
-from snakemake_runs import alive, slow_snakefile
 
 # Ctrl-C comes as soon as the first job's sleep is seen, well within 8 s; the rerun then sleeps 2 x 8 s (4 jobs, 2
 # workers). The HTCondor test waits for its worker jobs, then 5 s more, before Ctrl-C: its jobs sleep longer.
 SLOW = slow_snakefile("sleep 8; echo {wildcards.i} > {output}")
 SLOW_CONDOR = slow_snakefile("sleep 20; echo {wildcards.i} > {output}")
-ARGS = ("--shared-fs-usage", "none", "--taskvine-max-workers", "2", "--taskvine-worker-memory-mb", "1000",
-        "--taskvine-worker-disk-mb", "1000", "--default-resources", "mem_mb=100", "disk_mb=10")
+ARGS = (
+    "--shared-fs-usage",
+    "none",
+    "--taskvine-max-workers",
+    "2",
+    "--taskvine-worker-memory-mb",
+    "1000",
+    "--taskvine-worker-disk-mb",
+    "1000",
+    "--default-resources",
+    "mem_mb=100",
+    "disk_mb=10",
+)
 
 
 def descendants(pid: int) -> list[psutil.Process]:
@@ -73,8 +83,13 @@ def test_ctrl_c_leaves_nothing_running_and_rerun_resumes(workflow):
         assert {"vine_factory", "vine_worker", "sleep"} <= names, names
         # The run's password is handed over in a file (outside the workflow directory), never on a command line
         # that other users can read.
-        path = next(arg.split("=", 1)[1] for proc in seen.values() if alive(proc) for arg in proc.cmdline()
-                    if arg.startswith("--password="))
+        path = next(
+            arg.split("=", 1)[1]
+            for proc in seen.values()
+            if alive(proc)
+            for arg in proc.cmdline()
+            if arg.startswith("--password=")
+        )
         assert not path.startswith(str(wf.root)), path
         password = open(path).read().strip()
         assert len(password) >= 32
@@ -124,8 +139,14 @@ def _factory_scratch(pid: int) -> str | None:
 
 def _condor_jobs(condor_env, root) -> list[str]:
     """'cluster.proc status' of each HTCondor job whose working directory is under ROOT: the run's workers."""
-    done = subprocess.run(["condor_q", "-allusers", "-constraint", f'regexp("^{root}", Iwd)', "-af:j", "JobStatus"],
-                          capture_output=True, text=True, env=condor_env, timeout=60, check=True)
+    done = subprocess.run(
+        ["condor_q", "-allusers", "-constraint", f'regexp("^{root}", Iwd)', "-af:j", "JobStatus"],
+        capture_output=True,
+        text=True,
+        env=condor_env,
+        timeout=60,
+        check=True,
+    )
     return done.stdout.splitlines()
 
 
@@ -157,4 +178,3 @@ def test_ctrl_c_removes_condor_workers(workflow, condor_env):
         time.sleep(2)
     assert _condor_jobs(condor_env, scratch) == [], "worker jobs left in the HTCondor queue after Ctrl-C"
     assert_rerun_finishes(wf, args, timeout=400)
-

@@ -5,17 +5,28 @@ other, with its rule and the last lines of its output."""
 from __future__ import annotations
 
 import pytest
+from snakemake_runs import slow_snakefile
 
 pytestmark = pytest.mark.sandbox
 
-from snakemake_runs import slow_snakefile
-
 # Each job also says which process ran it (in library mode, a child of the library process, not of a shell) and how
 # long the library's warm-up took (library.warm, run once before the first call).
-JOBS = slow_snakefile("echo {wildcards.i} > {output}; cat /proc/$PPID/cmdline | tr '\\\\0' ' ' >> {output}; "
-                      "echo >> {output}; echo warm ${{TASKVINE_LIBRARY_WARM_S:-none}} >> {output}", n=6)
-NO_SHARED_FS = ("--shared-fs-usage", "none", "--taskvine-worker-memory-mb", "1000", "--taskvine-worker-disk-mb",
-                "1000", "--default-resources", "mem_mb=100", "disk_mb=10")
+JOBS = slow_snakefile(
+    "echo {wildcards.i} > {output}; cat /proc/$PPID/cmdline | tr '\\\\0' ' ' >> {output}; "
+    "echo >> {output}; echo warm ${{TASKVINE_LIBRARY_WARM_S:-none}} >> {output}",
+    n=6,
+)
+NO_SHARED_FS = (
+    "--shared-fs-usage",
+    "none",
+    "--taskvine-worker-memory-mb",
+    "1000",
+    "--taskvine-worker-disk-mb",
+    "1000",
+    "--default-resources",
+    "mem_mb=100",
+    "disk_mb=10",
+)
 
 
 @pytest.mark.parametrize("fs", [(), NO_SHARED_FS], ids=["shared-fs", "no-shared-fs"])

@@ -10,10 +10,9 @@ import signal
 import time
 
 import pytest
+from snakemake_runs import busy, kill_all, slow_snakefile, workers_of
 
 pytestmark = pytest.mark.sandbox
-
-from snakemake_runs import busy, kill_all, slow_snakefile, workers_of
 
 # The worker is killed within a poll (0.5 s) of its first job's sleep starting: 4 s leave room for that.
 SLOW = slow_snakefile("echo first-half > {output}; sleep 4; echo second-half >> {output}")
@@ -21,9 +20,23 @@ SLOW = slow_snakefile("echo first-half > {output}; sleep 4; echo second-half >> 
 
 def test_killed_worker_job_is_redispatched(workflow):
     wf = workflow(SLOW)
-    run = wf.popen("--shared-fs-usage", "none", "--taskvine-min-workers", "2", "--taskvine-max-workers", "2",
-                   "--taskvine-worker-cores", "2", "--taskvine-worker-memory-mb", "1500",
-                   "--taskvine-worker-disk-mb", "2000", "--default-resources", "mem_mb=100", "disk_mb=50")
+    run = wf.popen(
+        "--shared-fs-usage",
+        "none",
+        "--taskvine-min-workers",
+        "2",
+        "--taskvine-max-workers",
+        "2",
+        "--taskvine-worker-cores",
+        "2",
+        "--taskvine-worker-memory-mb",
+        "1500",
+        "--taskvine-worker-disk-mb",
+        "2000",
+        "--default-resources",
+        "mem_mb=100",
+        "disk_mb=50",
+    )
     try:
         # Wait until a worker is running a job's command (a child that is not its own transfer server), then kill
         # that worker outright.
@@ -54,18 +67,32 @@ def test_killed_worker_job_is_redispatched(workflow):
 def test_job_losing_its_worker_more_than_retries_times_fails(workflow):
     wf = workflow(slow_snakefile("echo first-half > {output}; sleep 60; echo second-half >> {output}", n=1))
     retries = 1
-    run = wf.popen("--shared-fs-usage", "none", "--taskvine-retries", str(retries), "--taskvine-min-workers", "1",
-                   "--taskvine-max-workers", "1", "--taskvine-worker-cores", "1",
-                   "--taskvine-worker-memory-mb", "1000", "--taskvine-worker-disk-mb", "2000",
-                   "--default-resources", "mem_mb=100", "disk_mb=50")
+    run = wf.popen(
+        "--shared-fs-usage",
+        "none",
+        "--taskvine-retries",
+        str(retries),
+        "--taskvine-min-workers",
+        "1",
+        "--taskvine-max-workers",
+        "1",
+        "--taskvine-worker-cores",
+        "1",
+        "--taskvine-worker-memory-mb",
+        "1000",
+        "--taskvine-worker-disk-mb",
+        "2000",
+        "--default-resources",
+        "mem_mb=100",
+        "disk_mb=50",
+    )
     killed = []
     try:
         # Each time a (new) worker runs the job, kill it and what it started; the factory replaces the worker.
         # After 1 + retries losses the job must fail at once (a whole run of it takes 60 s).
         deadline = time.monotonic() + 240
         while run.poll() is None and time.monotonic() < deadline and len(killed) <= retries:
-            victim = next((w for w in workers_of(run.pid)
-                           if w.pid not in killed and busy(w)), None)
+            victim = next((w for w in workers_of(run.pid) if w.pid not in killed and busy(w)), None)
             if victim is None:
                 time.sleep(0.5)
                 continue
@@ -80,7 +107,10 @@ def test_job_losing_its_worker_more_than_retries_times_fails(workflow):
             run.wait(60)
     assert run.returncode != 0, output[-4000:]
     assert len(killed) == retries + 1, (killed, output[-4000:])
-    assert "of rule slow failed" in output and f"its worker was lost {retries + 1} times" in output \
-        and "raise --taskvine-retries" in output, output[-4000:]
+    assert (
+        "of rule slow failed" in output
+        and f"its worker was lost {retries + 1} times" in output
+        and "raise --taskvine-retries" in output
+    ), output[-4000:]
     assert gave_up_s < 50, f"the run went on for {gave_up_s:.0f} s after the last lost worker"
     assert not (wf.root / "out" / "0.txt").exists()

@@ -32,8 +32,7 @@ class StandIn:
 def queue(manager: StandIn, n: int) -> tuple[dict, dict]:
     task_ids = {f"t{i}": i for i in range(n)}
     manager.queued |= set(task_ids.values())
-    return task_ids, {tag: Preferring(TaskSpec("true", tag=tag, preferred=("rack-b",)), looked=0.0)
-                      for tag in task_ids}
+    return task_ids, {tag: Preferring(TaskSpec("true", tag=tag, preferred=("rack-b",)), looked=0.0) for tag in task_ids}
 
 
 def test_time_with_every_worker_busy_does_not_count():

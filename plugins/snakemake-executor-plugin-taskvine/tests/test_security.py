@@ -23,11 +23,10 @@ import threading
 import time
 
 import pytest
+from snakemake_runs import slow_snakefile
 
 from snakemake_executor_plugin_taskvine import ExecutorSettings, taskvine, validation
 from snakemake_executor_plugin_taskvine.tasks import call_fits
-
-from snakemake_runs import slow_snakefile
 
 pytestmark = pytest.mark.sandbox
 
@@ -60,8 +59,11 @@ def settings(**kw) -> ExecutorSettings:
 
 @pytest.mark.parametrize("value", HOSTILE, ids=IDS)
 def test_hostile_setting_values_are_refused_naming_the_setting(value, marker):
-    found = "\n".join(validation.problems(settings(
-        worker_features=f"ok,{value}", condor_requirements=value, worker_env=f"PATH,{value}")))
+    found = "\n".join(
+        validation.problems(
+            settings(worker_features=f"ok,{value}", condor_requirements=value, worker_env=f"PATH,{value}")
+        )
+    )
     assert "--taskvine-worker-features: feature" in found and "--taskvine-worker-env" in found, found
     assert "--taskvine-condor-requirements" in found, found
     assert "letters, digits" in found
@@ -72,11 +74,17 @@ def test_hostile_groups_file_values_are_refused_naming_the_key(tmp_path, value, 
     import yaml
 
     groups = tmp_path / "groups.yaml"
-    groups.write_text(yaml.safe_dump({"worker_groups": [
-        {"name": value},
-        {"name": "b", "features": ["ok", value]},
-        {"name": "c", "condor_requirements": value},
-    ]}))
+    groups.write_text(
+        yaml.safe_dump(
+            {
+                "worker_groups": [
+                    {"name": value},
+                    {"name": "b", "features": ["ok", value]},
+                    {"name": "c", "condor_requirements": value},
+                ]
+            }
+        )
+    )
     found = "\n".join(validation.problems(settings(worker_groups=groups)))
     assert f"worker_groups[0] name {value!r}" in found, found
     assert f"group 'b': feature {value!r}" in found, found
@@ -98,9 +106,17 @@ def test_requirements_that_are_no_classad_are_refused_before_any_job():
 
 
 def test_safe_values_pass():
-    assert validation.problems(settings(
-        worker_features="rack-a,site.x,gpu_2", condor_requirements='(TARGET.Rack == "rack-a") && (Cpus >= 2)',
-        worker_env="default,MY_SITE_*", port_range="9100-9199")) == []
+    assert (
+        validation.problems(
+            settings(
+                worker_features="rack-a,site.x,gpu_2",
+                condor_requirements='(TARGET.Rack == "rack-a") && (Cpus >= 2)',
+                worker_env="default,MY_SITE_*",
+                port_range="9100-9199",
+            )
+        )
+        == []
+    )
 
 
 @pytest.mark.parametrize("value", ["9200-9100", "0-10", "9100", "a-b", "9100-70000"])
@@ -110,21 +126,36 @@ def test_bad_port_range_is_refused(value):
 
 def test_adapter_refuses_hostile_names_and_paths_itself(tmp_path, marker):
     """The last line of defence, if a caller skipped validation: nothing is started."""
-    for kw in [dict(features=[f"a;touch {MARKER}"]), dict(condor_requirements=f"$ENV(HOME) || `touch {MARKER}`"),
-               dict(scratch_dir=tmp_path / f"x;touch {MARKER}")]:
+    for kw in [
+        dict(features=[f"a;touch {MARKER}"]),
+        dict(condor_requirements=f"$ENV(HOME) || `touch {MARKER}`"),
+        dict(scratch_dir=tmp_path / f"x;touch {MARKER}"),
+    ]:
         with pytest.raises(ValueError):
-            taskvine.Factory(**{"batch_type": "local", "manager_host": "127.0.0.1", "manager_port": 1,
-                                "scratch_dir": tmp_path / "f", **kw})
+            taskvine.Factory(
+                **{
+                    "batch_type": "local",
+                    "manager_host": "127.0.0.1",
+                    "manager_port": 1,
+                    "scratch_dir": tmp_path / "f",
+                    **kw,
+                }
+            )
     with pytest.raises(ValueError):
-        taskvine.Worker(manager_host="127.0.0.1", manager_port=1, workspace=tmp_path / "w",
-                        password_file=tmp_path / f"p;touch {MARKER}")
+        taskvine.Worker(
+            manager_host="127.0.0.1",
+            manager_port=1,
+            workspace=tmp_path / "w",
+            password_file=tmp_path / f"p;touch {MARKER}",
+        )
 
 
 def test_hostile_values_stop_snakemake_before_any_job(workflow, marker):
     wf = workflow(QUICK)
     (wf.root / "groups.yaml").write_text(f'worker_groups:\n  - {{name: "a$(touch {MARKER})"}}\n')
-    done = wf.run("--taskvine-worker-groups", "groups.yaml", "--taskvine-worker-features", f"x;touch {MARKER}",
-                  timeout=120)
+    done = wf.run(
+        "--taskvine-worker-groups", "groups.yaml", "--taskvine-worker-features", f"x;touch {MARKER}", timeout=120
+    )
     assert done.returncode != 0
     assert "worker_groups[0] name" in done.stderr and "--taskvine-worker-features: feature" in done.stderr
     assert not (wf.root / "out").exists()
@@ -135,9 +166,15 @@ def test_worker_env_values_are_quoted_for_the_wrapper(tmp_path, marker):
     value = f"$(touch {MARKER}); `touch {MARKER}` '\" ${{HOME}}"
     password = taskvine.write_password_file(tmp_path / "secret")
     manager = taskvine.Manager(port=0, password_file=password, run_info_dir=tmp_path / "run-info")
-    factory = taskvine.Factory(batch_type="local", manager_host="127.0.0.1", manager_port=manager.port,
-                               scratch_dir=tmp_path / "factory", password_file=password, worker_timeout_s=30,
-                               worker_env={"TASKVINE_TEST_VALUE": value})
+    factory = taskvine.Factory(
+        batch_type="local",
+        manager_host="127.0.0.1",
+        manager_port=manager.port,
+        scratch_dir=tmp_path / "factory",
+        password_file=password,
+        worker_timeout_s=30,
+        worker_env={"TASKVINE_TEST_VALUE": value},
+    )
     try:
         manager.submit(taskvine.TaskSpec(command='printf %s "$TASKVINE_TEST_VALUE"', cores=1))
         result = None
@@ -172,19 +209,19 @@ def test_password_file_is_private_exclusive_and_refuses_links(tmp_path):
 # The job records what a user on the machine could learn: the private directory's and password's modes, and the
 # password itself (to check that it is in no log). It also records the envvar declared by the workflow.
 SECRETS_SNAKEFILE = """
-envvars: "HEPVINE_TEST_TOKEN"
+envvars: "TASKVINE_TEST_TOKEN"
 
 rule all:
     input: "out/look.txt", expand("out/{i}.txt", i=range(2))
 
 rule look:
     output: "out/look.txt"
-    shell: "for d in /tmp/hepvine-vine-*; do stat -c '%a %u %n' $d $d/vine.password; echo $d $(cat $d/vine.password); "
-           "done > {output}; echo token=$HEPVINE_TEST_TOKEN >> {output}"
+    shell: "for d in /tmp/snakemake-vine-*; do stat -c '%a %u %n' $d $d/vine.password; "
+           "echo $d $(cat $d/vine.password); done > {output}; echo token=$TASKVINE_TEST_TOKEN >> {output}"
 
 rule other:
     output: "out/{i}.txt"
-    shell: "echo token=$HEPVINE_TEST_TOKEN > {output}"
+    shell: "echo token=$TASKVINE_TEST_TOKEN > {output}"
 """
 
 
@@ -197,14 +234,26 @@ def test_secrets_private_never_logged_and_removed_token_off_command_lines(workfl
     wf = workflow(SECRETS_SNAKEFILE)
     before = _private_dirs()  # left over from runs that were killed
     token = "tok-" + os.urandom(8).hex()
-    env = dict(os.environ, HEPVINE_TEST_TOKEN=token)
+    env = dict(os.environ, TASKVINE_TEST_TOKEN=token)
     done = subprocess.run(
-        wf.command("--verbose", "--taskvine-port-range", "9400-9420",
-                   *(["--taskvine-library"] if library else ["--taskvine-ssl"])),
-        cwd=wf.root, env=env, capture_output=True, text=True, timeout=240)
+        wf.command(
+            "--verbose",
+            "--taskvine-port-range",
+            "9400-9420",
+            *(["--taskvine-library"] if library else ["--taskvine-ssl"]),
+        ),
+        cwd=wf.root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
-    ours = [line.split() for line in (wf.root / "out" / "look.txt").read_text().splitlines()
-            if not any(old in line for old in before)]  # lines about this run's private directory
+    ours = [
+        line.split()
+        for line in (wf.root / "out" / "look.txt").read_text().splitlines()
+        if not any(old in line for old in before)
+    ]  # lines about this run's private directory
     modes = [(m[0], m[1]) for m in ours if len(m) == 3 and m[0].isdigit()]
     assert modes == [("700", str(os.getuid())), ("600", str(os.getuid()))], ours
     password = next(m[1] for m in ours if len(m) == 2 and re.fullmatch(r"[0-9a-f]{64}", m[1]))
@@ -218,8 +267,9 @@ def test_secrets_private_never_logged_and_removed_token_off_command_lines(workfl
             text = path.read_text(errors="replace")
             assert password not in text and token not in text, path
     assert not list(wf.root.rglob("vine.password")), "a password file inside the workflow directory"
-    assert not [p for p in wf.root.rglob("*") if p.name.startswith("key") or p.suffix == ".key"], \
+    assert not [p for p in wf.root.rglob("*") if p.name.startswith("key") or p.suffix == ".key"], (
         "the TLS key inside the workflow directory"
+    )
     assert _private_dirs() == before, "the run's private directory was not removed"
     port = int(re.search(r"TaskVine manager listening on port (\d+)", done.stderr).group(1))
     assert 9400 <= port <= 9420
@@ -258,15 +308,32 @@ def _ads(command: list[str], condor_env: dict) -> str:
 def test_workers_get_only_the_allowed_environment(workflow, condor_env, marker):
     wf = workflow(ENV_SNAKEFILE)
     canary, allowed = "canary-" + os.urandom(6).hex(), "allowed-" + os.urandom(6).hex()
-    env = dict(os.environ, HEPVINE_CANARY_SECRET=canary, XRD_HEPVINE_ALLOWED=allowed)
+    env = dict(os.environ, TASKVINE_CANARY_SECRET=canary, XRD_TASKVINE_ALLOWED=allowed)
     started = int(time.time())
     # Shell syntax inside a ClassAd string is a valid expression (true here); it reaches no shell, so nothing runs.
     requirements = f'(TARGET.Arch =!= "none") || (MY.Owner == "x && touch {MARKER} && echo")'
-    proc = subprocess.Popen(wf.command("--taskvine-workers", "condor", "--taskvine-max-workers", "1",
-                                       "--taskvine-condor-requirements", requirements,
-                                       "--taskvine-worker-memory-mb", "500", "--taskvine-worker-disk-mb", "500",
-                                       "--default-resources", "mem_mb=100", "disk_mb=10"),
-                            cwd=wf.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        wf.command(
+            "--taskvine-workers",
+            "condor",
+            "--taskvine-max-workers",
+            "1",
+            "--taskvine-condor-requirements",
+            requirements,
+            "--taskvine-worker-memory-mb",
+            "500",
+            "--taskvine-worker-disk-mb",
+            "500",
+            "--default-resources",
+            "mem_mb=100",
+            "disk_mb=10",
+        ),
+        cwd=wf.root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     seen: list[str] = []
 
     def watch():  # the worker jobs' ads while they are queued or running
@@ -292,7 +359,7 @@ def test_workers_get_only_the_allowed_environment(workflow, condor_env, marker):
     assert environments and not any("CONDOR_CONFIG" in line for line in environments), environments[:1]
     for path in (wf.root / "env").glob("*.txt"):
         job_env = path.read_text()
-        assert f"XRD_HEPVINE_ALLOWED={allowed}" in job_env and canary not in job_env
+        assert f"XRD_TASKVINE_ALLOWED={allowed}" in job_env and canary not in job_env
 
 
 # --taskvine-library: one-core jobs that fit a slot's memory are calls; more threads or more memory, processes.
@@ -310,8 +377,15 @@ rule job:
 
 def test_library_calls_only_for_jobs_that_fit_a_slot(workflow):
     wf = workflow(LIBRARY_SNAKEFILE)
-    wf.run("--taskvine-library", "--taskvine-worker-cores", "2", "--taskvine-worker-memory-mb", "2000",
-           timeout=240, check=True)
+    wf.run(
+        "--taskvine-library",
+        "--taskvine-worker-cores",
+        "2",
+        "--taskvine-worker-memory-mb",
+        "2000",
+        timeout=240,
+        check=True,
+    )
     parent = {name: (wf.root / "out" / f"{name}.txt").read_text() for name in ("one", "two", "big")}
     assert "library_code.py" in parent["one"], parent
     assert "library_code.py" not in parent["two"] and "library_code.py" not in parent["big"], parent
@@ -324,8 +398,14 @@ def test_call_fits():
 
 def test_a_final_line_break_is_refused(tmp_path, monkeypatch):
     """`$` matches before a final line break, so "rack-a\\n" would pass a `^...$` pattern; every pattern ends in \\Z."""
-    for pattern in (taskvine.SAFE_NAME, taskvine.SAFE_PATH, taskvine.SAFE_REQUIREMENTS, taskvine.SAFE_HOST,
-                    taskvine.ENV_NAME, taskvine.ENV_PATTERN):
+    for pattern in (
+        taskvine.SAFE_NAME,
+        taskvine.SAFE_PATH,
+        taskvine.SAFE_REQUIREMENTS,
+        taskvine.SAFE_HOST,
+        taskvine.ENV_NAME,
+        taskvine.ENV_PATTERN,
+    ):
         assert pattern.match("a") and not pattern.match("a\n"), pattern.pattern
     groups = tmp_path / "groups.yaml"
     groups.write_text('worker_groups:\n  - {name: "rack-a\\n"}\n  - {name: b, condor_requirements: "Cpus > 1\\n"}\n')
@@ -337,8 +417,9 @@ def test_hostile_hosts_are_refused_before_anything_starts(tmp_path, monkeypatch,
     """The manager's host (from HTCondor's configuration) and the catalog's ($CATALOG_HOST) reach vine_factory's and
     vine_worker's command lines."""
     with pytest.raises(ValueError, match="manager host"):
-        taskvine.Factory(batch_type="local", manager_host=f"h;touch {MARKER}", manager_port=1,
-                         scratch_dir=tmp_path / "f")
+        taskvine.Factory(
+            batch_type="local", manager_host=f"h;touch {MARKER}", manager_port=1, scratch_dir=tmp_path / "f"
+        )
     with pytest.raises(ValueError, match="manager host"):
         taskvine.Worker(manager_host=f"$(touch {MARKER})", manager_port=1, workspace=tmp_path / "w")
     monkeypatch.setenv("CATALOG_HOST", f"`touch {MARKER}`")

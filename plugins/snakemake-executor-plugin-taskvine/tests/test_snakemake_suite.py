@@ -22,8 +22,14 @@ class TaskVineSuite(snakemake.common.tests.TestWorkflowsLocalStorageBase):
         return "taskvine"
 
     def get_executor_settings(self) -> Optional[ExecutorSettingsBase]:
-        return ExecutorSettings(workers=self.workers, min_workers=1, max_workers=2, worker_cores=2,
-                                worker_memory_mb=1500, worker_disk_mb=2000)
+        return ExecutorSettings(
+            workers=self.workers,
+            min_workers=1,
+            max_workers=2,
+            worker_cores=2,
+            worker_memory_mb=1500,
+            worker_disk_mb=2000,
+        )
 
 
 class TestLocalWorkersSharedFS(TaskVineSuite):

@@ -4,10 +4,9 @@ completed an SSL connection), and without it they do not."""
 from __future__ import annotations
 
 import pytest
+from snakemake_runs import slow_snakefile
 
 pytestmark = pytest.mark.sandbox
-
-from snakemake_runs import slow_snakefile
 
 QUICK = slow_snakefile("echo {wildcards.i} > {output}", n=3)
 

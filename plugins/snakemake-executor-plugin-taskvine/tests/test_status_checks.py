@@ -45,6 +45,7 @@ def executor() -> tuple[Executor, list[str]]:
 def check(ex: Executor, tags: list[str]) -> list[str]:
     async def run():
         return [i.external_jobid async for i in ex.check_active_jobs([SimpleNamespace(external_jobid=t) for t in tags])]
+
     return asyncio.run(run())
 
 

@@ -9,11 +9,11 @@ import time
 
 import psutil
 import pytest
+from snakemake_runs import alive, kill_all
 
 from snakemake_executor_plugin_taskvine.dispatcher import Tasks
 from snakemake_executor_plugin_taskvine.stragglers import MIN_PEERS, Stragglers
 from snakemake_executor_plugin_taskvine.taskvine import TaskResult, TaskSpec
-from snakemake_runs import alive, kill_all
 
 
 class FakeManager:
@@ -52,8 +52,17 @@ class Pipe:
 
 
 def result(task_id: int, tag: str, ok: bool = True, run_s: float = 10.0) -> TaskResult:
-    return TaskResult(task_id=task_id, tag=tag, successful=ok, exit_code=0 if ok else 1, result="success",
-                      output="", hostname="w", category="analyse", run_s=run_s)
+    return TaskResult(
+        task_id=task_id,
+        tag=tag,
+        successful=ok,
+        exit_code=0 if ok else 1,
+        result="success",
+        output="",
+        hostname="w",
+        category="analyse",
+        run_s=run_s,
+    )
 
 
 def test_threshold_is_factor_times_the_median_once_enough_peers_finished():
@@ -158,11 +167,28 @@ rule total:
 def test_straggler_gets_a_copy_that_wins(workflow, tmp_path):
     marker = tmp_path / "first-try-of-0"
     wf = workflow(STRAGGLER.format(marker=marker))
-    done = wf.run("--shared-fs-usage", "none", "--taskvine-min-workers", "2", "--taskvine-max-workers", "2",
-                  "--taskvine-worker-cores", "2", "--taskvine-worker-memory-mb", "1500",
-                  "--taskvine-worker-disk-mb", "2000", "--default-resources", "mem_mb=100", "disk_mb=10",
-                  "--taskvine-straggler-factor", "3", "--taskvine-straggler-min-s", "5",
-                  timeout=400)  # the hung try sleeps 600 s: the run must finish without it
+    done = wf.run(
+        "--shared-fs-usage",
+        "none",
+        "--taskvine-min-workers",
+        "2",
+        "--taskvine-max-workers",
+        "2",
+        "--taskvine-worker-cores",
+        "2",
+        "--taskvine-worker-memory-mb",
+        "1500",
+        "--taskvine-worker-disk-mb",
+        "2000",
+        "--default-resources",
+        "mem_mb=100",
+        "disk_mb=10",
+        "--taskvine-straggler-factor",
+        "3",
+        "--taskvine-straggler-min-s",
+        "5",
+        timeout=400,
+    )  # the hung try sleeps 600 s: the run must finish without it
     pid = int((marker / "pid").read_text())
     try:
         assert done.returncode == 0, done.stderr[-4000:]

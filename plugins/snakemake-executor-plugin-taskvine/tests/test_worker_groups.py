@@ -31,11 +31,14 @@ rule must:
 """
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("worker_groups: []", "needs a non-empty list under the key worker_groups"),
-    ("worker_groups:\n  - {name: a, cores: 0}", "group a: cores 0 must be a whole number >= 1"),
-    ("worker_groups:\n  - {name: a, rack: x}", "group a: unknown key(s) rack"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("worker_groups: []", "needs a non-empty list under the key worker_groups"),
+        ("worker_groups:\n  - {name: a, cores: 0}", "group a: cores 0 must be a whole number >= 1"),
+        ("worker_groups:\n  - {name: a, rack: x}", "group a: unknown key(s) rack"),
+    ],
+)
 def test_bad_groups_file_fails_at_start(workflow, text, expected):
     wf = workflow(SNAKEFILE)
     (wf.root / "groups.yaml").write_text(text)
@@ -50,8 +53,16 @@ def _ran_in(wf, pattern):
 
 def _run_with_groups(wf, prefer_wait_s):
     (wf.root / "groups.yaml").write_text(GROUPS)
-    return wf.run("--taskvine-workers", "local", "--taskvine-worker-groups", "groups.yaml",
-                  "--taskvine-prefer-wait-s", str(prefer_wait_s), timeout=240, check=True)
+    return wf.run(
+        "--taskvine-workers",
+        "local",
+        "--taskvine-worker-groups",
+        "groups.yaml",
+        "--taskvine-prefer-wait-s",
+        str(prefer_wait_s),
+        timeout=240,
+        check=True,
+    )
 
 
 def test_preferred_group_is_kept_while_the_wait_lasts(workflow):

@@ -12,8 +12,10 @@ def test_sizes_come_from_the_list_else_the_defaults_else_the_groups_own():
     items = [{"name": "a", "features": ["rack-a"], "cores": 8}, {"name": "b", "max_workers": 3}]
     groups, found = parse(items, "groups.yaml", defaults={"cores": 2, "memory_mb": 1000}, common_features=("x",))
     assert found == []
-    assert groups == [WorkerGroup(name="a", features=("rack-a", "x"), cores=8, memory_mb=1000),
-                      WorkerGroup(name="b", features=("x",), cores=2, max_workers=3, memory_mb=1000)]
+    assert groups == [
+        WorkerGroup(name="a", features=("rack-a", "x"), cores=8, memory_mb=1000),
+        WorkerGroup(name="b", features=("x",), cores=2, max_workers=3, memory_mb=1000),
+    ]
     assert parse(items, "site.yaml")[0][1] == WorkerGroup(name="b", max_workers=3)  # no defaults: the group's own
     assert parse([], "site.yaml") == ([], [])  # no groups is the caller's to judge
 
@@ -30,4 +32,5 @@ def test_every_problem_is_named_and_a_list_with_one_gives_no_groups():
         "--taskvine-worker-groups g.yaml: group a appears more than once",
     ]
     assert parse({"name": "a"}, "site.yaml")[1] == [
-        "site.yaml: worker_groups must be a list of groups (each with at least a name), not {'name': 'a'}"]
+        "site.yaml: worker_groups must be a list of groups (each with at least a name), not {'name': 'a'}"
+    ]

@@ -8,7 +8,7 @@ there for an AGC spec; a fileset gives them as its datasets' metadata); ``lumi_p
 
 Objects: electrons (pt > 30, |eta| < 2.1, cutBased == 4, sip3d < 4), muons (pt > 30, |eta| < 2.1, tightId,
 sip3d < 4, pfRelIso04_all < 0.15), jets (pt > 30, |eta| < 2.4, TightLeptonVeto jet ID), b tag: the era's
-discriminant > its working point (Run 2: btagCSVV2 > 0.5; the era's choices are in ``hepvine.eras``). Events:
+discriminant > its working point (Run 2: btagCSVV2 > 0.5; the era's choices are in ``hepvine.model.eras``). Events:
 exactly one selected lepton and at least four selected jets. Regions: ``4j1b`` (exactly one b-tagged jet; observable
 HT, the scalar sum of selected-jet pt) and ``4j2b`` (two or more; observable the mass of the three-jet combination
 with at least one b tag and the largest vector-sum pt). Weights: xsec × lumi / nevts_total for simulation, 1 for
@@ -51,7 +51,7 @@ import hist
 import numpy as np
 from coffea import processor
 
-from hepvine import eras
+from hepvine.model import eras
 
 # The AGC's own inputs (Run 2 NanoAOD, jet ID from Jet_jetId): hepvine's generated files and the 2015 open data.
 RUN2 = eras.Selection(eras.ERAS["run2"], "default", eras.JET_ID_BIT)
@@ -62,8 +62,11 @@ VARIATIONS = {"nominal": 1.0, "pt_scale_up": 1.03}
 # The weight systematics of the nominal selection: name -> (which selected jet's pt the correction takes, or None
 # for a constant correction; the sign of the shift).
 BTAG_JETS = 4
-BTAG_VARIATIONS = {f"btag_var_{i}_{direction}": (i, sign) for i in range(BTAG_JETS)
-                   for direction, sign in (("up", 1.0), ("down", -1.0))}
+BTAG_VARIATIONS = {
+    f"btag_var_{i}_{direction}": (i, sign)
+    for i in range(BTAG_JETS)
+    for direction, sign in (("up", 1.0), ("down", -1.0))
+}
 SCALE_VARIATIONS = {"scale_var_up": (None, 1.0), "scale_var_down": (None, -1.0)}
 SCALE_VAR_PROCESSES = ("wjets",)  # the processes the AGC gives scale_var (W+jets only)
 WEIGHT_SYSTEMATICS = {**BTAG_VARIATIONS, **SCALE_VARIATIONS}
@@ -73,8 +76,10 @@ SYSTEMATICS = (*VARIATIONS, *WEIGHT_SYSTEMATICS)  # the variation axis's first c
 def variations(process: str, variation: str, data: bool) -> tuple[str, ...]:
     """The histogram variations that a file of the spec sample PROCESS/VARIATION fills (DATA: it has no xsec)."""
     if variation != "nominal" and variation in SYSTEMATICS:
-        raise ValueError(f"{process}/{variation}: a sample variation named like the systematic {variation!r} would "
-                         f"be summed into the nominal sample's; rename it in the spec (e.g. {variation}_sample)")
+        raise ValueError(
+            f"{process}/{variation}: a sample variation named like the systematic {variation!r} would "
+            f"be summed into the nominal sample's; rename it in the spec (e.g. {variation}_sample)"
+        )
     if variation != "nominal":
         return (variation,)
     if data:
@@ -130,11 +135,18 @@ def _best_trijet_mass(p4: np.ndarray, btagged: np.ndarray, njets: np.ndarray) ->
 
 def _tight_lepton_veto(j: dict) -> np.ndarray:
     """JME's TightLeptonVeto jet ID for |eta| <= 2.6 from the jet's energy fractions and multiplicities (NanoAOD v15
-    has no Jet_jetId; the criteria and their source are in hepvine.eras, JET_ID_FRACTIONS)."""
+    has no Jet_jetId; the criteria and their source are in hepvine.model.eras, JET_ID_FRACTIONS)."""
     charged, neutral = (j[x][0].astype(np.int64) for x in ("chMultiplicity", "neMultiplicity"))
-    return ((np.abs(j["eta"][0]) <= 2.6) & (j["neHEF"][0] < 0.99) & (j["neEmEF"][0] < 0.9)
-            & (charged + neutral > 1) & (j["chHEF"][0] > 0.01) & (charged > 0)
-            & (j["muEF"][0] < 0.8) & (j["chEmEF"][0] < 0.8))
+    return (
+        (np.abs(j["eta"][0]) <= 2.6)
+        & (j["neHEF"][0] < 0.99)
+        & (j["neEmEF"][0] < 0.9)
+        & (charged + neutral > 1)
+        & (j["chHEF"][0] > 0.01)
+        & (charged > 0)
+        & (j["muEF"][0] < 0.8)
+        & (j["chEmEF"][0] < 0.8)
+    )
 
 
 class Region(NamedTuple):
@@ -152,8 +164,9 @@ def _first_jets_pt(pt: np.ndarray, event: np.ndarray, jets: np.ndarray) -> np.nd
     return pt[jets][rank < BTAG_JETS].reshape(-1, BTAG_JETS)
 
 
-def select(events: dict, selection: eras.Selection = RUN2,
-           jet_variations: tuple[str, ...] = tuple(VARIATIONS)) -> dict[str, dict[str, Region]]:
+def select(
+    events: dict, selection: eras.Selection = RUN2, jet_variations: tuple[str, ...] = tuple(VARIATIONS)
+) -> dict[str, dict[str, Region]]:
     """Per jet-pt variation (of JET_VARIATIONS) and region, the selected events, reading the branches of SELECTION
     (its era's b tag and IDs).
 
@@ -169,9 +182,14 @@ def select(events: dict, selection: eras.Selection = RUN2,
     jet_branches = [*eras.JET_KINEMATICS, *selection.jet_id_branches]
     j = {name.removeprefix("Jet_"): _jagged(events[name]) for name in jet_branches}
     btag = _jagged(events[era.btag])[0]
-    electrons = ((e["pt"][0] > 30) & (np.abs(e["eta"][0]) < 2.1) & (e_id == electron_tight) & (e["sip3d"][0] < 4))
-    muons = ((m["pt"][0] > 30) & (np.abs(m["eta"][0]) < 2.1) & m_id.astype(bool) & (m["sip3d"][0] < 4)
-             & (m["pfRelIso04_all"][0] < 0.15))
+    electrons = (e["pt"][0] > 30) & (np.abs(e["eta"][0]) < 2.1) & (e_id == electron_tight) & (e["sip3d"][0] < 4)
+    muons = (
+        (m["pt"][0] > 30)
+        & (np.abs(m["eta"][0]) < 2.1)
+        & m_id.astype(bool)
+        & (m["sip3d"][0] < 4)
+        & (m["pfRelIso04_all"][0] < 0.15)
+    )
     one_lepton = (_per_event(electrons, e["pt"][1]) + _per_event(muons, m["pt"][1])) == 1
 
     # The jets that any variation could select: in one-lepton events, passing the cuts no variation changes.
@@ -200,14 +218,17 @@ def select(events: dict, selection: eras.Selection = RUN2,
         p4 = np.stack([px, py, pz, np.sqrt(px**2 + py**2 + pz**2 + mass[jets].astype(np.float64) ** 2)])
         result[variation] = {
             "4j1b": Region(ht, _first_jets_pt(pt, event, in_one_b)),
-            "4j2b": Region(_best_trijet_mass(p4, btagged[jets], njets[two_b]), _first_jets_pt(pt, event, jets))}
+            "4j2b": Region(_best_trijet_mass(p4, btagged[jets], njets[two_b]), _first_jets_pt(pt, event, jets)),
+        }
     return result
 
 
 def observables(events: dict, selection: eras.Selection = RUN2) -> dict[str, dict[str, np.ndarray]]:
     """Per jet-pt variation and region, the observable of each selected event (a flat array)."""
-    return {variation: {region: selected.observable for region, selected in regions.items()}
-            for variation, regions in select(events, selection).items()}
+    return {
+        variation: {region: selected.observable for region, selected in regions.items()}
+        for variation, regions in select(events, selection).items()
+    }
 
 
 def _weights(variation: str, selected: Region, weight: float) -> np.ndarray:
@@ -221,8 +242,15 @@ def _weights(variation: str, selected: Region, weight: float) -> np.ndarray:
     return weights * (1.0 + sign * (selected.jet_pt[:, jet].astype(np.float64) * 0.075 / 50))
 
 
-def fill(h: hist.Hist, events: dict, process: str, weight: float, selection: eras.Selection = RUN2,
-         variation: str = "nominal", data: bool = False) -> dict[str, int]:
+def fill(
+    h: hist.Hist,
+    events: dict,
+    process: str,
+    weight: float,
+    selection: eras.Selection = RUN2,
+    variation: str = "nominal",
+    data: bool = False,
+) -> dict[str, int]:
     """Fill H with EVENTS of the spec sample PROCESS/VARIATION (read with SELECTION; DATA: it has no xsec) in every
     region and each histogram variation the sample fills (``variations``); returns the nominal selection's count per
     region."""
@@ -231,8 +259,13 @@ def fill(h: hist.Hist, events: dict, process: str, weight: float, selection: era
     for region in REGIONS:
         for name in fills:
             chosen = selected[name if name in VARIATIONS else "nominal"][region]
-            h.fill(region=region, process=process, variation=name, observable=chosen.observable,
-                   weight=_weights(name, chosen, weight))
+            h.fill(
+                region=region,
+                process=process,
+                variation=name,
+                observable=chosen.observable,
+                weight=_weights(name, chosen, weight),
+            )
     return {region: len(selected["nominal"][region].observable) for region in REGIONS}
 
 
@@ -273,7 +306,7 @@ def _tag(filename: str) -> str | None:
 
 
 def file_selection(events, branches: Branches) -> eras.Selection:
-    """The era's selection for the file of EVENTS (``hepvine.eras``: the metadata's era, else the file's tag, run
+    """The era's selection for the file of EVENTS (``hepvine.model.eras``: the metadata's era, else the file's tag, run
     or branches)."""
     filename, forced = events.metadata["filename"], events.metadata.get("era")
     names = branches.names()
@@ -305,13 +338,23 @@ class TtbarProcessor(processor.ProcessorABC):
         selection = file_selection(events, branches)
         fills = variations(process, variation, xsec is None)
         h = new_histogram()
-        fill(h, branches, process, event_weight(xsec, self.lumi_pb, meta.get("nevts_total") or 1), selection,
-             variation, xsec is None)
+        fill(
+            h,
+            branches,
+            process,
+            event_weight(xsec, self.lumi_pb, meta.get("nevts_total") or 1),
+            selection,
+            variation,
+            xsec is None,
+        )
         # Every histogram variation the sample fills, empty ones too (today's histograms.root has them all).
         filled = process in h.axes["process"]
-        out = {f"{region}_{process}_{name}": h[{"region": region, "process": process, "variation": name}]
-               if filled and name in h.axes["variation"] else hist.Hist(h.axes["observable"],
-                                                                         storage=hist.storage.Weight())
-               for region in REGIONS for name in fills}
+        out = {
+            f"{region}_{process}_{name}": h[{"region": region, "process": process, "variation": name}]
+            if filled and name in h.axes["variation"]
+            else hist.Hist(h.axes["observable"], storage=hist.storage.Weight())
+            for region in REGIONS
+            for name in fills
+        }
         out[f"events_{process}_{variation}"] = events_histogram(len(events))
         return out

@@ -27,8 +27,12 @@ class DimuonProcessor(processor.ProcessorABC):
         pairs = muons[ak.num(muons) == 2]
         pairs = pairs[ak.sum(pairs.charge, axis=1) == 0]
         mass = (pairs[:, 0] + pairs[:, 1]).mass
-        h = hist.Hist(hist.axis.Regular(60, 0.5, 200.0, transform=hist.axis.transform.log, name="mass",
-                                        label=r"$m_{\mu\mu}$ [GeV]"), storage=hist.storage.Weight())
+        h = hist.Hist(
+            hist.axis.Regular(
+                60, 0.5, 200.0, transform=hist.axis.transform.log, name="mass", label=r"$m_{\mu\mu}$ [GeV]"
+            ),
+            storage=hist.storage.Weight(),
+        )
         h.fill(mass=ak.to_numpy(mass))
         return {dataset: {"mass": h, "events": len(events), "pairs": len(mass)}}
 

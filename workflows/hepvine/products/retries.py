@@ -1,0 +1,80 @@
+"""Retries across runs: ``retries.json`` counts each file's failures by class and, for a file that failed
+permanently, what identified its source then (``source_identity``: size and modification time, or that it was
+missing). When a run ends the workflow adds the report's failures (``update``); when it plans, a batch's job gets two
+parameters from it: its count of transient failures (``transient_counts``), and the new identity of each of its
+permanently failed files whose source has changed since it failed (``fixed_sources``: a few stats, only of the
+failed files). So running the same command again reruns exactly the batches that had a transient failure or whose
+broken file was replaced or restored (Snakemake reruns jobs whose parameters changed), and never the others.
+Imported at parse time: JSON, os and (for a ``root://`` source) XRootD's client only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from hepvine.model import atomic
+from hepvine.routing.site import ROOT_URL
+
+
+def source_identity(path: str) -> str:
+    """What identifies the file at PATH now: ``<size>:<mtime ns>``, ``missing``, or ``unknown`` when it cannot be
+    asked (a server that does not answer)."""
+    url = ROOT_URL.match(path)
+    if url is None:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return "missing"
+        except OSError:
+            return "unknown"
+        return f"{st.st_size}:{st.st_mtime_ns}"
+    try:
+        from XRootD import client
+    except ImportError:
+        return "unknown"
+    status, info = client.FileSystem(url.group(1)).stat(url.group(2), timeout=10)
+    if not status.ok:
+        return "missing" if status.errno == 3011 else "unknown"  # kXR_NotFound
+    return f"{info.size}:{info.modtime}"
+
+
+def update(report: dict, path: Path) -> None:
+    """Count each failed file's failures by class in the retries file at PATH, once per report; for a file's first
+    permanent failure, keep what identified its source."""
+    previous = json.loads(path.read_text()) if path.exists() else {}
+    if previous.get("report") == report["generated"]:
+        return
+    files = previous.get("files", {})
+    for failure in report["failed_files"]:
+        counts = files.setdefault(failure["fid"], {"transient": 0, "permanent": 0})
+        counts[failure["class"]] += 1
+        if failure["class"] == "permanent" and "failed_source" not in counts:
+            counts["path"], counts["failed_source"] = failure["path"], source_identity(failure["path"])
+    atomic.write_json(path, {"report": report["generated"], "files": files})
+
+
+def _files(path: Path) -> dict:
+    return json.loads(path.read_text())["files"] if path.exists() else {}
+
+
+def transient_counts(path: Path) -> dict[str, int]:
+    """Each file's transient failures so far, from the retries file at PATH (empty if there is none)."""
+    return {fid: c["transient"] for fid, c in _files(path).items() if c["transient"]}
+
+
+def permanent_failures(path: Path) -> dict[str, dict]:
+    """The files of the retries file at PATH that failed permanently, with what identified their source then."""
+    return {fid: c for fid, c in _files(path).items() if "failed_source" in c}
+
+
+def fixed_sources(failed: dict[str, dict]) -> dict[str, str]:
+    """Each of FAILED (``permanent_failures``) whose source is no longer what it was when it first failed: its
+    identity now. (A file given another path in the dataset reruns its job anyway: its shard changes.)"""
+    fixed = {}
+    for fid, record in failed.items():
+        now = source_identity(record["path"])
+        if now not in (record["failed_source"], "unknown"):
+            fixed[fid] = now
+    return fixed

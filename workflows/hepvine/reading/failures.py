@@ -1,0 +1,73 @@
+"""Which failure an exception means for the file being read: the one place where an exception becomes a file's
+``records.Failure`` (``transient`` or ``permanent``, with its cause and fix), or is declared a bug (None: the caller
+lets it propagate and the job fails loudly, once). Knows uproot's and the codecs' exception types; the records it
+classifies for are plain data (``hepvine.model.records``)."""
+
+from __future__ import annotations
+
+import errno
+import lzma
+import zlib
+
+import uproot
+
+from hepvine.model.records import PERMANENT, RERUN_FIXED, TRANSIENT, AnalysisError, Failure, FileProblem
+
+
+def _first_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def classify(exc: BaseException) -> Failure | None:
+    """The failure EXC means for the file being read, or None if it is not a problem of the file or its access
+    (then it is a bug, and the caller lets it propagate)."""
+    cause = _first_line(exc)
+    rerun = "run the same command again: transient failures are retried"
+    if isinstance(exc, FileProblem):
+        return Failure(exc.kind, PERMANENT, cause, exc.fix)
+    if isinstance(exc, AnalysisError):
+        return Failure(
+            "analysis-error",
+            PERMANENT,
+            cause,
+            f"the analysis raised this at {exc.where}: fix it there (or in analysis_args) and run the same "
+            "command again: a changed analysis file or analysis_args reruns the campaign's jobs",
+        )
+    if isinstance(exc, uproot.KeyInFileError):
+        return Failure(
+            "missing-branch",
+            PERMANENT,
+            cause,
+            "the file lacks a tree or branch the analysis needs: if it is of another era, set `era` for "
+            "its process in the spec (docs/eras.md), else replace it or drop it from the spec; " + RERUN_FIXED,
+        )
+    if isinstance(exc, uproot.deserialization.DeserializationError) or isinstance(exc, (zlib.error, lzma.LZMAError)):
+        return Failure(
+            "corrupt",
+            PERMANENT,
+            cause,
+            "the file is corrupt (a basket or key cannot be read): replace it at the source; " + RERUN_FIXED,
+        )
+    if isinstance(exc, OSError):
+        if exc.errno == errno.ENOSPC:
+            return Failure(
+                "disk-full", TRANSIENT, cause, "a worker's disk is full: free space or raise disk_mb; " + rerun
+            )
+        if isinstance(exc, FileNotFoundError) or getattr(exc, "missing", False):  # fetch.FetchError.missing
+            return Failure(
+                "missing-file",
+                PERMANENT,
+                cause,
+                "no source has the file: correct its path in the spec or restore it; " + RERUN_FIXED,
+            )
+        return Failure(
+            "unreachable", TRANSIENT, cause, "no source could be read in time (cache or origin down, network): " + rerun
+        )
+    if isinstance(exc, ValueError) and ("not a ROOT file" in str(exc) or "file header" in str(exc)):
+        return Failure(
+            "not-root",
+            PERMANENT,
+            cause,
+            "the file is not a ROOT file: replace it or drop it from the spec; " + RERUN_FIXED,
+        )
+    return None

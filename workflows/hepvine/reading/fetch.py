@@ -1,0 +1,111 @@
+"""Reading one input file over its route (``site.Route.as_dict()``): the home cache first, then each fail-over in
+turn when a source cannot be read, and a record of how it went — which source served the file, its cache and rack,
+the rack of the worker that read it, and every source that failed with its cause.
+
+A task learns its worker's rack from ``SNAKEMAKE_TASKVINE_WORKER_GROUP`` (set by the TaskVine executor; a site's
+worker groups are named after their racks). Only I/O errors (``OSError``: refused connections, timeouts, missing
+files) move on to the next source; anything else is a problem of the file itself and is raised at once. When every
+source failed, the round is tried again after a back-off (doubling, with jitter) up to ``Retry.attempts`` rounds —
+a cache or the origin that is down for a few seconds costs a wait, not the file — unless every source said the file
+does not exist.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+import time
+from dataclasses import dataclass
+from typing import Callable, TypeVar
+
+from hepvine.routing import site
+
+WORKER_GROUP_ENV = "SNAKEMAKE_TASKVINE_WORKER_GROUP"
+# Errors of the worker's own disk while a reader writes (staging a source, a recompressed copy): raised at once, not
+# a failed source (found by tests/workflow/test_disk_full.py: a full disk was recorded as "unreachable").
+LOCAL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+# XRootD client settings a job starts with unless the site config or the job's environment sets them. XRootD remembers
+# a connection's fatal error for XRD_STREAMERRORWINDOW seconds (default 1800) and fails every later read of that
+# server at once: the rounds of ``read`` would never reach a cache or origin that is back (measured in
+# tests/chaos/test_faults.py: all three servers down 30 s, every later round "[FATAL] Connection error").
+XROOTD_DEFAULTS = {"XRD_STREAMERRORWINDOW": "1"}
+T = TypeVar("T")
+
+
+class FetchError(OSError):
+    """Every source of a file failed; the message lists each with its cause. ``missing``: every source said the
+    file does not exist."""
+
+    def __init__(self, message: str, missing: bool):
+        super().__init__(message)
+        self.missing = missing
+
+
+@dataclass(frozen=True)
+class Retry:
+    """How often to go over a file's sources (ATTEMPTS rounds) and how long to wait before the second round
+    (BACKOFF_S, doubled each further round, times a random factor in [0.5, 1.5))."""
+
+    attempts: int = 3
+    backoff_s: float = 2.0
+
+    def wait_s(self, round_: int) -> float:
+        return self.backoff_s * 2 ** (round_ - 1) * (0.5 + random.random())
+
+
+def local_route(path: str) -> dict:
+    """The route of a file read where it is (what a site gives a path that is not a root:// URL)."""
+    return site.Route(lfn=path, sources=(site.Source(url=path),)).as_dict()
+
+
+def parse_route(text: str | None, path: str) -> dict:
+    """The route given on a command line (JSON), or PATH read where it is."""
+    return json.loads(text) if text else local_route(path)
+
+
+def _missing(error: OSError) -> bool:
+    return isinstance(error, FileNotFoundError) or "no such file" in str(error).lower()
+
+
+def read(route: dict, reader: Callable[[str], T], retry: Retry = Retry()) -> tuple[T, dict]:
+    """READER(url) for the first of ROUTE's sources that can be read, going over them up to RETRY.attempts times;
+    (its result, the fetch record, whose ``failover`` lists every failed try)."""
+    failed = []
+    for round_ in range(1, retry.attempts + 1):
+        errors = []
+        for source in route["sources"]:
+            try:
+                result = reader(source["url"])
+            except OSError as e:
+                if e.errno in LOCAL_ERRNOS:  # the worker's own disk, not the source: no other source helps
+                    raise
+                errors.append(e)
+                failed.append({**source, "error": f"{type(e).__name__}: {e}", "round": round_})
+                continue
+            return result, record(route, source, failed)
+        if all(_missing(e) for e in errors) or round_ == retry.attempts:
+            missing = all(_missing(e) for e in errors)
+            raise FetchError(
+                f"{route['lfn']}: no source could be read"
+                + (" (every source says the file does not exist)" if missing else f" in {round_} round(s)")
+                + ": "
+                + "; ".join(f"{f['url']} ({f['error']})" for f in failed[-len(errors) :]),
+                missing,
+            )
+        time.sleep(retry.wait_s(round_))
+    raise AssertionError("unreachable: attempts >= 1")
+
+
+def record(route: dict, source: dict, failed: list[dict]) -> dict:
+    """How a file was read: from SOURCE, by a worker in which rack, after which FAILED sources."""
+    return {
+        "url": source["url"],
+        "cache": source["cache"],
+        "cache_rack": source["rack"],
+        "home_cache": route["cache"],
+        "rack": route["rack"],
+        "worker_rack": os.environ.get(WORKER_GROUP_ENV) or None,
+        "failover": failed,
+    }

@@ -1,0 +1,231 @@
+"""The user's analysis, run on one file as coffea's ``processor.Runner`` runs it: a ``coffea.processor.ProcessorABC``
+subclass (instantiated once per job with the campaign's ``analysis_args``) or a plain function ``f(events) ->
+accumulatable``, named ``<file.py>:<Name>`` or ``<module>:<Name>`` (config key ``analysis``).
+
+A file is cut into chunks with coffea's arithmetic (``chunks``: ``chunksize`` entries, evened out over the file; or
+the steps of a preprocessed fileset), each chunk becomes NanoEvents exactly as the Runner makes them
+(``NanoEventsFactory.from_root(..., mode="virtual")`` with the schema of config key ``schema`` and the metadata
+``dataset``, ``filename``, ``treename``, ``entrystart``, ``entrystop``, ``fileuuid`` plus the dataset's own), and the
+chunks' outputs are added with ``coffea.processor.accumulate`` in chunk order. TTree and RNTuple alike.
+
+What goes wrong is said per file: a file that NanoEvents cannot read is a permanent ``not-nanoevents`` failure; an
+exception raised by the user's code is an ``records.AnalysisError`` naming the user's frame (file:line), which
+``failures.classify`` makes the file's permanent ``analysis-error`` — unless it is a read failure (an XRootD error
+or a missing branch seen while NanoEvents loaded a column), which keeps its own class. coffea is imported only here
+(and by the merge and the products): never while the workflow parses.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import sys
+import traceback
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from hepvine.model.records import AnalysisError, FileProblem
+from hepvine.reading import failures
+
+DEFAULT_SCHEMA = "NanoAODSchema"
+DEFAULT_CHUNKSIZE = 100_000  # coffea's Runner's default
+
+
+class AnalysisSpecError(ValueError):
+    """The config's ``analysis`` (or its arguments or schema) cannot be used; the message says what to change."""
+
+
+@dataclass
+class Analysis:
+    """A loaded analysis: the processor (or function), where it was defined, and how files are cut and read."""
+
+    name: str  # as the config gives it
+    instance: object
+    source: str | None  # the file that defines it (its frames are the user's)
+    schema: type
+    chunksize: int
+
+    @property
+    def is_processor(self) -> bool:
+        from coffea.processor import ProcessorABC
+
+        return isinstance(self.instance, ProcessorABC)
+
+    def process(self, events):
+        return self.instance.process(events) if self.is_processor else self.instance(events)
+
+    def postprocess(self, output):
+        """coffea's Runner: postprocess's return value replaces the output unless it is None."""
+        if not self.is_processor:
+            return output
+        result = self.instance.postprocess(output)
+        return output if result is None else result
+
+
+def _import(spec: str):
+    """(the object named by SPEC, the file that defines it)."""
+    where, sep, name = spec.rpartition(":")
+    if not sep or not where or not name.isidentifier():
+        raise AnalysisSpecError(
+            f"analysis={spec!r}: name it as <file.py>:<Name> or <module>:<Name>, e.g. "
+            "analyses/dimuon.py:DimuonProcessor"
+        )
+    if where.endswith(".py"):
+        path = Path(where)
+        if not path.is_file():
+            raise AnalysisSpecError(
+                f"analysis={spec!r}: no such file {path} (paths are relative to the directory snakemake runs in)"
+            )
+        module_name = f"hepvine_analysis_{path.stem}"
+        loader = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(loader)
+        sys.modules[module_name] = module  # dataclasses and pickling look their module up here
+        sys.path.insert(0, str(path.resolve().parent))  # its sibling modules import as they would for the user
+        try:
+            loader.loader.exec_module(module)
+        finally:
+            sys.path.remove(str(path.resolve().parent))
+    else:
+        try:
+            module = importlib.import_module(where)
+        except ModuleNotFoundError as e:
+            raise AnalysisSpecError(
+                f"analysis={spec!r}: cannot import {where} ({e}); give a file (<file.py>:<Name>) "
+                "or install the module where the jobs run"
+            ) from e
+    if not hasattr(module, name):
+        raise AnalysisSpecError(f"analysis={spec!r}: {where} defines no {name!r}")
+    return getattr(module, name), getattr(module, "__file__", None)
+
+
+def schema_class(name: str) -> type:
+    """The NanoEvents schema called NAME (``NanoAODSchema``, ``BaseSchema``, ``PHYSLITESchema``, ...)."""
+    from coffea.nanoevents import schemas
+
+    found = getattr(schemas, name, None)
+    if not (isinstance(found, type) and issubclass(found, schemas.BaseSchema)):
+        known = sorted(n for n in dir(schemas) if n.endswith("Schema") and isinstance(getattr(schemas, n), type))
+        raise AnalysisSpecError(f"schema={name!r} is not a NanoEvents schema; use one of {', '.join(known)}")
+    return found
+
+
+def load(
+    spec: str, args: dict | None = None, schema: str = DEFAULT_SCHEMA, chunksize: int = DEFAULT_CHUNKSIZE
+) -> Analysis:
+    """The analysis SPEC names, instantiated with ARGS when it is a processor class."""
+    from coffea.processor import ProcessorABC
+
+    found, source = _import(spec)
+    args = args or {}
+    if isinstance(found, type) and issubclass(found, ProcessorABC):
+        try:
+            instance = found(**args)
+        except TypeError as e:
+            raise AnalysisSpecError(
+                f"analysis={spec!r}: {found.__name__}({', '.join(f'{k}=...' for k in args)}) "
+                f"failed: {e}; correct analysis_args"
+            ) from e
+    elif isinstance(found, type):
+        raise AnalysisSpecError(
+            f"analysis={spec!r}: {found.__name__} is a class but not a "
+            "coffea.processor.ProcessorABC; subclass it, or name a function f(events)"
+        )
+    elif callable(found):
+        if args:
+            raise AnalysisSpecError(
+                f"analysis={spec!r} is a function: it takes no analysis_args (only a processor "
+                "class is instantiated with them); drop analysis_args"
+            )
+        instance = found
+    else:
+        raise AnalysisSpecError(
+            f"analysis={spec!r}: {type(found).__name__} is neither a processor class nor a function"
+        )
+    return Analysis(spec, instance, source, schema_class(schema), chunksize)
+
+
+def chunks(num_entries: int, chunksize: int) -> list[tuple[int, int]]:
+    """coffea's Runner's chunks of a file of NUM_ENTRIES (``FileMeta.chunks`` without cluster alignment): the file
+    cut into max(round(NUM_ENTRIES / CHUNKSIZE), 1) chunks of equal size (rounded up; the last one smaller); an empty
+    file is one empty chunk."""
+    if num_entries == 0:
+        return [(0, 0)]
+    size = math.ceil(num_entries / max(round(num_entries / chunksize), 1))
+    return [(start, min(num_entries, start + size)) for start in range(0, num_entries, size)]
+
+
+def _user_frame(exc: BaseException, source: str | None) -> str:
+    """Where in the user's code EXC was raised: the deepest frame in SOURCE (the analysis's file), else the deepest
+    frame outside coffea, awkward, uproot and the standard library."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    mine = [f for f in frames if source and Path(f.filename) == Path(source)]
+    if not mine:
+        mine = [
+            f for f in frames if not any(p in f.filename for p in ("site-packages", "dist-packages", "/lib/python"))
+        ]
+    frame = (mine or frames)[-1]
+    return f"{frame.filename}:{frame.lineno} in {frame.name}"
+
+
+def run_file(url: str, task, analysis: Analysis) -> tuple[object, int, int]:
+    """(the accumulated output, the events processed, the bytes read) of ANALYSIS over the file at URL (TASK: its
+    dataset, tree, metadata, uuid and steps)."""
+    import uproot
+    from coffea.nanoevents import NanoEventsFactory
+    from coffea.processor import accumulate
+
+    output, events = None, 0
+    with uproot.open({url: None}) as f:
+        tree = f[task.treename]
+        fileuuid = task.uuid or (str(uuid.UUID(bytes=f.file.fUUID)) if len(f.file.fUUID) else "")
+        steps = task.steps or chunks(tree.num_entries, analysis.chunksize)
+        for start, stop in steps:
+            metadata = {
+                "dataset": task.dataset,
+                "filename": url,
+                "treename": task.treename,
+                "entrystart": start,
+                "entrystop": stop,
+                "fileuuid": fileuuid,
+                **(task.metadata or {}),
+            }
+            try:
+                chunk = NanoEventsFactory.from_root(
+                    file=f,
+                    treepath=task.treename,
+                    schemaclass=analysis.schema,
+                    metadata=metadata,
+                    mode="virtual",
+                    entry_start=start,
+                    entry_stop=stop,
+                ).events()
+            except Exception as e:
+                if failures.classify(e) is not None:
+                    raise
+                raise FileProblem(
+                    "not-nanoevents",
+                    f"{url}: {task.treename} cannot be read as NanoEvents with "
+                    f"{analysis.schema.__name__}: {type(e).__name__}: {e}",
+                    "check the file and the schema (config key schema); drop the file from the "
+                    "dataset if it is not NanoAOD",
+                ) from e
+            try:
+                out = analysis.process(chunk)
+            except Exception as e:
+                if failures.classify(e) is not None:  # a read failure seen through a lazy column: the file's
+                    raise
+                raise AnalysisError(
+                    f"{url} entries {start}-{stop}: {analysis.name} raised {type(e).__name__}: {e}",
+                    _user_frame(e, analysis.source),
+                ) from e
+            if out is None:
+                raise AnalysisError(
+                    f"{url}: {analysis.name} returned None for entries {start}-{stop}; process() "
+                    "must return an accumulatable (a dict of histograms, numbers, sets...)",
+                    analysis.name,
+                )
+            output = out if output is None else accumulate([out], output)
+            events += stop - start
+        return output, events, int(f.file.source.num_requested_bytes)
