@@ -17,9 +17,12 @@ this process, each engine on its own staged copy:
 
 The transcoder is also timed with each codec of ``--other-codecs`` (the choice a campaign's ``recompress`` setting
 makes between copy size and rate). Files the transcoder leaves to hadd say why and have no transcode row. Rates are
-of the input's size per core (each
-step runs on one core): by wall time, and by CPU time (this process's and its children's: on a machine shared with
-other work, the CPU time is the closer measure of one free core). Writes results/bench/recompress.json.
+of the input's size per core (each step runs on one core): by wall time, and by CPU time (this process's and its
+children's: on a machine shared with other work, the CPU time is the closer measure of one free core).
+
+Last, one table of each file's whole recompression with a transcoder program started per file (as before) and with
+the job's one running program (as jobs do now), side by side: the fixed cost a file pays (ROOT's start), as the
+intercept over the real files. Writes results/bench/recompress.json.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import uproot
 
 from hepvine.devtools import generate
@@ -173,6 +177,39 @@ def generated(events: int) -> Path:
     return path
 
 
+def per_file_costs(sources: list[Path], codec: recompress.Codec, work: Path) -> dict:
+    """Each file's whole recompression (``recompress.recompress``: stage, transcode or hadd, verify) timed twice side
+    by side: with a transcoder program started for the file (as every file did before programs were kept per job)
+    and with the job's running one; the fixed cost per file of each is the intercept of a straight line through
+    (MB, seconds) of the real files."""
+    rows = []
+    for source in sources:
+        row = {"file": source.name, "mb": round(source.stat().st_size / 1e6, 3)}
+        for mode in ("program_per_file", "program_per_job"):
+            if mode == "program_per_file":
+                transcode.SHARED.close()
+            else:
+                recompress.start()
+            how, started = {}, time.perf_counter()
+            recompress.recompress(str(source), work / "copy.root", codec, how)
+            row[mode] = round(time.perf_counter() - started, 3)
+            row["engine"] = how["engine"]
+            (work / "copy.root").unlink()
+        rows.append(row)
+        print(
+            f"{row['file']:<42.42} {row['mb']:7.2f} MB  program per file {row['program_per_file']:.3f} s, "
+            f"per job {row['program_per_job']:.3f} s ({row['engine']})",
+            flush=True,
+        )
+    real = [r for r in rows if (NANOAOD / r["file"]).exists() and r["engine"] == "transcode"]
+    fixed = {
+        mode: round(float(np.polyfit([r["mb"] for r in real], [r[mode] for r in real], 1)[1]), 3)
+        for mode in ("program_per_file", "program_per_job")
+    }
+    print(f"fixed cost per file (intercept over {len(real)} real files the transcoder copies): {fixed}", flush=True)
+    return {"files": rows, "fixed_seconds_per_file": fixed, "fit_over": len(real)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--codec", default="zstd:5")
@@ -193,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     codec = recompress.parse_codec(args.codec)
     others = [recompress.parse_codec(c) for c in args.other_codecs.split(",") if c.strip()]
     sources = [p for p in sorted(NANOAOD.glob("*.root")) if not args.only or p.name in args.only]
-    transcode.program()  # built before any timing
+    recompress.start()  # the transcoder built (and running) before any timing
     rows = []
     with tempfile.TemporaryDirectory(dir=OUT if OUT.exists() else None) as tmp:
         work = Path(tmp)
@@ -210,9 +247,13 @@ def main(argv: list[str] | None = None) -> int:
             row["transcode_other_codecs"] = {str(other): transcoded(source, other, work) for other in others}
             rows.append(row)
             print(line(row), flush=True)
+        fixed = per_file_costs(sources, codec, work)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "recompress.json").write_text(
-        json.dumps({"codec": str(codec), "other_codecs": [str(c) for c in others], "files": rows}, indent=2) + "\n"
+        json.dumps(
+            {"codec": str(codec), "other_codecs": [str(c) for c in others], "files": rows, "per_file": fixed}, indent=2
+        )
+        + "\n"
     )
     return 0
 

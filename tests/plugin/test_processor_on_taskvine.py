@@ -1,7 +1,8 @@
 """A user's processor on the real stack: the sandbox profile (TaskVine workers that HTCondor runs, one per rack),
 a coffea fileset of real NanoAOD files served by the XRootD origin and read through the racks' XCaches, the
-processor's file shipped to workers without a shared filesystem — and ``output.coffea`` equal to coffea's own
-``processor.Runner`` reading the same URLs, with the one file that is not ROOT named as failed."""
+processor's file shipped to workers without a shared filesystem, each file recompressed to ZSTD first — and
+``output.coffea`` equal to coffea's own ``processor.Runner`` reading the same URLs, with the one file that is not ROOT
+named as failed; then a later campaign over the copies (``dataset.zstd.json``) equal to the Runner over them."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import uproot
 from coffea import util
 from processors import CHUNKSIZE, NEW_PROCESSOR, assert_same, coffea_runner
 
@@ -52,14 +54,13 @@ def served(services):
         shutil.rmtree(path, ignore_errors=True)
 
 
-def test_a_users_processor_on_taskvine_workers_equals_coffeas_runner(served):
-    fileset, bad, tag = served
-    inputs = REPO / "results" / tag
-    inputs.mkdir(parents=True)
-    (inputs / "my_analysis.py").write_text(NEW_PROCESSOR)
-    with_bad = json.loads(json.dumps(fileset))
-    with_bad["data"]["files"][bad] = "Events"
-    (inputs / "fileset.json").write_text(json.dumps(with_bad))
+def entries(path: Path) -> int:
+    with uproot.open(path) as f:
+        return f["Events"].num_entries
+
+
+def campaign(tag: str, *config: str) -> Path:
+    """A campaign of the test's processor on the sandbox profile with CONFIG; its results directory."""
     run = subprocess.run(
         [
             sys.executable,
@@ -68,11 +69,10 @@ def test_a_users_processor_on_taskvine_workers_equals_coffeas_runner(served):
             "--profile",
             "profiles/sandbox",
             "--config",
-            f"dataset=results/{tag}/fileset.json",
+            *config,
             f"analysis=results/{tag}/my_analysis.py:JetsAndMuons",
             "analysis_args={pt_min: 25.0}",
             f"chunksize={CHUNKSIZE}",
-            f"campaign={tag}-run",
             "site=site-configs/sandbox.yaml",
             "files_per_job=2",
         ],
@@ -82,15 +82,57 @@ def test_a_users_processor_on_taskvine_workers_equals_coffeas_runner(served):
         timeout=900,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    out = REPO / "results" / f"{tag}-run"
+    return REPO / "results" / next(c.split("=", 1)[1] for c in config if c.startswith("campaign="))
+
+
+def test_a_users_processor_on_taskvine_workers_equals_coffeas_runner(served):
+    """Recompressed to ZSTD on the workers first (the analysis reads each copy as the file the fileset names), then
+    a later campaign over the copies (dataset.zstd.json) on the same profile: both equal coffea's Runner."""
+    fileset, bad, tag = served
+    inputs = REPO / "results" / tag
+    inputs.mkdir(parents=True)
+    (inputs / "my_analysis.py").write_text(NEW_PROCESSOR)
+    # As coffea's dataset_tools write it (preprocessed: each file's tree and entries): a recompressing job asks its
+    # worker for disk by its files' sizes, which a plain fileset of remote files does not give (4 GB a file is
+    # assumed, more than the sandbox's workers have: the job would fail at once saying so).
+    preprocessed = {
+        key: {
+            "files": {
+                url: {"object_path": "Events", "num_entries": entries(NANOAOD / url.rsplit("/", 1)[1])}
+                for url in block["files"]
+            },
+            "metadata": block["metadata"],
+        }
+        for key, block in fileset.items()
+    }
+    preprocessed["data"]["files"][bad] = {"object_path": "Events", "num_entries": 100}
+    (inputs / "fileset.json").write_text(json.dumps(preprocessed))
+    out = campaign(tag, f"dataset=results/{tag}/fileset.json", f"campaign={tag}-run", "recompress=zstd:5")
     report = json.loads((out / "report.json").read_text())
     assert report["files"] == {"total": 5, "ok": 4, "failed": 1} and not report["complete"]
     (failed,) = report["failed_files"]
     assert failed["path"] == bad and failed["kind"] == "not-root"
-    # Read on the workers through the racks' caches (TaskVine tasks, not the main process).
+    # Read on the workers through the racks' caches (TaskVine tasks, not the main process), then recompressed.
     ok = [r for r in report["inputs"] if r["failure"] is None]
     assert all(r["cache"] in ("xcache-a", "xcache-b") for r in ok), [r["cache"] for r in ok]
+    assert all(r["recompress"]["codec"] == "zstd:5" and "recompressed" in r["read_from"] for r in ok), ok
     assert report["cache"]["bytes_read_through_caches"] > 0
     # coffea's own Runner over the same URLs (from the origin, in this process).
     instance = processor.load(str(inputs / "my_analysis.py") + ":JetsAndMuons", {"pt_min": 25.0}).instance
     assert_same(util.load(str(out / "output.coffea")), coffea_runner(fileset, instance))
+
+    # The copies serve the next campaign: listed by absolute path, read by the workers where they are.
+    copies = json.loads((out / "dataset.zstd.json").read_text())
+    again = campaign(tag, f"dataset={out / 'dataset.zstd.json'}", f"campaign={tag}-again", "recompress=off")
+    report = json.loads((again / "report.json").read_text())
+    assert report["files"] == {"total": 5, "ok": 4, "failed": 1}, report["failed_files"]
+    assert [f["path"] for f in report["failed_files"]] == [bad]  # not copied: kept as it was, and still not ROOT
+    copied = {
+        key: {
+            "files": {path: entry["object_path"] for path, entry in block["files"].items() if path != bad},
+            "metadata": block["metadata"],
+        }
+        for key, block in copies.items()
+    }
+    assert all(Path(path).is_absolute() for block in copied.values() for path in block["files"])
+    assert_same(util.load(str(again / "output.coffea")), coffea_runner(copied, instance))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -30,8 +31,9 @@ from hepvine.model import atomic, records
 from hepvine.model.limits import Limits
 from hepvine.reading import failures, fetch
 from hepvine.routing import index
-from hepvine.work import processor
+from hepvine.work import processor, transcode
 from hepvine.work.recompress import parse_codec, recompress, remove_leftovers
+from hepvine.work.recompress import start as start_recompression
 
 # The default read retries: one shared instance, as before (fetch.Retry is a frozen dataclass).
 DEFAULT_RETRY = fetch.Retry()
@@ -82,7 +84,9 @@ def run_file(
                 "source_mb_per_s": round(source_bytes / 1e6 / seconds, 2) if seconds else None,
                 **how,
             }  # engine: transcode, or hadd with the fallback's reason
-            h, record.events, record.bytes_read = processor.run_file(str(copy), task, analysis)
+            # The analysis reads the copy as the file the dataset names: its events.metadata as of the source.
+            as_source = dataclasses.replace(task, uuid=task.uuid or record.recompress.pop("source_uuid"))
+            h, record.events, record.bytes_read = processor.run_file(str(copy), as_source, analysis)
             record.read_from = str(copy)
         else:
             (h, record.events, record.bytes_read), record.fetch = fetch.read(
@@ -153,6 +157,7 @@ def run_file_limited(entry: dict, batch: str, limit_s: float, args: tuple) -> tu
     if message is not None:
         data, h = message[1]
         return records.FileRecord.from_dict(data), h
+    transcode.SHARED.close()  # the child was ended (or crashed), perhaps in the middle of a file sent to it
     record = new_record(index.task(entry), batch)
     record.wall_seconds = time.perf_counter() - started
     record.end = time.time()
@@ -198,25 +203,28 @@ def run_batch(
     if copies is not None:
         copies.mkdir(parents=True, exist_ok=True)
     results, total, events = [], None, {}
-    for entry in shard["files"]:
-        if limits is None:
-            record, h = run_file(entry, shard["batch"], analysis, codec, copies, retry)
-        else:
-            limit_s = limits.file_limit_s(entry["nevts"], entry.get("bytes"))
-            record, h = run_file_limited(entry, shard["batch"], limit_s, (analysis, codec, copies, retry))
-            if record.failure is not None and copies is not None:
-                remove_leftovers(copies / f"{entry['index']}.root")
-        results.append(record.to_dict())
-        if record.failure is None:
-            total = h if total is None else accumulate([h], total)
-            dataset = entry["dataset"]
-            events[dataset] = events.get(dataset, 0) + record.events
-        status = (
-            f"FAILED ({record.failure.failure_class}, {record.failure.kind}): {record.error}"
-            if record.failure
-            else f"{record.events} events"
-        )
-        print(f"{record.fid}: {record.path}: {status}", file=sys.stderr)
+    with contextlib.closing(transcode.SHARED):  # the job's transcoder (if it started one) ends with its batch
+        for entry in shard["files"]:
+            if limits is None:
+                record, h = run_file(entry, shard["batch"], analysis, codec, copies, retry)
+            else:
+                if codec:
+                    start_recompression()  # the transcoder running before the file's process forks: ROOT starts once
+                limit_s = limits.file_limit_s(entry["nevts"], entry.get("bytes"))
+                record, h = run_file_limited(entry, shard["batch"], limit_s, (analysis, codec, copies, retry))
+                if record.failure is not None and copies is not None:
+                    remove_leftovers(copies / f"{entry['index']}.root")
+            results.append(record.to_dict())
+            if record.failure is None:
+                total = h if total is None else accumulate([h], total)
+                dataset = entry["dataset"]
+                events[dataset] = events.get(dataset, 0) + record.events
+            status = (
+                f"FAILED ({record.failure.failure_class}, {record.failure.kind}): {record.error}"
+                if record.failure
+                else f"{record.events} events"
+            )
+            print(f"{record.fid}: {record.path}: {status}", file=sys.stderr)
     if copies is not None:
         atomic.write_json(
             copies / "manifest.json",

@@ -169,9 +169,15 @@ def _user_frame(exc: BaseException, source: str | None) -> str:
     return f"{frame.filename}:{frame.lineno} in {frame.name}"
 
 
+def file_uuid(opened) -> str:
+    """The UUID ROOT gave the file OPENED (by uproot) when it wrote it, as coffea reads it; '' where it has none."""
+    return str(uuid.UUID(bytes=opened.file.fUUID)) if len(opened.file.fUUID) else ""
+
+
 def run_file(url: str, task, analysis: Analysis) -> tuple[object, int, int]:
     """(the accumulated output, the events processed, the bytes read) of ANALYSIS over the file at URL (TASK: its
-    dataset, tree, metadata, uuid and steps)."""
+    dataset, tree, metadata, uuid and steps). ``events.metadata["filename"]`` is the file as the dataset names it
+    (TASK's path), as coffea's Runner gives it, whichever cache or recompressed copy URL is."""
     import uproot
     from coffea.nanoevents import NanoEventsFactory
     from coffea.processor import accumulate
@@ -179,12 +185,12 @@ def run_file(url: str, task, analysis: Analysis) -> tuple[object, int, int]:
     output, events = None, 0
     with uproot.open({url: None}) as f:
         tree = f[task.treename]
-        fileuuid = task.uuid or (str(uuid.UUID(bytes=f.file.fUUID)) if len(f.file.fUUID) else "")
+        fileuuid = task.uuid or file_uuid(f)
         steps = task.steps or chunks(tree.num_entries, analysis.chunksize)
         for start, stop in steps:
             metadata = {
                 "dataset": task.dataset,
-                "filename": url,
+                "filename": task.path,
                 "treename": task.treename,
                 "entrystart": start,
                 "entrystop": stop,

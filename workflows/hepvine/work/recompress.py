@@ -7,20 +7,21 @@ NanoAOD of ``../shared/nanoaod`` (README, "Recompression"): uproot cannot write 
 ``edm::ProcessHistory``), loses unsigned counters and branch titles. The source is first staged to local disk (read
 once, over its route; ``root://`` through fsspec-xrootd, as the analysis); then one of two engines copies it:
 
-- **transcode** (``hepvine.work.transcode``, tried first): each basket of each TTree is decompressed and compressed
-  again as bytes, never un-streamed; other objects are copied as their keys' bytes, recompressed; trees of classes
-  without a dictionary here (CMSSW's ``MetaData`` and ``ParameterSets``) by ROOT's fast clone, baskets as they are (they
-  are small and never read by the analysis). The copy is verified against the manifest the transcoder printed of the
+- **transcode** (``hepvine.work.transcode``, tried first; one program per job, sent the files one by one): each basket
+  of each TTree -- CMSSW's ``MetaData`` and ``ParameterSets``, whose classes have no dictionary here, too -- is
+  decompressed and compressed again as bytes, never un-streamed; other objects are copied as their keys' bytes,
+  recompressed: every record of the copy is in the new codec (or stored, where it would not shrink). The copy is
+  verified against the manifest the transcoder printed of the
   source (ROOT's reading of it): same keys, classes and titles; per transcoded tree its entries and aliases, per
   branch its title, class, leaves (types, unsigned, counters), entries, basket boundaries and a SHA-256 of its
   decompressed baskets, read from the copy independently of ROOT (the tree's record decompressed by uproot and read
   for those members alone; the baskets in bulk from the copy's memory map, decompressed by uproot's own
-  decompression) — the same bytes under the same types are the same values;
-  verbatim trees and other objects as below.
+  decompression) — the same bytes under the same types are the same values; other objects as below.
 - **hadd** (when the file holds what the transcoder does not copy: RNTuple, branches of classes, baskets kept in the
   tree's record; the report says why): ``hadd -f<setting>`` writes the copy, every basket of every TTree (and every
   RNTuple page) un-streamed and recompressed, every other object copied; the trees of classes without a dictionary
-  are left out and copied verbatim by ``rootcp``. The copy is verified against the source: same keys, classes and
+  are left out and copied verbatim by ``rootcp``, their baskets in their old codec: the file's record says so
+  (``kept_codec``: each such tree and why). The copy is verified against the source: same keys, classes and
   titles; per TTree the entries, branch names, titles, leaf types and aliases, then one bulk read of all branches of
   source and copy with a sha256 per branch; verbatim trees byte for byte (decompressed baskets); RNTuples by entries
   and the values of every field, and every page of the copy's RNTuples must carry the new codec (or be stored as it
@@ -51,6 +52,7 @@ from hepvine.model import atomic, records
 from hepvine.model.records import FileProblem
 from hepvine.reading import failures
 from hepvine.work import transcode
+from hepvine.work.processor import file_uuid
 
 # ROOT's compression algorithm numbers (ROOT::RCompressionSetting::EAlgorithm): setting = 100 * algorithm + level.
 CODECS = {"zlib": 1, "lzma": 2, "lz4": 4, "zstd": 5}
@@ -58,6 +60,10 @@ CODECS = {"zlib": 1, "lzma": 2, "lz4": 4, "zstd": 5}
 BLOCK_TAGS = {b"ZS": "zstd", b"XZ": "lzma", b"ZL": "zlib", b"CS": "zlib", b"L4": "lz4"}
 PAGE_CHECKSUM_BYTES = 8  # an RNTuple page written with a checksum ends with one (xxhash3)
 CHUNK_ENTRIES = 100_000
+KEPT_BY_ROOTCP = (
+    "copied by rootcp with its baskets as they are: hadd cannot rewrite a tree whose classes have no dictionary here, "
+    "and the transcoder did not copy this file (see fallback)"
+)
 STAGE_CHUNK_BYTES = 16 << 20
 # Object members that say how an object sat in memory when written, not what it holds (TObject's bits).
 RUNTIME_MEMBERS = {"@fUniqueID", "@fBits"}
@@ -389,9 +395,6 @@ def verify_transcoded(source: str, src, tmp: Path, manifest: dict) -> dict[str, 
             if described["kind"] == "transcode":
                 said = _differences(name, described, transcode.described(copy, name, transcode.whole(copy)))
                 entries[name] = described["entries"]
-            elif described["kind"] == "verbatim":
-                said = _verbatim_differs(name, src, copy)
-                entries[name] = copy[name].num_entries
             else:
                 said = _differences(name, _members(src[name]), _members(copy[name]))
     if said:
@@ -477,20 +480,32 @@ def _copy(source: str, src, staged: Path, tmp: Path, codec: Codec) -> tuple[dict
     except (transcode.Unsupported, transcode.TranscodeError) as e:
         what = _planned(source, src)
         write_copy(staged, tmp, what, codec, source)
-        return verify(source, src, tmp, what, codec), {"engine": "hadd", "fallback": str(e)}
+        how = {"engine": "hadd", "fallback": str(e)}
+        if what.verbatim_trees:
+            how["kept_codec"] = {name: KEPT_BY_ROOTCP for name in what.verbatim_trees}
+        return verify(source, src, tmp, what, codec), how
     return verify_transcoded(source, src, tmp, manifest), {"engine": "transcode"}
+
+
+def start() -> None:
+    """Check and start what recompression needs, before any file is read: ROOT's programs (a missing ROOT fails the
+    job, not the file), the transcoder built and running (one program for all the files of a job: ROOT starts once).
+    A job calls it before each file's process forks: the children use the running transcoder."""
+    root_program("hadd")
+    transcode.SHARED.start()
 
 
 def recompress(source: str, destination: Path, codec: Codec, report: dict | None = None) -> tuple[dict[str, int], int]:
     """Copy SOURCE to DESTINATION recompressed with CODEC; returns ({tree: entries}, bytes read from SOURCE). REPORT,
-    if given, receives the engine that copied it ("transcode" or "hadd") and, for hadd, why ("fallback")."""
+    if given, receives the engine that copied it ("transcode" or "hadd"), for hadd why ("fallback") and what kept
+    its old codec ("kept_codec"), and the source's UUID ("source_uuid")."""
     destination = Path(destination)
-    root_program("hadd")  # before reading anything: a missing ROOT fails the job, not the file
-    transcode.program()  # likewise a transcoder that cannot be built here
+    start()
     with _staged(destination) as staged:
         nbytes = stage(source, staged)
         with _opened(source, staged) as src, atomic.replacing(destination) as tmp:
             entries, how = _copy(source, src, staged, tmp, codec)
+            how["source_uuid"] = file_uuid(src)  # the copy has a UUID of its own; the analysis is told the source's
     if report is not None:
         report.update(how)
     return entries, nbytes

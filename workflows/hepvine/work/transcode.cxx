@@ -1,17 +1,18 @@
-// hepvine-transcode SOURCE COPY SETTING: copy the ROOT file SOURCE to COPY, recompressing every basket of every TTree
-// of plain (leaf-list) branches with the compression SETTING (e.g. 505: ZSTD level 5) one by one -- each basket is
-// decompressed and compressed again, its bytes never un-streamed into values -- and print a manifest (JSON) of what
-// the source holds, with a SHA-256 per branch of its decompressed baskets, for hepvine.transcode to check the copy
-// against, and the seconds spent reading, decompressing, hashing, compressing and writing baskets. Like ROOT's fast
-// cloning (TTreeCloner), with a new codec.
+// hepvine-transcode: copy ROOT files, recompressing every basket of every TTree with a new compression setting one by
+// one -- each basket is decompressed and compressed again, its bytes never un-streamed into values -- like ROOT's fast
+// cloning (TTreeCloner) with a new codec. It serves requests, one per line on stdin, "SOURCE<TAB>COPY<TAB>SETTING"
+// (SETTING e.g. 505: ZSTD level 5), and answers each with one line of JSON on stdout: the manifest of what SOURCE
+// holds (with a SHA-256 per branch of its decompressed baskets, for hepvine.work.transcode to check the copy against,
+// and the seconds spent reading, decompressing, hashing, compressing and writing baskets), or {"unsupported": why}, or
+// {"error": why}. ROOT starts once for all the files of a job. It ends at the end of its input.
 //
 // Per top-level key of SOURCE (latest cycle):
-//   TTree of plain branches             -> an empty clone of the tree, its baskets transcoded into it;
-//   TTree with classes lacking a dictionary (CMSSW's MetaData, ParameterSets) -> fast clone (baskets as they are);
+//   TTree of plain (leaf-list) branches, or of classes without a dictionary here (CMSSW's MetaData, ParameterSets:
+//   their baskets are bytes like any other)
+//                                       -> an empty clone of the tree, its baskets transcoded into it;
 //   any other object (TObjString tag, histograms) -> its key transcoded (the object's bytes as they are);
-//   anything else (RNTuple, directories, branches of classes, baskets kept in the tree's record)
-//                                       -> exit 3, "unsupported: ..." on stderr, nothing written.
-// Exit 1 with a message naming the file on any other failure.
+//   anything else (RNTuple, directories, branches of classes with a dictionary, baskets kept in the tree's record)
+//                                       -> {"unsupported": ...}, nothing written.
 #include <RZip.h>
 #include <TBasket.h>
 #include <TBranch.h>
@@ -50,7 +51,6 @@ unsigned ZSTD_isError(size_t code);
 
 namespace {
 
-constexpr int kExitUnsupported = 3;
 constexpr int kZstd = ROOT::RCompressionSetting::EAlgorithm::kZSTD;
 constexpr int kBlockHeader = 9;  // ROOT's header of a compressed block: algorithm (2), method, sizes (3 + 3, LE)
 
@@ -326,17 +326,24 @@ bool LacksDictionary(TBranch *branch)
    return !cls || !cls->IsLoaded();
 }
 
-// "transcode" or "verbatim" for TREE; Unsupported otherwise.
-std::string Classify(TTree *tree)
+// Every branch of BRANCHES, each followed by its sub-branches (depth first, as ROOT and uproot list them).
+void AllBranches(TObjArray *branches, std::vector<TBranch *> &out)
 {
-   bool verbatim = false;
-   for (auto *object : *tree->GetListOfBranches()) {
+   for (auto *object : *branches) {
       auto *branch = static_cast<TBranch *>(object);
-      if (LacksDictionary(branch)) {
-         verbatim = true;
-         continue;
-      }
-      if (!PlainBranch(branch))
+      out.push_back(branch);
+      AllBranches(branch->GetListOfBranches(), out);
+   }
+}
+
+// Unsupported unless every branch of TREE is a leaf-list branch or one of a class without a dictionary here, with
+// every basket in a key of its own.
+void Classify(TTree *tree)
+{
+   std::vector<TBranch *> branches;
+   AllBranches(tree->GetListOfBranches(), branches);
+   for (auto *branch : branches) {
+      if (!LacksDictionary(branch) && !PlainBranch(branch))
          throw Unsupported(std::string(tree->GetName()) + "/" + branch->GetName() + " is a " +
                            branch->IsA()->GetName() + " (only leaf-list branches are transcoded)");
       for (Int_t j = 0; j < branch->GetWriteBasket(); ++j)
@@ -347,7 +354,6 @@ std::string Classify(TTree *tree)
          throw Unsupported(std::string(tree->GetName()) + "/" + branch->GetName() +
                            " keeps entries in a basket inside the tree's record");
    }
-   return verbatim ? "verbatim" : "transcode";
 }
 
 std::string LeafJson(TLeaf *leaf)
@@ -378,11 +384,15 @@ std::string TranscodeTree(TTree *in, TFile *out, int setting)
       }
    }
    json << "},\"branches\":[";
-   TObjArray *sources = in->GetListOfBranches(), *targets = copy->GetListOfBranches();
-   for (Int_t i = 0; i < sources->GetEntriesFast(); ++i) {
-      auto *from = static_cast<TBranch *>(sources->At(i));
-      auto *to = static_cast<TBranch *>(targets->At(i));
-      if (!to || std::strcmp(from->GetName(), to->GetName()) != 0)
+   std::vector<TBranch *> sources, targets;
+   AllBranches(in->GetListOfBranches(), sources);
+   AllBranches(copy->GetListOfBranches(), targets);
+   if (sources.size() != targets.size())
+      throw std::runtime_error(std::string(in->GetName()) + ": its clone has " + std::to_string(targets.size()) +
+                               " branches, the tree " + std::to_string(sources.size()));
+   for (size_t i = 0; i < sources.size(); ++i) {
+      TBranch *from = sources[i], *to = targets[i];
+      if (std::strcmp(from->GetName(), to->GetName()) != 0)
          throw std::runtime_error(std::string(in->GetName()) + "/" + from->GetName() +
                                   ": not where expected in the clone");
       to->SetCompressionSettings(setting);
@@ -414,15 +424,6 @@ std::string TranscodeTree(TTree *in, TFile *out, int setting)
    return json.str();
 }
 
-void CopyVerbatim(TTree *in, TFile *out)
-{
-   out->cd();
-   TTree *copy = in->CloneTree(-1, "fast");
-   if (!copy || copy->Write() <= 0)
-      throw std::runtime_error(std::string(in->GetName()) + ": ROOT cannot copy the tree as it is");
-   delete copy;
-}
-
 // The classes' descriptions (TStreamerInfo) of SOURCE written to OUT too: objects copied as bytes need them.
 void CopyStreamerInfos(TFile *source, TFile *out)
 {
@@ -443,28 +444,24 @@ void CopyStreamerInfos(TFile *source, TFile *out)
    delete infos;
 }
 
-struct Entry {
-   TKey *key;
-   std::string kind;  // transcode, verbatim, object
-};
-
-int Run(const char *source_path, const char *copy_path, int setting)
+// SOURCE_PATH copied to COPY_PATH with SETTING; returns the manifest (one line of JSON).
+std::string Run(const char *source_path, const char *copy_path, int setting)
 {
+   gClock = Clock{};
    std::unique_ptr<TFile> source(TFile::Open(source_path, "READ"));
    if (!source || source->IsZombie())
       throw std::runtime_error(std::string(source_path) + ": ROOT cannot open it");
-   std::vector<Entry> plan;
+   std::vector<TKey *> plan;
    for (auto *object : *source->GetListOfKeys()) {
       auto *key = static_cast<TKey *>(object);
       if (source->GetKey(key->GetName()) != key)
          continue;  // an older cycle
       const std::string cls = key->GetClassName();
       if (cls == "TTree")
-         plan.push_back({key, Classify(source->Get<TTree>(key->GetName()))});
-      else if (cls == "TDirectoryFile" || cls == "TDirectory" || cls == "ROOT::RNTuple" || cls.rfind("ROOT::", 0) == 0)
+         Classify(source->Get<TTree>(key->GetName()));
+      else if (cls == "TDirectoryFile" || cls == "TDirectory" || cls.rfind("ROOT::", 0) == 0)
          throw Unsupported(std::string(key->GetName()) + " is a " + cls);
-      else
-         plan.push_back({key, "object"});
+      plan.push_back(key);
    }
    std::unique_ptr<TFile> out(TFile::Open(copy_path, "RECREATE", "", setting));
    if (!out || out->IsZombie())
@@ -473,16 +470,13 @@ int Run(const char *source_path, const char *copy_path, int setting)
    std::ostringstream manifest;
    manifest << "{\"setting\":" << setting << ",\"keys\":{";
    const char *comma = "";
-   for (const auto &entry : plan) {
-      manifest << comma << Quoted(entry.key->GetName()) << ":";
+   for (auto *key : plan) {
+      manifest << comma << Quoted(key->GetName()) << ":";
       comma = ",";
-      if (entry.kind == "transcode") {
-         manifest << TranscodeTree(source->Get<TTree>(entry.key->GetName()), out.get(), setting);
-      } else if (entry.kind == "verbatim") {
-         CopyVerbatim(source->Get<TTree>(entry.key->GetName()), out.get());
-         manifest << "{\"kind\":\"verbatim\"}";
+      if (std::string(key->GetClassName()) == "TTree") {
+         manifest << TranscodeTree(source->Get<TTree>(key->GetName()), out.get(), setting);
       } else {
-         new ObjectKey(out.get(), entry.key, setting);  // owned by the copy's directory from now on
+         new ObjectKey(out.get(), key, setting);  // owned by the copy's directory from now on
          manifest << "{\"kind\":\"object\"}";
       }
    }
@@ -490,34 +484,51 @@ int Run(const char *source_path, const char *copy_path, int setting)
    manifest << "},\"seconds\":{\"read\":" << gClock.read << ",\"inflate\":" << gClock.inflate
             << ",\"hash\":" << gClock.hash << ",\"deflate\":" << gClock.deflate << ",\"other\":" << gClock.other
             << "},\"baskets\":" << gClock.baskets
-            << ",\"payload_bytes\":" << gClock.payload << ",\"zipped_bytes\":" << gClock.zipped << "}\n";
+            << ",\"payload_bytes\":" << gClock.payload << ",\"zipped_bytes\":" << gClock.zipped << "}";
    out->Close();
    if (out->GetBytesWritten() <= 0)
       throw std::runtime_error(std::string("writing ") + copy_path + " failed");
-   std::fputs(manifest.str().c_str(), stdout);
-   if (std::fflush(stdout) != 0)
-      throw std::runtime_error(std::string("printing the manifest failed: ") + std::strerror(errno));
-   return 0;
+   return manifest.str();
+}
+
+// One request ("SOURCE<TAB>COPY<TAB>SETTING") answered: the manifest, or {"unsupported"|"error": why} with the copy
+// removed.
+std::string Answer(const std::string &request)
+{
+   const size_t first = request.find('\t'), second = request.find('\t', first + 1);
+   if (first == std::string::npos || second == std::string::npos)
+      return "{\"error\":" + Quoted("a request is SOURCE<TAB>COPY<TAB>SETTING, not: " + request) + "}";
+   const std::string source = request.substr(0, first), copy = request.substr(first + 1, second - first - 1);
+   try {
+      return Run(source.c_str(), copy.c_str(), std::stoi(request.substr(second + 1)));
+   } catch (const Unsupported &e) {
+      std::remove(copy.c_str());
+      return "{\"unsupported\":" + Quoted(e.what()) + "}";
+   } catch (const std::exception &e) {
+      std::remove(copy.c_str());
+      return "{\"error\":" + Quoted(source + ": " + e.what()) + "}";
+   }
 }
 
 } // namespace
 
 int main(int argc, char **argv)
 {
-   if (argc != 4) {
-      std::fprintf(stderr, "usage: %s SOURCE COPY SETTING\n", argv[0]);
+   if (argc != 1) {
+      std::fprintf(stderr, "usage: %s < requests (one per line: SOURCE<TAB>COPY<TAB>SETTING)\n", argv[0]);
       return 2;
    }
    gErrorIgnoreLevel = kError;
-   try {
-      return Run(argv[1], argv[2], std::atoi(argv[3]));
-   } catch (const Unsupported &e) {
-      std::fprintf(stderr, "unsupported: %s\n", e.what());
-      std::remove(argv[2]);
-      return kExitUnsupported;
-   } catch (const std::exception &e) {
-      std::fprintf(stderr, "%s: %s\n", argv[1], e.what());
-      std::remove(argv[2]);
-      return 1;
+   std::string request;
+   for (int c; (c = std::getchar()) != EOF;) {
+      if (c != '\n') {
+         request += static_cast<char>(c);
+         continue;
+      }
+      const std::string answer = Answer(request) + "\n";
+      request.clear();
+      if (std::fputs(answer.c_str(), stdout) == EOF || std::fflush(stdout) != 0)
+         return 1;  // nobody reads the answers any more
    }
+   return 0;
 }

@@ -2,8 +2,9 @@
 built once per machine and ROOT into a cache directory) that copies a ROOT file recompressing each basket of each TTree
 as bytes -- decompressed, compressed with the new codec, written with the tree's basket table updated, as ROOT's fast
 cloning does but with a new codec -- instead of un-streaming every entry of every branch as ``hadd`` must when the
-codec changes. Other objects are copied as their keys' bytes, recompressed; trees of classes without a dictionary here
-(CMSSW's ``MetaData``, ``ParameterSets``) by ROOT's fast clone, as they are.
+codec changes; trees of classes without a dictionary here (CMSSW's ``MetaData``, ``ParameterSets``) alike: their
+baskets are bytes like any other. Other objects are copied as their keys' bytes, recompressed. The program runs once
+per job (``Transcoder``): files are sent to it one by one, so ROOT starts once, not per file.
 
 The program prints a manifest of the source as ROOT reads it: per key its kind; per transcoded tree its entries,
 aliases, and per branch its title, class, leaves (name, class, title, length, length type, unsigned, range, counter),
@@ -16,13 +17,15 @@ by uproot); the baskets are read in bulk from the file's bytes (one memory map):
 the branch's basket table gives, its size checked against the table, its blocks decompressed by uproot's own
 decompression (``uproot.compression.decompress``), hashed as they come.
 
-What it does not copy (RNTuple, directories, branches of classes, baskets kept inside the tree's record) raises
-``Unsupported`` before anything is written, any other failure ``TranscodeError``: ``hepvine.work.recompress`` then uses
-``hadd`` and says why.
+What it does not copy (RNTuple, directories, branches of classes with a dictionary, baskets kept inside the tree's
+record) raises ``Unsupported`` before anything is written, any other failure ``TranscodeError``:
+``hepvine.work.recompress`` then uses ``hadd`` and says why.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import errno
 import functools
 import hashlib
@@ -39,7 +42,6 @@ import numpy as np
 import uproot
 
 SOURCE = Path(__file__).with_name("transcode.cxx")
-EXIT_UNSUPPORTED = 3
 ROOT_LIBRARIES = ("Core", "RIO", "Tree")
 # A key's header: fNbytes, fVersion, fObjlen, fDatime, fKeylen (big-endian), the rest not needed here.
 KEY_HEADER = struct.Struct(">ihiIh")
@@ -146,19 +148,88 @@ def program() -> Path:
     return built
 
 
+class Transcoder:
+    """The transcoder program, started once and sent the files one after another: ROOT's start (~0.5 s) is paid once
+    per job, not per file. Start it in a job's main process before its files' processes fork (each file's process
+    uses the same program through the inherited pipes, one at a time); ``close`` it when a file's process was ended
+    in the middle of a file, and it is started again for the next one."""
+
+    def __init__(self):
+        self._process: subprocess.Popen | None = None
+        self._stderr = None
+        self._owner = 0  # the pid of the process that started it: only that one can tell whether it still runs
+
+    def start(self) -> None:
+        """Start the program (built first if this machine has none) unless it runs: BuildError here fails the job,
+        not a file. In a forked child the inherited program is used as it is (a child cannot wait for it: if it has
+        ended, the child's file says so and the parent's next ``start`` starts it again)."""
+        if self._process is not None and (os.getpid() != self._owner or self._process.poll() is None):
+            return
+        self.close()
+        built = program()
+        self._stderr = tempfile.TemporaryFile()  # ROOT's messages; never a pipe nobody reads
+        self._process = subprocess.Popen(
+            [str(built)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            errors="surrogateescape",
+            bufsize=1,
+        )
+        if not self._owner:
+            atexit.register(self.close)
+        self._owner = os.getpid()
+
+    def close(self) -> None:
+        """End the program (at once: it may be in the middle of a file whose process was ended)."""
+        if self._process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                self._process.kill()
+            self._process.wait()
+            for stream in (self._process.stdin, self._process.stdout, self._stderr):
+                with contextlib.suppress(OSError):
+                    stream.close()
+        self._process = self._stderr = None
+
+    def _stderr_tail(self) -> str:
+        self._stderr.seek(0)
+        lines = self._stderr.read().decode(errors="replace").splitlines()
+        return "\n".join(line for line in lines[-6:] if line.strip())
+
+    def copy(self, staged: Path, copy: Path, setting: int) -> dict:
+        """Copy STAGED to COPY with the compression SETTING; returns the manifest (see the module's docstring)."""
+        request = f"{staged}\t{copy}\t{setting}"
+        if request.count("\t") != 2 or "\n" in request:
+            raise TranscodeError(f"{staged}: a path with a tab or a newline cannot be sent to the transcoder")
+        self.start()
+        try:
+            self._process.stdin.write(request + "\n")
+            self._process.stdin.flush()
+            answer = self._process.stdout.readline()
+        except BrokenPipeError:
+            answer = ""
+        if not answer:  # it ended on this file: a crash in ROOT on a damaged file
+            code = self._process.wait()
+            tail = self._stderr_tail()
+            self.close()
+            raise TranscodeError(f"the basket transcoder ended (exit {code}) on {staged}: {tail}")
+        manifest = json.loads(answer)
+        if "unsupported" in manifest:
+            raise Unsupported(manifest["unsupported"])
+        if "error" in manifest:
+            if "No space left on device" in manifest["error"]:
+                raise OSError(errno.ENOSPC, f"{staged}: the worker's disk is full: {manifest['error']}")
+            raise TranscodeError(f"the basket transcoder failed: {manifest['error']}")
+        return manifest
+
+
+SHARED = Transcoder()  # the process's (and its forked children's) one running transcoder
+
+
 def run(staged: Path, copy: Path, setting: int) -> dict:
-    """Copy STAGED to COPY with the compression SETTING; returns the manifest (see the module's docstring)."""
-    done = subprocess.run(
-        [str(program()), str(staged), str(copy), str(setting)], capture_output=True, text=True, errors="surrogateescape"
-    )
-    if done.returncode == EXIT_UNSUPPORTED:
-        raise Unsupported(done.stderr.strip().removeprefix("unsupported: "))
-    if done.returncode != 0:
-        tail = "\n".join(line for line in done.stderr.splitlines()[-6:] if line.strip())
-        if "No space left on device" in done.stderr:
-            raise OSError(errno.ENOSPC, f"{staged}: the worker's disk is full: {tail}")
-        raise TranscodeError(f"the basket transcoder failed (exit {done.returncode}): {tail}")
-    return json.loads(done.stdout)
+    """Copy STAGED to COPY with the compression SETTING by the shared transcoder; returns the manifest."""
+    return SHARED.copy(staged, copy, setting)
 
 
 def whole(opened) -> uproot.source.chunk.Chunk:
@@ -216,6 +287,13 @@ def _leaf(leaf) -> list:
     ]
 
 
+def _all_branches(branches):
+    """Every branch of BRANCHES, each followed by its sub-branches (depth first, as the transcoder lists them)."""
+    for branch in branches:
+        yield branch
+        yield from _all_branches(branch.branches)
+
+
 def described_by_uproot(tree, chunk) -> dict:
     """The copy's TREE as uproot reads it (all of it, ~0.5 ms a branch), described as the manifest describes a
     transcoded tree of the source; CHUNK: ``whole`` of its file."""
@@ -233,7 +311,7 @@ def described_by_uproot(tree, chunk) -> dict:
                 "sha256": branch_digest(b, chunk),
                 "leaves": [_leaf(leaf) for leaf in b.member("fLeaves")],
             }
-            for b in tree.branches
+            for b in _all_branches(tree.branches)
         ],
     }
 
