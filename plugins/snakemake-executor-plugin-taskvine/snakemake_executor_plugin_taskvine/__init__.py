@@ -25,7 +25,14 @@ from .dispatcher import Dispatcher
 from .failures import describe_failure
 from .stragglers import Stragglers
 from .tasks import job_task, relative_name
-from .taskvine import DEFAULT_WORKER_ENV, SCHEDULERS, private_directory, remove_private_directory, write_password_file
+from .taskvine import (
+    DEFAULT_WORKER_ENV,
+    SCHEDULERS,
+    private_directory,
+    remove_private_directory,
+    stop_all,
+    write_password_file,
+)
 
 STATUS_POLL_S = 0.2
 STATUS_POLL_S_PER_JOB = 50e-6  # with 30,000 active jobs: a check every 1.5 s
@@ -74,6 +81,19 @@ class ExecutorSettings(ExecutorSettingsBase):
     worker_cores: int = _setting(1, "Cores of each worker the plugin starts.")
     worker_memory_mb: int = _setting(2048, "Memory (MB) of each worker the plugin starts; 0 lets TaskVine decide.")
     worker_disk_mb: int = _setting(8192, "Disk (MB) of each worker the plugin starts; 0 lets TaskVine decide.")
+    worker_max_cores: int = _setting(
+        0,
+        "Local workers without --taskvine-worker-groups grow to fit: a job that needs more than the workers have "
+        "(cores: its threads; memory: mem_mb; disk: disk_mb) gets a local worker of its size, with at most this "
+        "many cores; 0: this machine's cores. A job above the most fails at once naming its rule and resource. "
+        "(HTCondor workers and worker groups are the size their settings say.)",
+    )
+    worker_max_memory_mb: int = _setting(
+        0, "The most memory (MB) of a local worker started for a larger job; 0: this machine's memory."
+    )
+    worker_max_disk_mb: int = _setting(
+        0, "The most disk (MB) of a local worker started for a larger job; 0: the free disk of the run directory."
+    )
     condor_requirements: Optional[str] = _setting(
         None,
         "HTCondor requirements expression for the worker jobs (with --taskvine-workers condor): one line of "
@@ -200,6 +220,7 @@ class Executor(RemoteExecutor):
         self.next_seconds_between_status_checks = STATUS_POLL_S
         self.call_memory_mb = provision.call_memory_mb(settings)
         self.largest_worker = provision.largest_worker(settings)
+        self.most_worker = provision.most_worker(settings, self.run_dir)
         self.dispatcher: Optional[Dispatcher] = None
         self.provisioned: list = []
         try:
@@ -228,7 +249,7 @@ class Executor(RemoteExecutor):
             stragglers=Stragglers(settings.straggler_factor if not self.shared_fs else 0, settings.straggler_min_s),
             max_tasks=settings.max_tasks,
         )
-        port = self.dispatcher.start()
+        port = self.manager_port = self.dispatcher.start()
         self.logger.info(
             f"TaskVine manager listening on port {port}; run directory {self.run_dir}"
             + (f"; tasks run in the environment {self.environment}" if self.environment else "")
@@ -265,32 +286,46 @@ class Executor(RemoteExecutor):
             self._sources = sorted(self.workflow.dag.get_sources())
         return self._sources
 
-    def too_large(self, job: JobExecutorInterface, spec) -> Optional[str]:
-        """Why no worker this run starts can ever take JOB's task SPEC (TaskVine would wait for one for ever), or
-        None."""
-        if self.largest_worker is None:
-            return None
-        most_cores, most_memory, most_disk = self.largest_worker
-        if spec.cores > most_cores:
-            return (
-                f"rule {job.name} needs {spec.cores} cores (its threads), but the largest worker this run starts "
-                f"has {most_cores}: lower the rule's threads, or raise --taskvine-worker-cores (or the cores of a "
-                "group in --taskvine-worker-groups)"
-            )
-        if most_memory and spec.memory_mb > most_memory:
-            return (
-                f"rule {job.name} needs {spec.memory_mb} MB (its mem_mb), but the largest worker this run starts "
-                f"has {most_memory} MB: lower the rule's mem_mb, or raise --taskvine-worker-memory-mb (or the "
-                "memory_mb of a group in --taskvine-worker-groups)"
-            )
-        if most_disk and not spec.function and spec.disk_mb > most_disk:
-            return (
-                f"rule {job.name} needs {spec.disk_mb} MB of disk (its disk_mb), but the largest worker this run "
-                f"starts has {most_disk} MB: lower the rule's disk_mb (a workflow may derive it from its input "
-                "files' sizes: fewer files per job), or raise --taskvine-worker-disk-mb (or the disk_mb of a "
-                "group in --taskvine-worker-groups)"
-            )
+    def too_large(self, job: JobExecutorInterface, spec, size, flags) -> Optional[str]:
+        """Why a worker of SIZE (cores, memory MB, disk MB; 0: TaskVine decides) cannot take JOB's task SPEC, or
+        None; FLAGS (provision.SIZE_FLAGS or MOST_FLAGS) say what the size is and what raises it."""
+        # A library call runs in the worker's library: it takes no disk of its own.
+        needs = (spec.cores, spec.memory_mb, 0 if spec.function else spec.disk_mb)
+        for need, most, (unit, worker_unit, lower), (what, flag) in zip(needs, size, provision.RESOURCES, flags):
+            if most and need > most:
+                return (
+                    f"rule {job.name} needs {need} {unit}, but {what} {most}{worker_unit}: lower {lower}, "
+                    f"or raise {flag}"
+                )
         return None
+
+    def fit(self, job: JobExecutorInterface, spec) -> Optional[str]:
+        """None once a worker of this run can take JOB's task SPEC -- one of its size started now if the workers
+        grow (local workers) and it is within the most they may have; else why not (TaskVine would wait for such a
+        worker for ever)."""
+        if self.largest_worker is None:  # someone else's workers: their size is not known here
+            return None
+        said = self.too_large(job, spec, self.largest_worker, provision.SIZE_FLAGS)
+        if said is None or self.most_worker is None:
+            return said
+        said = self.too_large(job, spec, self.most_worker, provision.MOST_FLAGS)
+        if said is None:
+            size = provision.grown(self.largest_worker, spec)
+            self.provisioned.append(
+                provision.fitting_worker(
+                    self.workflow.executor_settings,
+                    size,
+                    manager_port=self.manager_port,
+                    password_file=self.password_file,
+                    workspace=self.run_dir / "workers" / f"fit-{len(self.provisioned)}",
+                )
+            )
+            self.largest_worker = size
+            self.logger.info(
+                f"rule {job.name} needs more than the workers have: started a local worker of {size[0]} cores, "
+                f"{size[1] or 'all the'} MB of memory and {size[2] or 'all the'} MB of disk"
+            )
+        return said
 
     def run_job(self, job: JobExecutorInterface):
         spec = job_task(
@@ -307,12 +342,20 @@ class Executor(RemoteExecutor):
         # Debug level (shown with --verbose only). The command holds no secret: the password is a file on the
         # worker, and the workflow's envvars go as the task's environment (spec.env), which is not logged.
         self.logger.debug(f"TaskVine task {spec.tag}{' (library call)' if spec.function else ''}: {spec.command}")
-        reason = self.too_large(job, spec)
+        reason = self.fit(job, spec)
         if reason is not None:  # fail now, naming the rule and the resource, rather than wait for ever
-            self.report_job_error(SubmittedJobInfo(job=job, external_jobid=spec.tag), msg=reason)
+            # Not through report_job_error: Snakemake would print the job's shell command "(command exited with
+            # non-zero exit code)" and a pointer to logs, of a job that never ran.
+            self.logger.error(f"Error in rule {job.name}, jobid {job.jobid}: not run: {reason}")
+            self.workflow.scheduler.error_callback(job)
             return
         self.dispatcher.submit(spec)
         self.report_job_submission(SubmittedJobInfo(job=job, external_jobid=spec.tag))
+
+    def print_job_error(self, job_info: SubmittedJobInfo, msg=None, **kwargs):
+        """Snakemake's remote executors append their hint ("For further error details ...") to the message with no
+        space between: the message ends with one."""
+        super().print_job_error(job_info, msg=f"{msg.rstrip()} " if msg else msg, **kwargs)
 
     async def check_active_jobs(self, active_jobs: List[SubmittedJobInfo]) -> AsyncGenerator[SubmittedJobInfo, None]:
         # Snakemake's status thread starts before __post_init__ has made the dispatcher; nothing is active then.
@@ -348,8 +391,9 @@ class Executor(RemoteExecutor):
         self.stop_workers()
 
     def stop_workers(self):
-        while self.provisioned:
-            self.provisioned.pop().stop()
+        # All at once: the time to stop stays bounded (STOP_TIMEOUT_S) with any number of workers and factories.
+        provisioned, self.provisioned = self.provisioned, []
+        stop_all(provisioned)
         if self.dispatcher is not None:
             self.dispatcher.stop()
         remove_private_directory(self.private_dir)

@@ -22,6 +22,7 @@ it and checks it before anything starts.
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -33,7 +34,7 @@ from snakemake_interface_common.exceptions import WorkflowError
 
 from . import workergroups
 from .tasks import comma_separated
-from .taskvine import Factory, Worker, env_patterns
+from .taskvine import Factory, Worker, env_patterns, stop_all
 from .workergroups import WorkerGroup
 
 WORKER_MODES = ("local", "condor", "none")
@@ -120,6 +121,75 @@ def largest_worker(settings) -> tuple[int, int, int] | None:
     )
 
 
+# A job's resources as the messages of a job too large for the workers name them: (its unit, a worker's, how to
+# lower it).
+RESOURCES = (
+    ("cores (its threads)", "", "the rule's threads"),
+    ("MB (its mem_mb)", " MB", "the rule's mem_mb"),
+    (
+        "MB of disk (its disk_mb)",
+        " MB",
+        "the rule's disk_mb (a workflow may derive it from its input files' sizes: fewer files per job)",
+    ),
+)
+# What a size is, and the flag that raises it: the run's workers, and the most a local worker may grow to.
+_LARGEST = "the largest worker this run starts has"
+SIZE_FLAGS = (
+    (_LARGEST, "--taskvine-worker-cores (or the cores of a group in --taskvine-worker-groups)"),
+    (_LARGEST, "--taskvine-worker-memory-mb (or the memory_mb of a group in --taskvine-worker-groups)"),
+    (_LARGEST, "--taskvine-worker-disk-mb (or the disk_mb of a group in --taskvine-worker-groups)"),
+)
+_MOST = "a local worker started for a larger job may have at most"
+MOST_FLAGS = (
+    (_MOST, "--taskvine-worker-max-cores"),
+    (_MOST, "--taskvine-worker-max-memory-mb"),
+    (_MOST, "--taskvine-worker-max-disk-mb"),
+)
+FIT_WORKER_IDLE_S = 7 * 24 * 3600  # a worker started for larger jobs waits for them: it ends with the run
+
+
+def most_worker(settings, run_dir: Path) -> tuple[int, int, int] | None:
+    """(cores, memory MB, disk MB) up to which a local worker is started for a job larger than the run's workers;
+    None where workers do not grow (HTCondor's, someone else's, worker groups': the site's settings size them)."""
+    if settings.workers != "local" or settings.worker_groups:
+        return None
+    pages, page_size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    return (
+        settings.worker_max_cores or os.cpu_count() or 1,
+        settings.worker_max_memory_mb or pages * page_size // 2**20,
+        settings.worker_max_disk_mb or shutil.disk_usage(run_dir).free // 2**20,
+    )
+
+
+def grown(size: tuple[int, int, int], spec) -> tuple[int, int, int]:
+    """SIZE grown to take the task SPEC too (0 stays 0: TaskVine gives such a worker what the machine has)."""
+    return (
+        max(size[0], spec.cores),
+        size[1] and max(size[1], spec.memory_mb),
+        size[2] and max(size[2], 0 if spec.function else spec.disk_mb),
+    )
+
+
+def fitting_worker(
+    settings, size: tuple[int, int, int], *, manager_port: int, password_file: Path, workspace: Path
+) -> Worker:
+    """A local worker of SIZE (cores, memory MB, disk MB) for the jobs larger than the run's other workers."""
+    return Worker(
+        manager_host="127.0.0.1",
+        manager_port=manager_port,
+        workspace=workspace,
+        password_file=password_file,
+        ssl=settings.ssl,
+        cores=size[0],
+        memory_mb=size[1],
+        disk_mb=size[2],
+        features=comma_separated(settings.worker_features),
+        timeout_s=FIT_WORKER_IDLE_S,
+        env={GROUP_ENV: "workers"},
+        env_allow=env_patterns(settings.worker_env),
+    )
+
+
 def start_workers(
     settings, *, manager_port: int, password_file: Path, run_dir: Path, private_dir: Path
 ) -> list[Factory | Worker]:
@@ -169,8 +239,7 @@ def start_workers(
             )
         return started
     except ValueError as e:  # a path or name the TaskVine binaries cannot take safely
-        for process in started:
-            process.stop()
+        stop_all(started)
         raise WorkflowError(f"cannot start the TaskVine workers: {e}") from e
 
 

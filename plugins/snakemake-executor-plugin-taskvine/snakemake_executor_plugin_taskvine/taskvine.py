@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 import warnings
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -566,18 +567,30 @@ class _Process:
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
         """SIGTERM, then SIGKILL after TIMEOUT_S; returns the exit status. Whatever it started on this machine
         (a local factory's workers) is in its process group, and is ended with it."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_all([self], timeout_s)
+        return self.proc.returncode
+
+
+def stop_all(processes: Sequence[_Process], timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """Stop PROCESSES together, in a bounded time whatever their number or state (connected, still connecting,
+    busy): SIGTERM to each at once, then SIGKILL to those still running after TIMEOUT_S (a vine_worker in the middle
+    of connecting may not heed SIGTERM), then SIGTERM to what is left of each one's process group (a local
+    factory's workers)."""
+    for process in processes:
+        if process.proc.poll() is None:
+            process.proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    for process in processes:
         try:
-            os.killpg(self.proc.pid, signal.SIGTERM)  # the group keeps the leader's pid, which was ours
+            process.proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.proc.kill()
+    for process in processes:
+        process.proc.wait()
+        try:
+            os.killpg(process.proc.pid, signal.SIGTERM)  # the group keeps the leader's pid, which was ours
         except ProcessLookupError:
             pass  # nothing of the group is left
-        return self.proc.returncode
 
 
 def _catalog_env() -> dict[str, str]:

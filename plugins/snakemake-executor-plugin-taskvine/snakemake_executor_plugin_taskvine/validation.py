@@ -65,9 +65,16 @@ def problems(settings) -> list[str]:
     for name, least in {"worker_cores": 1, "min_workers": 0, "max_workers": 1}.items():
         if getattr(settings, name) < least:
             found.append(f"{flag(name)} {getattr(settings, name)}: must be at least {least}")
-    for name in ("worker_memory_mb", "worker_disk_mb", "retries"):
+    for name in (
+        "worker_memory_mb",
+        "worker_disk_mb",
+        "worker_max_cores",
+        "worker_max_memory_mb",
+        "worker_max_disk_mb",
+        "retries",
+    ):
         if getattr(settings, name) < 0:
-            found.append(f"{flag(name)} {getattr(settings, name)}: must not be negative (0 = TaskVine's default)")
+            found.append(f"{flag(name)} {getattr(settings, name)}: must not be negative (0: see its --help)")
     if settings.max_workers >= 1 and settings.min_workers > settings.max_workers:
         found.append(
             f"{flag('min_workers')} {settings.min_workers} is more than {flag('max_workers')} {settings.max_workers}"

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 pytestmark = pytest.mark.sandbox
@@ -33,6 +35,7 @@ def test_failing_job_names_rule_and_output_and_keep_going_finishes_rest(workflow
     logs = list((wf.root / ".snakemake" / "taskvine").glob("*/failed/bad-*.log"))
     assert len(logs) == 1 and "the calibration file is missing" in logs[0].read_text()
     assert str(logs[0].name) in err  # the log is named in the error
+    assert "For further error details" in err and not re.search(r"\SFor further error details", err), err[-3000:]
 
 
 @pytest.mark.parametrize(
@@ -85,6 +88,33 @@ rule bulky:
 
 """
 
+LARGER = """
+rule all:
+    input: "small.txt", "big.txt"
+
+rule small:
+    output: "small.txt"
+    shell: "echo fine > {output}"
+
+rule big:
+    output: "big.txt"
+    threads: 2
+    resources: mem_mb=3000
+    shell: "echo $SNAKEMAKE_TASKVINE_WORKER_GROUP {threads} > {output}"
+"""
+
+
+def test_local_workers_grow_to_fit_a_larger_job(workflow):
+    """With the default worker settings (1 core, 2048 MB), a rule with threads: 2 and mem_mb=3000 runs: the plugin
+    starts a local worker of its size (this machine has the cores), and says so."""
+    wf = workflow(LARGER)
+    done = wf.run("--cores", "4", timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (wf.root / "small.txt").read_text() == "fine\n"
+    assert (wf.root / "big.txt").read_text() == "workers 2\n"
+    assert "rule big needs more than the workers have: started a local worker of 2 cores, 3000 MB" in done.stderr
+
+
 TIME_LIMIT = """
 rule all:
     input: "quick.txt", "slow.txt"
@@ -102,8 +132,8 @@ rule slow:
 
 
 def test_job_larger_than_any_worker_fails_at_once(workflow):
-    """Local workers of 1 core and 2000 MB of disk: a rule with threads: 2, and one with disk_mb=50000, fail at once
-    (TaskVine would wait for such a worker for ever); the job that fits runs."""
+    """Local workers of 1 core and 2000 MB of disk that may not grow past that: a rule with threads: 2, and one with
+    disk_mb=50000, fail at once (TaskVine would wait for such a worker for ever); the job that fits runs."""
     wf = workflow(TOO_LARGE)
     done = wf.run(
         "--keep-going",
@@ -111,9 +141,13 @@ def test_job_larger_than_any_worker_fails_at_once(workflow):
         "4",
         "--taskvine-worker-cores",
         "1",
+        "--taskvine-worker-max-cores",
+        "1",
         "--taskvine-max-workers",
         "1",
         "--taskvine-worker-disk-mb",
+        "2000",
+        "--taskvine-worker-max-disk-mb",
         "2000",
         "--default-resources",
         "mem_mb=100",
@@ -123,12 +157,14 @@ def test_job_larger_than_any_worker_fails_at_once(workflow):
     assert done.returncode != 0
     assert (wf.root / "small.txt").read_text() == "fine\n"
     assert not any((wf.root / f"{name}.txt").exists() for name in ("big", "bulky"))
-    assert "rule big needs 2 cores (its threads), but the largest worker this run starts has 1" in done.stderr
-    assert "--taskvine-worker-cores" in done.stderr
-    assert (
-        "rule bulky needs 50000 MB of disk (its disk_mb), but the largest worker this run starts has 2000 MB"
-        in done.stderr
-    )
+    most = "a local worker started for a larger job may have at most"
+    assert f"rule big needs 2 cores (its threads), but {most} 1: lower the rule's threads" in done.stderr
+    assert "or raise --taskvine-worker-max-cores" in done.stderr
+    assert f"rule bulky needs 50000 MB of disk (its disk_mb), but {most} 2000 MB" in done.stderr
+    assert "Error in rule big, jobid" in done.stderr and "not run: rule big needs 2 cores" in done.stderr
+    # Refused before they ran: no exit code of a command, no pointer to logs they never wrote.
+    assert "(command exited with non-zero exit code)" not in done.stderr, done.stderr[-3000:]
+    assert "For further error details" not in done.stderr
 
 
 @pytest.mark.chaos

@@ -12,7 +12,7 @@ import time
 
 import psutil
 import pytest
-from snakemake_runs import alive, slow_snakefile
+from snakemake_runs import alive, busy, kill_all, slow_snakefile, workers_of
 
 pytestmark = pytest.mark.sandbox
 
@@ -111,6 +111,54 @@ def test_ctrl_c_leaves_nothing_running_and_rerun_resumes(workflow):
     assert not os.path.exists(os.path.dirname(path)), "the run's private directory (password) outlived Ctrl-C"
     why = f"processes first seen at (s): {first_seen}\n{started.output()}"
     assert_rerun_finishes(wf, ARGS, timeout=300, why=why)
+
+
+MANY = 100
+
+
+def test_ctrl_c_with_a_hundred_local_workers_leaves_nothing_within_30_s(workflow):
+    """Issue 36: a run with 100 local workers (the factory's), some busy, some idle, some still connecting, is
+    interrupted: within 30 s of Ctrl-C nothing of it is left (snakemake, factory, every worker, every job)."""
+    wf = workflow(slow_snakefile("sleep 120; echo {wildcards.i} > {output}", n=8))
+    args = (
+        "--taskvine-min-workers",
+        str(MANY),
+        "--taskvine-max-workers",
+        str(MANY),
+        "--taskvine-worker-memory-mb",
+        "100",
+        "--taskvine-worker-disk-mb",
+        "100",
+        "--default-resources",
+        "mem_mb=10",
+        "disk_mb=1",
+    )
+    started = Run(wf, *args)
+    run = started.proc
+    seen: dict[int, psutil.Process] = {}
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            for proc in descendants(run.pid):
+                seen.setdefault(proc.pid, proc)
+            workers = workers_of(run.pid)
+            if len(workers) >= MANY // 2 and sum(busy(w) for w in workers) >= 2:
+                break
+            time.sleep(1)
+        workers = workers_of(run.pid)
+        assert len(workers) >= MANY // 2 and sum(busy(w) for w in workers) >= 2, (len(workers), started.output())
+        interrupted = time.monotonic()
+        run.send_signal(signal.SIGINT)
+        while time.monotonic() < interrupted + 30 and (run.poll() is None or any(alive(p) for p in seen.values())):
+            time.sleep(0.5)
+        took = time.monotonic() - interrupted
+        left = [f"{p.pid} {p.name()}" for p in seen.values() if alive(p)]
+    finally:
+        if run.poll() is None:
+            run.kill()
+        kill_all(p for p in seen.values() if alive(p))  # whatever the assertion below names, not left behind
+    assert run.returncode is not None and left == [], f"{took:.0f} s after Ctrl-C still running: {left[:10]}"
+    print(f"{len(seen)} processes ({len(workers)} workers) ended {took:.1f} s after Ctrl-C")
 
 
 def assert_rerun_finishes(wf, args, timeout: float, why: str = "") -> None:
