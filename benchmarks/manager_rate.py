@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import time
@@ -46,6 +47,15 @@ def spec(i: int, inputs: list[Path], task_s: float) -> taskvine.TaskSpec:
         env={"HEPVINE_BENCH": "1"},
         inputs=files,
     )
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether anything of the process group PGID (a worker and what it started) still runs."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def depth_run(
@@ -104,23 +114,30 @@ def depth_run(
         for task_id in live:
             manager.cancel(task_id)
         cancel_s = time.perf_counter() - cancel0
+        row = {
+            "depth": depth,
+            "inputs": inputs,
+            "task_s": task_s,
+            "workers": workers,
+            "worker_cores": cores,
+            "window_tasks": window,
+            "submit_s": round(submit_wall, 3),
+            "submit_cpu_ms_per_task": round(1e3 * submit_cpu / depth, 3),
+            "tasks_per_s": round(window / wall, 1),
+            "cpu_ms_per_task": round(1e3 * cpu / window, 2),
+            "queued_at_end": queued,
+            "cancel_s": round(cancel_s, 3),
+        }
+        print(json.dumps(row), flush=True)  # before the teardown, whatever it takes
     finally:
-        for worker in started:
-            worker.stop()
-    return {
-        "depth": depth,
-        "inputs": inputs,
-        "task_s": task_s,
-        "workers": workers,
-        "worker_cores": cores,
-        "window_tasks": window,
-        "submit_s": round(submit_wall, 3),
-        "submit_cpu_ms_per_task": round(1e3 * submit_cpu / depth, 3),
-        "tasks_per_s": round(window / wall, 1),
-        "cpu_ms_per_task": round(1e3 * cpu / window, 2),
-        "queued_at_end": queued,
-        "cancel_s": round(cancel_s, 3),
-    }
+        stop0 = time.perf_counter()
+        taskvine.stop_all(started)
+        stop_s = time.perf_counter() - stop0
+    left = [w.proc.pid for w in started if group_alive(w.proc.pid)]
+    print(
+        f"depth {depth}: {len(started)} workers stopped in {stop_s:.1f} s; still running: {left or 'none'}", flush=True
+    )
+    return {**row, "stop_s": round(stop_s, 2), "left_running": len(left)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -165,9 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     for n, (task_s, inputs, depth) in enumerate(runs):
         run_dir = Path(scratch) / str(n)
         run_dir.mkdir(parents=True)
-        row = depth_run(depth, args.window, args.workers, args.worker_cores, inputs, task_s, run_dir, args.timeout)
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+        rows.append(
+            depth_run(depth, args.window, args.workers, args.worker_cores, inputs, task_s, run_dir, args.timeout)
+        )
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(
         json.dumps({"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": rows}, indent=1) + "\n"
