@@ -70,7 +70,7 @@ demo: sandbox
 	@$(WITH_SERVICES) python -m hepvine.devtools.demo
 
 bench: sandbox
-	@$(WITH_SERVICES) sh -c "python benchmarks/analysis.py && python benchmarks/processor.py && python benchmarks/recompress.py && python benchmarks/dispatch.py && python benchmarks/manager_rate.py"
+	@$(WITH_SERVICES) sh -c "python benchmarks/analysis.py && python benchmarks/processor.py && python benchmarks/recompress.py && python benchmarks/dispatch.py && python benchmarks/manager_rate.py && python benchmarks/many_workers.py"
 
 clean-sandbox: services-stop
 	@$(SANDBOX)/clean.sh

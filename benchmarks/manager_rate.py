@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import time
@@ -47,15 +46,6 @@ def spec(i: int, inputs: list[Path], task_s: float) -> taskvine.TaskSpec:
         env={"HEPVINE_BENCH": "1"},
         inputs=files,
     )
-
-
-def group_alive(pgid: int) -> bool:
-    """Whether anything of the process group PGID (a worker and what it started) still runs."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def depth_run(
@@ -133,11 +123,10 @@ def depth_run(
         stop0 = time.perf_counter()
         taskvine.stop_all(started)
         stop_s = time.perf_counter() - stop0
-    left = [w.proc.pid for w in started if group_alive(w.proc.pid)]
-    print(
-        f"depth {depth}: {len(started)} workers stopped in {stop_s:.1f} s; still running: {left or 'none'}", flush=True
-    )
-    return {**row, "stop_s": round(stop_s, 2), "left_running": len(left)}
+    time.sleep(2)  # what the last SIGTERM reached has ended by now
+    left = taskvine.still_running(started)
+    print(f"depth {depth}: {len(started)} workers stopped in {stop_s:.1f} s; left running: {left}", flush=True)
+    return {**row, "stop_s": round(stop_s, 2), "left_running": left}
 
 
 def main(argv: list[str] | None = None) -> int:

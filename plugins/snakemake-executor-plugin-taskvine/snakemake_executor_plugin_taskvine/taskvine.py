@@ -25,6 +25,7 @@ LOOPBACK_CATALOG = "127.0.0.1:9097"
 # TaskVine's scheduling modes (VINE_SCHEDULE_<NAME>): files = where the task's input files already are.
 SCHEDULERS = ("files", "time", "fcfs", "rand", "worst")
 STOP_TIMEOUT_S = 30.0
+WORKER_STOP_GRACE_S = 5.0
 LIBRARY_NAME = "snakemake-jobs"
 # A task's environment (TaskSpec.env) arrives as this file in its sandbox, which the task's shell sources first:
 # TaskVine's own set_env_var would write each value into the manager's debug log.
@@ -557,6 +558,9 @@ class Manager:
 class _Process:
     """A TaskVine binary we started, stopped by its own pid."""
 
+    # How long a SIGTERM is given before SIGKILL: a factory removes its HTCondor jobs on the way out.
+    stop_grace_s = STOP_TIMEOUT_S
+
     def __init__(self, argv: list[str], log: Path, env: dict[str, str] | None = None):
         self.argv = argv
         self.log = log
@@ -564,25 +568,25 @@ class _Process:
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
-    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
-        """SIGTERM, then SIGKILL after TIMEOUT_S; returns the exit status. Whatever it started on this machine
+    def stop(self) -> int:
+        """SIGTERM, then SIGKILL after its grace; returns the exit status. Whatever it started on this machine
         (a local factory's workers) is in its process group, and is ended with it."""
-        stop_all([self], timeout_s)
+        stop_all([self])
         return self.proc.returncode
 
 
-def stop_all(processes: Sequence[_Process], timeout_s: float = STOP_TIMEOUT_S) -> None:
+def stop_all(processes: Sequence[_Process]) -> None:
     """Stop PROCESSES together, in a bounded time whatever their number or state (connected, still connecting,
-    busy): SIGTERM to each at once, then SIGKILL to those still running after TIMEOUT_S (a vine_worker in the middle
+    busy): SIGTERM to each at once, then SIGKILL to each still running after its grace (a vine_worker in the middle
     of connecting may not heed SIGTERM), then SIGTERM to what is left of each one's process group (a local
     factory's workers)."""
     for process in processes:
         if process.proc.poll() is None:
             process.proc.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    for process in processes:
+    signalled = time.monotonic()
+    for process in sorted(processes, key=lambda p: p.stop_grace_s):
         try:
-            process.proc.wait(max(0.0, deadline - time.monotonic()))
+            process.proc.wait(max(0.0, signalled + process.stop_grace_s - time.monotonic()))
         except subprocess.TimeoutExpired:
             process.proc.kill()
     for process in processes:
@@ -591,6 +595,18 @@ def stop_all(processes: Sequence[_Process], timeout_s: float = STOP_TIMEOUT_S) -
             os.killpg(process.proc.pid, signal.SIGTERM)  # the group keeps the leader's pid, which was ours
         except ProcessLookupError:
             pass  # nothing of the group is left
+
+
+def still_running(processes: Sequence[_Process]) -> int:
+    """How many of PROCESSES' process groups have something running (after ``stop_all``: should be none)."""
+    left = 0
+    for process in processes:
+        try:
+            os.killpg(process.proc.pid, 0)
+            left += 1
+        except ProcessLookupError:
+            pass
+    return left
 
 
 def _catalog_env() -> dict[str, str]:
@@ -690,6 +706,8 @@ class Factory(_Process):
 
 class Worker(_Process):
     """One ``vine_worker`` on this machine connected to the manager at HOST:PORT."""
+
+    stop_grace_s = WORKER_STOP_GRACE_S  # it keeps nothing worth waiting for: its tasks are cancelled with the run
 
     def __init__(
         self,

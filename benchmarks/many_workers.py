@@ -1,0 +1,157 @@
+"""``make bench`` (many workers; issue 36): the plugin's TaskVine manager (its adapter, ``taskvine.Manager``, in this
+process) with N local ``vine_worker`` processes on loopback (1 core, 50 MB of memory and 100 MB of disk each), for N
+in ``--workers`` (default 100, 300, 1000): what grows with N.
+
+For each N it reports: the time for all N workers to connect (started together, as a factory's cycle starts them);
+the manager's memory (this process's resident set) idle with N workers and after the tasks; the dispatch of
+``--tasks-per-worker`` x N empty tasks (``true``), each reading one of ``--inputs`` distinct small files that the
+workers cache (so the files scheduler weighs which worker has which file): tasks a second and this process's CPU per
+task; then, with a 60 s task on every worker (all busy), the time to stop all N together (``taskvine.stop_all``:
+SIGTERM, SIGKILL after 30 s) and how many are left. Stops with the reason at the first N this machine cannot hold
+(workers that do not connect within ``--connect-timeout``). Writes results/bench/many-workers.json.
+
+Run it on the sandbox (``make run CMD='python benchmarks/many_workers.py'``); it needs no service but TaskVine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from snakemake_executor_plugin_taskvine import taskvine
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def rss_mb() -> float:
+    """This process's resident memory now (MB)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def task(i: int, files: list[Path], command: str) -> taskvine.TaskSpec:
+    inputs = ((str(files[i % len(files)]), "input.dat"),) if files else ()
+    return taskvine.TaskSpec(
+        command=command, tag=f"t{i}", category="bench", cores=1, memory_mb=10, disk_mb=10, inputs=inputs
+    )
+
+
+def pump(manager: taskvine.Manager, until, timeout_s: float) -> bool:
+    """Let the manager work (accept workers, collect results) until UNTIL() holds or TIMEOUT_S pass."""
+    deadline = time.monotonic() + timeout_s
+    while not until():
+        if time.monotonic() > deadline:
+            return False
+        manager.wait(1)
+    return True
+
+
+def one_n(n: int, tasks_per_worker: int, inputs: int, connect_timeout_s: float, scratch: Path) -> dict:
+    files = []
+    for k in range(inputs):
+        files.append(scratch / f"input-{k}.dat")
+        files[-1].write_bytes(os.urandom(4096))
+    password = taskvine.write_password_file(scratch)
+    manager = taskvine.Manager(port=0, password_file=password, run_info_dir=scratch / "run-info")
+    row: dict = {"workers": n}
+    workers = []
+    try:
+        began = time.perf_counter()
+        for k in range(n):
+            workers.append(
+                taskvine.Worker(
+                    manager_host="127.0.0.1",
+                    manager_port=manager.port,
+                    workspace=scratch / f"w{k}",
+                    password_file=password,
+                    cores=1,
+                    memory_mb=50,
+                    disk_mb=100,
+                )
+            )
+        row["spawn_s"] = round(time.perf_counter() - began, 2)
+        connected = pump(manager, lambda: manager.workers_connected() >= n, connect_timeout_s)
+        row["connect_s"] = round(time.perf_counter() - began, 2)
+        row["connected"] = manager.workers_connected()
+        if not connected:
+            row["stopped_because"] = (
+                f"only {row['connected']} of {n} workers connected within {connect_timeout_s:.0f} s"
+            )
+            return row
+        row["manager_rss_idle_mb"] = round(rss_mb(), 1)
+
+        count = tasks_per_worker * n
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        for i in range(count):
+            manager.submit(task(i, files, "true"))
+        done = failed = 0
+        deadline = time.monotonic() + 600
+        while done < count and time.monotonic() < deadline:
+            result = manager.wait(1)
+            if result is not None:
+                done += 1
+                failed += not result.successful
+        wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+        row.update(
+            tasks=count,
+            tasks_done=done,
+            tasks_failed=failed,
+            tasks_per_s=round(done / wall, 1),
+            cpu_ms_per_task=round(1e3 * cpu / max(done, 1), 3),
+            manager_rss_after_mb=round(rss_mb(), 1),
+        )
+
+        busy = [manager.submit(task(count + k, [], "sleep 60")) for k in range(n)]
+        pump(manager, lambda: sum(not manager.is_waiting(t) for t in busy) >= n, 120)
+        row["busy_when_stopped"] = sum(not manager.is_waiting(t) for t in busy)
+    finally:
+        print(json.dumps(row), flush=True)  # before the teardown, whatever it takes
+        stop0 = time.perf_counter()
+        taskvine.stop_all(workers)
+        row["stop_s"] = round(time.perf_counter() - stop0, 2)
+        time.sleep(2)  # what the last SIGTERM reached has ended by now
+        row["left_running"] = taskvine.still_running(workers)
+        print(f"{n} workers stopped in {row['stop_s']} s; left running: {row['left_running']}", flush=True)
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workers", default="100,300,1000", help="numbers of workers, comma-separated")
+    parser.add_argument("--tasks-per-worker", type=int, default=5, help="empty tasks dispatched per worker")
+    parser.add_argument("--inputs", type=int, default=100, help="distinct small input files the tasks read")
+    parser.add_argument("--connect-timeout", type=float, default=300, help="seconds for all workers to connect")
+    parser.add_argument("--output", type=Path, default=REPO / "results" / "bench" / "many-workers.json")
+    args = parser.parse_args(argv)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # a socket per worker, and the workers' log files
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    scratch = args.output.with_suffix(".logs")
+    shutil.rmtree(scratch, ignore_errors=True)
+    rows = []
+    for n in (int(x) for x in args.workers.split(",")):
+        run_dir = scratch / str(n)
+        run_dir.mkdir(parents=True)
+        rows.append(one_n(n, args.tasks_per_worker, args.inputs, args.connect_timeout, run_dir))
+        shutil.rmtree(run_dir, ignore_errors=True)  # N workspaces
+        if "stopped_because" in rows[-1]:
+            break
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(
+        json.dumps(
+            {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "open_files": [soft, hard], "rows": rows},
+            indent=1,
+        )
+        + "\n"
+    )
+    print(f"written {args.output}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
