@@ -42,6 +42,25 @@ def task(i: int, files: list[Path], command: str) -> taskvine.TaskSpec:
     )
 
 
+def left_processes(groups: set[int]) -> list[str]:
+    """'pid state command' of each process in one of the process GROUPS."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        name, rest = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
+        if int(rest[2]) in groups:
+            found.append(f"{stat.parent.name} {rest[0]} {name}")
+    return sorted(found)
+
+
+def last_line(log: Path) -> str:
+    lines = log.read_text(errors="replace").strip().splitlines() if log.exists() else []
+    return lines[-1].split("]", 1)[-1].strip() if lines else "(no log)"
+
+
 def pump(manager: taskvine.Manager, until, timeout_s: float) -> bool:
     """Let the manager work (accept workers, collect results) until UNTIL() holds or TIMEOUT_S pass."""
     deadline = time.monotonic() + timeout_s
@@ -76,14 +95,25 @@ def one_n(n: int, tasks_per_worker: int, inputs: int, connect_timeout_s: float, 
                 )
             )
         row["spawn_s"] = round(time.perf_counter() - began, 2)
-        connected = pump(manager, lambda: manager.workers_connected() >= n, connect_timeout_s)
+
+        def alive() -> int:
+            return sum(w.proc.poll() is None for w in workers)
+
+        # All that still run: a vine_worker may die at its start (cctools: "unable to find a port to start a
+        # transfer server"), which a factory would replace; counted and said.
+        connected = pump(manager, lambda: manager.workers_connected() >= max(1, alive()), connect_timeout_s)
         row["connect_s"] = round(time.perf_counter() - began, 2)
         row["connected"] = manager.workers_connected()
+        died = [w for w in workers if w.proc.poll() is not None]
+        if died:
+            row["died_at_start"] = len(died)
+            row["why"] = sorted({last_line(w.log) for w in died})
         if not connected:
             row["stopped_because"] = (
                 f"only {row['connected']} of {n} workers connected within {connect_timeout_s:.0f} s"
             )
             return row
+        n = row["connected"]
         row["manager_rss_idle_mb"] = round(rss_mb(), 1)
 
         count = tasks_per_worker * n
@@ -117,6 +147,8 @@ def one_n(n: int, tasks_per_worker: int, inputs: int, connect_timeout_s: float, 
         row["stop_s"] = round(time.perf_counter() - stop0, 2)
         time.sleep(2)  # what the last SIGTERM reached has ended by now
         row["left_running"] = taskvine.still_running(workers)
+        if row["left_running"]:
+            row["left"] = left_processes({w.proc.pid for w in workers})
         print(f"{n} workers stopped in {row['stop_s']} s; left running: {row['left_running']}", flush=True)
     return row
 
@@ -138,9 +170,10 @@ def main(argv: list[str] | None = None) -> int:
         run_dir = scratch / str(n)
         run_dir.mkdir(parents=True)
         rows.append(one_n(n, args.tasks_per_worker, args.inputs, args.connect_timeout, run_dir))
-        shutil.rmtree(run_dir, ignore_errors=True)  # N workspaces
         if "stopped_because" in rows[-1]:
+            print(f"stopped at {n} workers: {rows[-1]['stopped_because']}; their logs are in {run_dir}")
             break
+        shutil.rmtree(run_dir, ignore_errors=True)  # N workspaces
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(
         json.dumps(

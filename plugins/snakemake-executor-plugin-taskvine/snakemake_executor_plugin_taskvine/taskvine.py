@@ -578,7 +578,8 @@ class _Process:
 def stop_all(processes: Sequence[_Process]) -> None:
     """Stop PROCESSES together, in a bounded time whatever their number or state (connected, still connecting,
     busy): SIGTERM to each at once, then SIGKILL to each still running after its grace (a vine_worker in the middle
-    of connecting may not heed SIGTERM), then SIGTERM to what is left of each one's process group (a local
+    of connecting may not heed SIGTERM), then SIGKILL to what is left of each one's process group once it has ended
+    (what it started and did not end: a vine_worker's forked helpers, which do not heed SIGTERM either; a local
     factory's workers)."""
     for process in processes:
         if process.proc.poll() is None:
@@ -592,7 +593,7 @@ def stop_all(processes: Sequence[_Process]) -> None:
     for process in processes:
         process.proc.wait()
         try:
-            os.killpg(process.proc.pid, signal.SIGTERM)  # the group keeps the leader's pid, which was ours
+            os.killpg(process.proc.pid, signal.SIGKILL)  # the group keeps the leader's pid, which was ours
         except ProcessLookupError:
             pass  # nothing of the group is left
 
