@@ -58,10 +58,17 @@ WORKFLOW_LAYERS = (
             "products.plots",
         ),
     ),
-    # Not needed to run a campaign: the sandbox's services file, test data, the demo.
+    # Not needed to run a campaign: the sandbox's services file, test data, the demo, the profiles' writer.
     (
         "development tools",
-        ("devtools", "devtools.services", "devtools.nanoschema", "devtools.generate", "devtools.demo"),
+        (
+            "devtools",
+            "devtools.services",
+            "devtools.nanoschema",
+            "devtools.generate",
+            "devtools.demo",
+            "devtools.profiles",
+        ),
     ),
     (
         "commands",

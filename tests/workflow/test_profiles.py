@@ -1,4 +1,5 @@
-"""A profile per site: every site config has ``profiles/<site>/`` using its worker groups; every profile's executor
+"""A profile per site: each made of the settings every profile shares (``profiles/common.yaml``) and its own
+(``site.yaml``); every site config has ``profiles/<site>/`` using its worker groups; every profile's executor
 settings pass the plugin's own start-up checks and its jobs' resources fit the workers it starts; every profile
 dry-runs a small campaign (Snakemake accepts every key, plans one job per batch); and ``profiles/local`` runs a
 tiny campaign for real on local TaskVine workers, twice, to byte-identical histograms (``hepvine compare``)."""
@@ -28,6 +29,37 @@ NEEDS_SERVICES = {"sandbox"}
 
 def profile(name: str) -> dict:
     return yaml.safe_load((REPO / "profiles" / name / "config.yaml").read_text())
+
+
+def test_each_profile_is_the_common_settings_and_its_own():
+    """Each config.yaml is what hepvine.devtools.profiles makes of profiles/common.yaml and its site.yaml: the
+    shared settings (and why) written once, each profile holding only what it sets itself."""
+    from hepvine.devtools import profiles
+
+    assert profiles.main(["--check"]) == 0, "run: python -m hepvine.devtools.profiles"
+    common = yaml.safe_load((REPO / "profiles" / "common.yaml").read_text())
+    assert common["executor"] == "taskvine" and common["jobs"] == "unlimited"
+    for name in PROFILES:
+        own = yaml.safe_load((REPO / "profiles" / name / "site.yaml").read_text())
+        assert not set(own) & set(common), name
+        assert profile(name) == {**common, **own}, name
+
+
+def test_a_profile_that_sets_a_common_key_is_refused(tmp_path):
+    from hepvine.devtools import profiles
+
+    (tmp_path / "common.yaml").write_text("# shared\n\njobs: unlimited\n")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "site.yaml").write_text("# mine\n\njobs: 50\ntaskvine-workers: local\n")
+    with pytest.raises(profiles.ProfileError, match=r"mine/site.yaml: sets jobs, which profiles/common.yaml sets"):
+        profiles.render(tmp_path / "mine")
+    (tmp_path / "mine" / "site.yaml").write_text("# mine\n\ntaskvine-workers: local\n")
+    assert profiles.main(["--check", "--profiles", str(tmp_path)]) == 1  # no config.yaml yet
+    assert profiles.main(["--profiles", str(tmp_path)]) == 0
+    assert yaml.safe_load((tmp_path / "mine" / "config.yaml").read_text()) == {
+        "jobs": "unlimited",
+        "taskvine-workers": "local",
+    }
 
 
 def test_every_site_has_a_profile_with_its_worker_groups():
