@@ -34,7 +34,7 @@ from snakemake_interface_common.exceptions import WorkflowError
 
 from . import workergroups
 from .tasks import comma_separated
-from .taskvine import Factory, Worker, env_patterns, stop_all
+from .taskvine import WORKER_IDLE_S, Factory, Worker, env_patterns, stop_all
 from .workergroups import WorkerGroup
 
 WORKER_MODES = ("local", "condor", "none")
@@ -173,20 +173,48 @@ def grown(size: tuple[int, int, int], spec) -> tuple[int, int, int]:
 def fitting_worker(
     settings, size: tuple[int, int, int], *, manager_port: int, password_file: Path, workspace: Path
 ) -> Worker:
-    """A local worker of SIZE (cores, memory MB, disk MB) for the jobs larger than the run's other workers."""
+    """A local worker of SIZE (cores, memory MB, disk MB) for the jobs larger than the run's other workers; it waits
+    for them (no idle timeout) and ends with the run."""
+    group = WorkerGroup(
+        name="workers",
+        features=tuple(comma_separated(settings.worker_features)),
+        cores=size[0],
+        memory_mb=size[1],
+        disk_mb=size[2],
+    )
+    return local_worker(
+        settings,
+        group,
+        manager_port=manager_port,
+        password_file=password_file,
+        workspace=workspace,
+        idle_s=FIT_WORKER_IDLE_S,
+    )
+
+
+def local_worker(
+    settings,
+    group: WorkerGroup,
+    *,
+    manager_port: int,
+    password_file: Path,
+    workspace: Path,
+    idle_s: int = WORKER_IDLE_S,
+) -> Worker:
+    """A vine_worker on this machine of GROUP's size and features, in WORKSPACE."""
     return Worker(
         manager_host="127.0.0.1",
         manager_port=manager_port,
         workspace=workspace,
         password_file=password_file,
         ssl=settings.ssl,
-        cores=size[0],
-        memory_mb=size[1],
-        disk_mb=size[2],
-        features=comma_separated(settings.worker_features),
-        timeout_s=FIT_WORKER_IDLE_S,
-        env={GROUP_ENV: "workers"},
+        cores=group.cores,
+        memory_mb=group.memory_mb,
+        disk_mb=group.disk_mb,
+        features=group.features,
+        env={GROUP_ENV: group.name},
         env_allow=env_patterns(settings.worker_env),
+        timeout_s=idle_s,
     )
 
 
@@ -207,19 +235,10 @@ def start_workers(
         if settings.workers == "local" and settings.worker_groups:
             for group in groups:
                 for i in range(group.max_workers):
+                    workspace = run_dir / "workers" / f"{group.name}-{i}"
                     started.append(
-                        Worker(
-                            manager_host="127.0.0.1",
-                            manager_port=manager_port,
-                            workspace=run_dir / "workers" / f"{group.name}-{i}",
-                            password_file=password_file,
-                            ssl=settings.ssl,
-                            cores=group.cores,
-                            memory_mb=group.memory_mb,
-                            disk_mb=group.disk_mb,
-                            features=group.features,
-                            env={GROUP_ENV: group.name},
-                            env_allow=allow,
+                        local_worker(
+                            settings, group, manager_port=manager_port, password_file=password_file, workspace=workspace
                         )
                     )
             return started

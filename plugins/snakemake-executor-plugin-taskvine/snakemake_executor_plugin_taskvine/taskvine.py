@@ -26,6 +26,7 @@ LOOPBACK_CATALOG = "127.0.0.1:9097"
 SCHEDULERS = ("files", "time", "fcfs", "rand", "worst")
 STOP_TIMEOUT_S = 30.0
 WORKER_STOP_GRACE_S = 5.0
+WORKER_IDLE_S = 300  # a worker with nothing to do for this long ends
 LIBRARY_NAME = "snakemake-jobs"
 # A task's environment (TaskSpec.env) arrives as this file in its sandbox, which the task's shell sources first:
 # TaskVine's own set_env_var would write each value into the manager's debug log.
@@ -668,7 +669,7 @@ class Factory(_Process):
         condor_requirements: str = "",
         worker_env: dict[str, str] | None = None,
         worker_env_allow: Sequence[str] = DEFAULT_WORKER_ENV,
-        worker_timeout_s: int = 300,
+        worker_timeout_s: int = WORKER_IDLE_S,
         log: Path | None = None,
     ):
         worker_env = dict(worker_env or {})
@@ -722,7 +723,7 @@ class Worker(_Process):
         memory_mb: int = 0,
         disk_mb: int = 0,
         features: Sequence[str] = (),
-        timeout_s: int = 300,
+        timeout_s: int = WORKER_IDLE_S,
         env: dict[str, str] | None = None,
         env_allow: Sequence[str] = DEFAULT_WORKER_ENV,
     ):
