@@ -289,8 +289,7 @@ class Executor(RemoteExecutor):
     def too_large(self, job: JobExecutorInterface, spec, size, flags) -> Optional[str]:
         """Why a worker of SIZE (cores, memory MB, disk MB; 0: TaskVine decides) cannot take JOB's task SPEC, or
         None; FLAGS (provision.SIZE_FLAGS or MOST_FLAGS) say what the size is and what raises it."""
-        # A library call runs in the worker's library: it takes no disk of its own.
-        needs = (spec.cores, spec.memory_mb, 0 if spec.function else spec.disk_mb)
+        needs = provision.needs(spec)
         for need, most, (unit, worker_unit, lower), (what, flag) in zip(needs, size, provision.RESOURCES, flags):
             if most and need > most:
                 return (

@@ -161,13 +161,16 @@ def most_worker(settings, run_dir: Path) -> tuple[int, int, int] | None:
     )
 
 
+def needs(spec) -> tuple[int, int, int]:
+    """(cores, memory MB, disk MB) the task SPEC needs of a worker: a library call runs in the worker's library and
+    takes no disk of its own."""
+    return spec.cores, spec.memory_mb, 0 if spec.function else spec.disk_mb
+
+
 def grown(size: tuple[int, int, int], spec) -> tuple[int, int, int]:
     """SIZE grown to take the task SPEC too (0 stays 0: TaskVine gives such a worker what the machine has)."""
-    return (
-        max(size[0], spec.cores),
-        size[1] and max(size[1], spec.memory_mb),
-        size[2] and max(size[2], 0 if spec.function else spec.disk_mb),
-    )
+    cores, memory_mb, disk_mb = needs(spec)
+    return max(size[0], cores), size[1] and max(size[1], memory_mb), size[2] and max(size[2], disk_mb)
 
 
 def fitting_worker(

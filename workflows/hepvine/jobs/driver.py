@@ -85,7 +85,8 @@ def run_file(
                 **how,
             }  # engine: transcode, or hadd with the fallback's reason
             # The analysis reads the copy as the file the dataset names: its events.metadata as of the source.
-            as_source = dataclasses.replace(task, uuid=task.uuid or record.recompress.pop("source_uuid"))
+            source_uuid = record.recompress.pop("source_uuid")  # never in the record: the copy's own, whatever task has
+            as_source = dataclasses.replace(task, uuid=task.uuid or source_uuid)
             h, record.events, record.bytes_read = processor.run_file(str(copy), as_source, analysis)
             record.read_from = str(copy)
         else:
