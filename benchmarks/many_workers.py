@@ -10,7 +10,14 @@ task; then, with a 60 s task on every worker (all busy), the time to stop all N 
 SIGTERM, SIGKILL after 30 s) and how many are left. Stops with the reason at the first N this machine cannot hold
 (workers that do not connect within ``--connect-timeout``). Writes results/bench/many-workers.json.
 
-Run it on the sandbox (``make run CMD='python benchmarks/many_workers.py'``); it needs no service but TaskVine.
+With ``--via condor`` the N workers are HTCondor jobs of one ``vine_factory`` (the plugin's ``--taskvine-workers
+condor``) on the sandbox's personal pool, which the bench widens for its run to advertise N + 4 cores (partitionable
+slots may advertise more cores than the machine has: the workers are mostly idle) by writing the file that the
+pool's ``HEPVINE_WIDER_POOL_CONFIG`` names and restarting the startd; it puts the pool back after. The same figures,
+plus the time for the factory's stop to remove its jobs from the queue and what is left in condor_q.
+
+Run it on the sandbox (``make run CMD='python benchmarks/many_workers.py'``); it needs no service but TaskVine, and
+HTCondor with ``--via condor`` (``make bench`` runs both).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import json
 import os
 import resource
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -71,32 +79,104 @@ def pump(manager: taskvine.Manager, until, timeout_s: float) -> bool:
     return True
 
 
-def one_n(n: int, tasks_per_worker: int, inputs: int, connect_timeout_s: float, scratch: Path) -> dict:
+def condor(*argv: str) -> str:
+    return subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60).stdout
+
+
+def pool_cores() -> int:
+    """The cores the personal pool's partitionable slots advertise in all."""
+    return sum(int(c) for c in condor("condor_status", "-af", "TotalSlotCpus").split())
+
+
+def widen_pool(cores: int | None, timeout_s: float = 120) -> None:
+    """Make the sandbox's pool advertise CORES cores (None: back to its own size) and wait until it does."""
+    wider = Path(condor("condor_config_val", "HEPVINE_WIDER_POOL_CONFIG").strip())
+    if cores is None:
+        wider.unlink(missing_ok=True)
+    else:  # memory for 64 MB a core besides the pool's own 8 GB
+        wider.write_text(f"NUM_CPUS = {cores}\nMEMORY = {8192 + 64 * cores}\n")
+    # The master refuses to restart a startd that is already restarting (it waits 10 s before it starts it again).
+    if not wait_until(
+        lambda: subprocess.run(["condor_restart", "-daemon", "startd"], capture_output=True).returncode == 0, 60
+    ):
+        raise SystemExit("condor_restart -daemon startd was refused for 60 s")
+    want = cores or int(condor("condor_config_val", "NUM_CPUS").strip())
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        time.sleep(2)
+        try:
+            if pool_cores() == want:
+                return
+        except subprocess.CalledProcessError:
+            pass  # the startd is restarting
+    raise SystemExit(f"the HTCondor pool did not come to {want} cores within {timeout_s:.0f} s")
+
+
+def jobs_in_queue() -> int:
+    """Jobs in the schedd's queue (the bench runs alone on the pool: its factory's)."""
+    return len(condor("condor_q", "-af", "ClusterId").split())
+
+
+def wait_until(condition, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(1)
+    return True
+
+
+def start_workers(via: str, n: int, manager: taskvine.Manager, password: Path, scratch: Path) -> list:
+    """N local vine_workers, or one vine_factory keeping N HTCondor worker jobs."""
+    if via == "condor":
+        return [
+            taskvine.Factory(
+                batch_type="condor",
+                manager_host="127.0.0.1",
+                manager_port=manager.port,
+                scratch_dir=scratch / "factory",
+                log=scratch / "factory.log",
+                password_file=password,
+                min_workers=n,
+                max_workers=n,
+                cores=1,
+                memory_mb=50,
+                disk_mb=100,
+                # Idle workers leave after this; all N must connect first (~0.7 a second on this machine's pool).
+                worker_timeout_s=1200,
+            )
+        ]
+    return [
+        taskvine.Worker(
+            manager_host="127.0.0.1",
+            manager_port=manager.port,
+            workspace=scratch / f"w{k}",
+            password_file=password,
+            cores=1,
+            memory_mb=50,
+            disk_mb=100,
+        )
+        for k in range(n)
+    ]
+
+
+def one_n(via: str, n: int, tasks_per_worker: int, inputs: int, connect_timeout_s: float, scratch: Path) -> dict:
     files = []
     for k in range(inputs):
         files.append(scratch / f"input-{k}.dat")
         files[-1].write_bytes(os.urandom(4096))
     password = taskvine.write_password_file(scratch)
     manager = taskvine.Manager(port=0, password_file=password, run_info_dir=scratch / "run-info")
-    row: dict = {"workers": n}
+    row: dict = {"via": via, "workers": n}
     workers = []
     try:
         began = time.perf_counter()
-        for k in range(n):
-            workers.append(
-                taskvine.Worker(
-                    manager_host="127.0.0.1",
-                    manager_port=manager.port,
-                    workspace=scratch / f"w{k}",
-                    password_file=password,
-                    cores=1,
-                    memory_mb=50,
-                    disk_mb=100,
-                )
-            )
+        workers = start_workers(via, n, manager, password, scratch)
         row["spawn_s"] = round(time.perf_counter() - began, 2)
 
         def alive() -> int:
+            if via == "condor":  # the factory replaces a worker job that ends
+                return n
             return sum(w.proc.poll() is None for w in workers)
 
         # All that still run: a vine_worker may die at its start (cctools: "unable to find a port to start a
@@ -104,7 +184,7 @@ def one_n(n: int, tasks_per_worker: int, inputs: int, connect_timeout_s: float, 
         connected = pump(manager, lambda: manager.workers_connected() >= max(1, alive()), connect_timeout_s)
         row["connect_s"] = round(time.perf_counter() - began, 2)
         row["connected"] = manager.workers_connected()
-        died = [w for w in workers if w.proc.poll() is not None]
+        died = [w for w in workers if w.proc.poll() is not None and via == "local"]
         if died:
             row["died_at_start"] = len(died)
             row["why"] = sorted({last_line(w.log) for w in died})
@@ -149,27 +229,46 @@ def one_n(n: int, tasks_per_worker: int, inputs: int, connect_timeout_s: float, 
         row["left_running"] = taskvine.still_running(workers)
         if row["left_running"]:
             row["left"] = left_processes({w.proc.pid for w in workers})
-        print(f"{n} workers stopped in {row['stop_s']} s; left running: {row['left_running']}", flush=True)
+        if via == "condor":  # the factory's stop removed its jobs; the schedd may take a moment to let them go
+            gone = wait_until(lambda: jobs_in_queue() == 0, 60)
+            row["jobs_left_in_queue"] = jobs_in_queue()
+            row["queue_empty_s"] = round(time.perf_counter() - stop0, 2) if gone else None
+        print(f"{n} workers ({via}) stopped in {row['stop_s']} s; left running: {row['left_running']}", flush=True)
     return row
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", default="100,300,1000", help="numbers of workers, comma-separated")
+    parser.add_argument(
+        "--via", choices=("local", "condor"), default="local", help="local vine_workers, or HTCondor jobs of a factory"
+    )
     parser.add_argument("--tasks-per-worker", type=int, default=5, help="empty tasks dispatched per worker")
     parser.add_argument("--inputs", type=int, default=100, help="distinct small input files the tasks read")
     parser.add_argument("--connect-timeout", type=float, default=300, help="seconds for all workers to connect")
-    parser.add_argument("--output", type=Path, default=REPO / "results" / "bench" / "many-workers.json")
+    parser.add_argument("--output", type=Path, help="where the table goes (results/bench/many-workers[-condor].json)")
     args = parser.parse_args(argv)
+    suffix = "" if args.via == "local" else f"-{args.via}"
+    args.output = args.output or REPO / "results" / "bench" / f"many-workers{suffix}.json"
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # a socket per worker, and the workers' log files
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     scratch = args.output.with_suffix(".logs")
     shutil.rmtree(scratch, ignore_errors=True)
     rows = []
+    if args.via == "condor" and Path(condor("condor_config_val", "HEPVINE_WIDER_POOL_CONFIG").strip()).exists():
+        widen_pool(None)  # left widened by a run that crashed
+    if args.via == "condor" and jobs_in_queue():
+        raise SystemExit("the HTCondor queue is not empty: this bench counts the jobs it leaves, so it runs alone")
     for n in (int(x) for x in args.workers.split(",")):
         run_dir = scratch / str(n)
         run_dir.mkdir(parents=True)
-        rows.append(one_n(n, args.tasks_per_worker, args.inputs, args.connect_timeout, run_dir))
+        if args.via == "condor":
+            widen_pool(n + 4)
+        try:
+            rows.append(one_n(args.via, n, args.tasks_per_worker, args.inputs, args.connect_timeout, run_dir))
+        finally:
+            if args.via == "condor":
+                widen_pool(None)
         if "stopped_because" in rows[-1]:
             print(f"stopped at {n} workers: {rows[-1]['stopped_because']}; their logs are in {run_dir}")
             break
