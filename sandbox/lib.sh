@@ -73,10 +73,12 @@ run_in_userland() {
         PATH="$SANDBOX_VENV/bin:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
         HEPVINE_SERVICES="$SANDBOX_STATE_MOUNT/services.json"
         CONDOR_CONFIG="$SANDBOX_STATE_MOUNT/condor/condor_config"
-        PIP_CERT=/usr/local/share/hepvine/host-ca.crt CATALOG_HOST=127.0.0.1
-        # The checkout belongs to the host user, not to the analysis user; git (which Snakemake runs to list a
-        # workflow's sources) must still read it.
-        GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=safe.directory GIT_CONFIG_VALUE_0="$REPO_DIR")
+        PIP_CERT=/usr/local/share/hepvine/host-ca.crt CATALOG_HOST=127.0.0.1)
+    # The checkout belongs to the host user, not to the analysis user; git (which Snakemake runs to list a
+    # workflow's sources) must still read it, in the sandbox's shells and in the jobs HTCondor starts alike (a
+    # submitted campaign's controller): the userland's system-wide git config lists it.
+    grep -qxF "	directory = $REPO_DIR" "$root/etc/gitconfig" 2>/dev/null \
+        || printf '[safe]\n\tdirectory = %s\n' "$REPO_DIR" >>"$root/etc/gitconfig"
     # The running services ports (the TaskVine catalog among them) override the defaults above.
     if [ -f "$SANDBOX_STATE/services.env" ]; then mapfile -t -O "${#environment[@]}" environment <"$SANDBOX_STATE/services.env"; fi
     # The venv holds the project installed editable; point it at this checkout if another one installed it last.

@@ -54,6 +54,7 @@ WORKFLOW_LAYERS = (
             "products.provenance",
             "products.cachestats",
             "products.retries",
+            "products.progress",
             "products.report",
             "products.plots",
         ),
@@ -72,7 +73,17 @@ WORKFLOW_LAYERS = (
     ),
     (
         "commands",
-        ("commands", "commands.rates", "commands.compare", "commands.packenv", "commands.plan", "commands.cli"),
+        (
+            "commands",
+            "commands.rates",
+            "commands.compare",
+            "commands.packenv",
+            "commands.plan",
+            "commands.controller",
+            "commands.submit",
+            "commands.status",
+            "commands.cli",
+        ),
     ),
 )
 PLUGIN_LAYERS = (

@@ -2,14 +2,15 @@
 campaign on the sandbox), ``hepvine plan`` (a campaign's data rate on a site, per placement policy), ``hepvine
 compare`` (are two campaigns' histograms byte-identical), ``hepvine pack-env`` (this environment packed into one
 file for workers that have nothing installed), ``hepvine recompress`` (one file, faithfully, to another
-codec). Each subcommand's own ``--help`` tells its options."""
+codec), ``hepvine submit`` (a campaign as an HTCondor job that outlives the session), ``hepvine status`` (where a
+campaign stands). Each subcommand's own ``--help`` tells its options."""
 
 from __future__ import annotations
 
 import sys
 from typing import Callable
 
-COMMANDS = ("generate", "demo", "plan", "compare", "pack-env", "recompress")
+COMMANDS = ("generate", "demo", "plan", "compare", "pack-env", "recompress", "submit", "status")
 
 
 def command_main(name: str) -> Callable[[list[str]], int]:
@@ -27,6 +28,10 @@ def command_main(name: str) -> Callable[[list[str]], int]:
         from hepvine.commands.packenv import main
     elif name == "recompress":
         from hepvine.work.recompress import main
+    elif name == "submit":
+        from hepvine.commands.submit import main
+    elif name == "status":
+        from hepvine.commands.status import main
     else:
         raise ValueError(f"unknown command {name!r}: choose one of {', '.join(COMMANDS)}")
     return main

@@ -1,0 +1,153 @@
+"""``hepvine submit``'s pure parts: the campaign named in the snakemake arguments, the submit description (its
+arguments and environment in HTCondor's syntax, an allow-list of the environment), and the campaign's progress read
+incrementally from results/ (``hepvine.products.progress``). On the real pool: tests/sandbox/test_submit.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+
+from hepvine.commands import cli
+from hepvine.commands.submit import SubmitError, campaign_of, description, quoted_arguments
+from hepvine.products import progress
+
+
+@pytest.mark.parametrize(
+    ("args", "name"),
+    [
+        (["--profile", "profiles/sandbox", "--config", "dataset=d.json", "campaign=run1"], "run1"),
+        (["--config", "campaign=a", "--cores", "2", "-C", "campaign=b"], "b"),
+        (["--config=campaign=c", "--cores", "2"], "c"),
+    ],
+)
+def test_the_campaign_is_read_as_snakemake_reads_config(args, name):
+    assert campaign_of(args) == name
+
+
+def test_a_campaign_must_be_named_and_a_word():
+    with pytest.raises(SubmitError, match="name the campaign"):
+        campaign_of(["--config", "dataset=d.json", "--campaign=x"])
+    with pytest.raises(SubmitError, match="letters, digits"):
+        campaign_of(["--config", "campaign=a b"])
+
+
+def parse_arguments(value: str) -> list[str]:
+    """HTCondor's new argument syntax read back, as condor_submit's manual gives it: a double-quoted whole in which
+    "" is a double quote; words split at spaces; in single quotes spaces are kept and '' is a single quote."""
+    assert value.startswith('"') and value.endswith('"')
+    text, words, word, quoted, started, i = value[1:-1].replace('""', '"'), [], "", False, False, 0
+    while i < len(text):
+        c = text[i]
+        if quoted and c == "'" and text[i + 1 : i + 2] == "'":
+            word, i = word + "'", i + 2
+            continue
+        if c == "'":
+            quoted, started = not quoted, True
+        elif c == " " and not quoted:
+            if started:
+                words.append(word)
+            word, started = "", False
+        else:
+            word, started = word + c, True
+        i += 1
+    if started:
+        words.append(word)
+    return words
+
+
+def test_arguments_survive_htcondors_quoting():
+    args = ["--config", "analysis_args={pt_min: 25.0}", "it's", 'say "x"', "", "plain"]
+    assert parse_arguments(quoted_arguments(args)) == args
+
+
+def test_the_description_runs_the_controller_with_the_same_arguments_and_an_allowed_environment(tmp_path):
+    environ = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": "/home/u",
+        "CONDOR_CONFIG": "/etc/condor/condor_config",
+        "X509_USER_PROXY": "/tmp/x509up_u1000",
+        "HEPVINE_STATE_DIR": "/srv",
+        "AWS_SECRET_ACCESS_KEY": "s3cr3t",
+        "BEARER_TOKEN": "eyJ-the-token",
+        "SSH_AUTH_SOCK": "/tmp/ssh-x/agent",
+    }
+    args = ["--profile", "profiles/sandbox", "--config", "dataset=d.json", "campaign=run1", "analysis_args={a: 1}"]
+    text = description("run1", args, tmp_path, environ, None)
+    lines = dict(line.split(" = ", 1) for line in text.splitlines() if " = " in line and not line.startswith("#"))
+    assert lines["universe"] == "local" and lines["initialdir"] == str(tmp_path)
+    assert (lines["log"], lines["output"], lines["error"]) == tuple(
+        f"results/run1/submit/campaign.{e}" for e in ("log", "out", "err")
+    )
+    argv = parse_arguments(lines["arguments"])
+    assert argv[:2] == ["-m", "hepvine.commands.controller"] and argv[argv.index("--") + 1 :] == args
+    env = dict(kv.split("=", 1) for kv in parse_arguments(lines["environment"]))
+    assert env == {k: environ[k] for k in ("PATH", "HOME", "CONDOR_CONFIG", "X509_USER_PROXY", "HEPVINE_STATE_DIR")}
+    assert "s3cr3t" not in text and "eyJ" not in text and lines["getenv"] == "false"
+    assert lines["+HepvineCampaignDir"] == f'"{tmp_path / "results" / "run1"}"'
+    assert lines["+HepvineFilesDone"] == "0" and lines["notification"] == "Never"
+    assert text.rstrip().endswith("queue")
+    mailed = description("run1", args, tmp_path, environ, "me@example.org")
+    assert "notification = Complete\nnotify_user = me@example.org" in mailed
+
+
+def test_submit_and_status_are_commands():
+    assert {"submit", "status"} <= set(cli.COMMANDS)
+    assert cli.command_main("submit").__module__ == "hepvine.commands.submit"
+    assert cli.command_main("status").__module__ == "hepvine.commands.status"
+
+
+def write_batch(out: Path, batch: str, records: list[dict]) -> Path:
+    path = out / "files" / f"{batch}.pkl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(pickle.dumps({"records": records, "output": {"big": list(range(10))}, "events": {}}))
+    return path
+
+
+def record(events: int, failed: bool = False) -> dict:
+    return {"events": 0 if failed else events, "failure": {"class": "permanent"} if failed else None}
+
+
+def test_progress_counts_each_batch_once_and_again_only_when_rewritten(tmp_path, monkeypatch):
+    out = tmp_path / "results" / "c1"
+    (out / "index").mkdir(parents=True)
+    (out / "index" / "expected.json").write_text(json.dumps({"files": [[f"f{i}"] for i in range(10)]}))
+    assert progress.update(out, now=1000.0).line() == (
+        "campaign c1: 0/10 files analysed, 0 failed, 0 events, rate n/a, ETA n/a"
+    )
+    write_batch(out, "a/000/000", [record(100), record(100, failed=True)])
+    write_batch(out, "a/000/001", [record(50), record(50)])
+    reads = []
+    real = progress._batch_counts
+    monkeypatch.setattr(progress, "_batch_counts", lambda path: reads.append(path.name) or real(path))
+    now = progress.update(out, now=1010.0)
+    assert (now.total, now.ok, now.failed, now.events) == (10, 3, 1, 200)
+    assert now.files_per_s == pytest.approx(0.4) and now.eta_s == pytest.approx(15.0)
+    assert now.rate_hz == pytest.approx(20.0)
+    assert sorted(reads) == ["000.pkl", "001.pkl"]
+    reads.clear()
+    assert progress.update(out, now=1020.0).ok == 3 and reads == []  # nothing new: nothing read
+    # A rerun rewrites a batch (its failed file now ok): read again, counted once.
+    rewritten = write_batch(out, "a/000/000", [record(100), record(100)])
+    os.utime(rewritten, ns=(rewritten.stat().st_mtime_ns + 10**9,) * 2)
+    now = progress.update(out, now=1030.0)
+    assert (now.ok, now.failed, now.events) == (4, 0, 300) and reads == ["000.pkl"]
+    assert now.job_attributes()["HepvineFilesDone"] == 4 and now.job_attributes()["HepvineFilesTotal"] == 10
+    # The report, once newer than every batch, gives the verdict.
+    (out / "report.json").write_text(json.dumps({"complete": False}))
+    os.utime(out / "report.json", ns=(rewritten.stat().st_mtime_ns + 10**9,) * 2)
+    assert progress.update(out, now=1040.0).line().endswith("300 events, incomplete")
+
+
+def test_a_batch_being_written_is_read_at_the_next_update(tmp_path):
+    out = tmp_path / "c2"
+    torn = out / "files" / "b.pkl"
+    torn.parent.mkdir(parents=True)
+    torn.write_bytes(pickle.dumps({"records": [record(5)]})[:10])
+    now = progress.update(out, now=1.0)
+    assert (now.total, now.ok) == (None, 0) and "0/? files" in now.line()
+    write_batch(out, "b", [record(5)])
+    assert progress.update(out, now=2.0).ok == 1
