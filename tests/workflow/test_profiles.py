@@ -1,8 +1,9 @@
 """A profile per site: each made of the settings every profile shares (``profiles/common.yaml``) and its own
 (``site.yaml``); every site config has ``profiles/<site>/`` using its worker groups; every profile's executor
 settings pass the plugin's own start-up checks and its jobs' resources fit the workers it starts; every profile
-dry-runs a small campaign (Snakemake accepts every key, plans one job per batch); and ``profiles/local`` runs a
-tiny campaign for real on local TaskVine workers, twice, to byte-identical histograms (``hepvine compare``)."""
+dry-runs a small campaign through ``hepvine submit``'s controller (Snakemake accepts every key, plans one job per
+batch); and ``profiles/local`` runs a tiny campaign for real on local TaskVine workers, twice, to byte-identical
+histograms (``hepvine compare``)."""
 
 from __future__ import annotations
 
@@ -168,20 +169,20 @@ def job_counts(output: str) -> dict[str, int]:
     "name", [pytest.param(p, marks=pytest.mark.sandbox) if p in NEEDS_SERVICES else p for p in PROFILES]
 )
 def test_profile_dry_runs_a_small_campaign(name, results):
+    """Through the controller that `hepvine submit` runs as an HTCondor job (the same snakemake arguments), so
+    that every profile works submitted too."""
     spec = REPO / "results" / results / "spec.json"
     spec.parent.mkdir(parents=True)
     spec.write_text(json.dumps(small_spec(name)))
     site_config = [] if name == "local" else [f"site=site-configs/{name}.yaml"]
-    done = snakemake(
-        "-n",
-        "--profile",
-        f"profiles/{name}",
-        "--config",
-        f"dataset=results/{results}/spec.json",
-        f"campaign={results}-dry",
-        "files_per_job=4",
-        "merge_fan_in=2",
-        *site_config,
+    snakemake_args = ["-n", "--profile", f"profiles/{name}", "--config", f"dataset=results/{results}/spec.json"]
+    snakemake_args += [f"campaign={results}-dry", "files_per_job=4", "merge_fan_in=2", *site_config]
+    done = subprocess.run(
+        [sys.executable, "-m", "hepvine.commands.controller", "--campaign", f"{results}-dry", "--", *snakemake_args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
     )
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-4000:]

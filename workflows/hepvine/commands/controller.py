@@ -25,6 +25,7 @@ from pathlib import Path
 from hepvine.products import progress
 
 INCOMPLETE = 3
+DRY_RUN = {"-n", "--dry-run", "--dryrun"}
 EVERY_S = 30
 
 
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     print(final.line(), flush=True)
     if signals:
         return 128 + signals[0]
-    if rc != 0:
+    if rc != 0 or DRY_RUN.intersection(snakemake_args):  # a dry run makes no report
         return rc
     try:
         complete = json.loads((out / "report.json").read_text())["complete"]
