@@ -157,6 +157,11 @@ HOST_MAKE = (
     "a host-level make target: it enters the sandbox itself (root, mount namespaces), and this test already "
     "runs inside the sandbox under `make test`"
 )
+SUBMITTED = (
+    "submits a whole campaign to the sandbox's HTCondor pool and steers it (minutes): tests/sandbox/test_submit.py "
+    "runs each of these on the real pool (submit from a killed session, status, condor_q's attributes, hold, "
+    "release, rm, submit again)"
+)
 EXEMPT = {
     "make demo": "runs the whole demo campaign (generates 24 real-layout files once, ~4 min, then ~1.5 min): too slow "
     "for every `make test`; tests/workflow/test_campaign.py runs campaigns on the same services. Also: "
@@ -168,6 +173,15 @@ EXEMPT = {
     f"the stop. Also: {HOST_MAKE}",
     "make services-status": HOST_MAKE,
     "make clean-sandbox": f"deletes the sandbox the suite runs in. Also: {HOST_MAKE}",
+    "hepvine submit --profile profiles/sandbox --config dataset=<spec> campaign=<name> "
+    "site=site-configs/sandbox.yaml": SUBMITTED,
+    "hepvine status <name>": SUBMITTED,
+    "condor_q <cluster> -af HepvineFilesDone HepvineFilesFailed HepvineFilesTotal HepvineEventRateHz HepvineEtaS": (
+        SUBMITTED
+    ),
+    "condor_hold <cluster>": SUBMITTED,
+    "condor_release <cluster>": SUBMITTED,
+    "condor_rm <cluster>": SUBMITTED,
     "hepvine generate data/ --files 5 --events 50000 --spec spec.json": "writes 20 files of 50,000 events: over 2 min "
     "(measured 2026-11-23); `hepvine generate --help` runs here and the generator writes every test dataset "
     "(hepvine.devtools.generate.generate)",

@@ -184,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__.split("\n\n")[0],
         usage="hepvine submit [--notify-user ADDRESS] [--progress-every S] <the campaign's snakemake arguments>",
         allow_abbrev=False,
+        epilog="Every other argument is the campaign's snakemake's, passed on as given: --profile <dir>, --config "
+        "dataset=<spec> campaign=<name> ..., any other snakemake option. campaign must be named.",
     )
     parser.add_argument("--notify-user", help="e-mail HTCondor's note to this address when the campaign ends")
     parser.add_argument(
