@@ -158,9 +158,9 @@ HOST_MAKE = (
     "runs inside the sandbox under `make test`"
 )
 SUBMITTED = (
-    "submits a whole campaign to the sandbox's HTCondor pool and steers it (minutes): tests/sandbox/test_submit.py "
-    "runs each of these on the real pool (submit from a killed session, status, condor_q's attributes, hold, "
-    "release, rm, submit again)"
+    "submits a whole campaign to the sandbox's HTCondor pool and steers it (minutes): "
+    "tests/sandbox/test_submitted_campaigns.py runs each of these on the real pool (submit from a killed session, "
+    "status, condor_q's attributes, hold, release, rm, submit again)"
 )
 EXEMPT = {
     "make demo": "runs the whole demo campaign (generates 24 real-layout files once, ~4 min, then ~1.5 min): too slow "

@@ -1,6 +1,7 @@
 """``hepvine submit``'s pure parts: the campaign named in the snakemake arguments, the submit description (its
 arguments and environment in HTCondor's syntax, an allow-list of the environment), and the campaign's progress read
-incrementally from results/ (``hepvine.products.progress``). On the real pool: tests/sandbox/test_submit.py."""
+incrementally from results/ (``hepvine.products.progress``). On the real pool:
+tests/sandbox/test_submitted_campaigns.py."""
 
 from __future__ import annotations
 
