@@ -40,7 +40,7 @@ WORKFLOW_LAYERS = (
         ),
     ),
     ("placement and routing", ("routing", "routing.placement", "routing.site", "routing.index")),
-    ("reading", ("reading", "reading.fetch", "reading.failures")),
+    ("reading", ("reading", "reading.credentials", "reading.fetch", "reading.failures")),
     ("work", ("work", "work.processor", "work.transcode", "work.recompress")),
     # The analyses that ship with hepvine: processors like a user's, on hepvine's lower layers only (never the
     # driver, merge or report, which run them).
