@@ -288,3 +288,24 @@ def test_a_campaign_held_released_removed_and_submitted_again_counts_each_file_o
     assert "is incomplete" in (out / "submit" / "campaign.out").read_text()
     report = check_exact(out, expected, failed=bad)
     assert report["failed_files"][0]["kind"] == "not-root"
+
+
+def test_htcondor_hands_the_controller_its_arguments_and_environment_as_written(tmp_path, condor_env):
+    """The submit description's quoting (hepvine.commands.submit.quoted_arguments) read back by HTCondor itself: a
+    local-universe job prints the arguments and the variable it was given."""
+    from hepvine.commands.submit import quoted_arguments
+
+    tricky = ["a b", "it's", 'say "x"', "", "$(HOME)", "{pt_min: 25.0}", "--config=campaign=x"]
+    code = "import json, os, sys; print(json.dumps([sys.argv[1:], os.environ.get('TRICKY')]))"
+    (tmp_path / "echo.sub").write_text(
+        "universe = local\n"
+        f"executable = {sys.executable}\n"
+        f"arguments = {quoted_arguments(['-c', code, *tricky])}\n"
+        f"environment = {quoted_arguments(['TRICKY=' + ' '.join(tricky)])}\n"
+        f"output = {tmp_path}/echo.out\nerror = {tmp_path}/echo.err\nlog = {tmp_path}/echo.log\nqueue\n"
+    )
+    subprocess.run(["condor_submit", str(tmp_path / "echo.sub")], env=condor_env, check=True, capture_output=True)
+    subprocess.run(
+        ["condor_wait", "-wait", "120", str(tmp_path / "echo.log")], env=condor_env, check=True, capture_output=True
+    )
+    assert json.loads((tmp_path / "echo.out").read_text()) == [tricky, " ".join(tricky)]

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from hepvine.commands import cli
+from hepvine.commands.controller import dry_run, remove_stale_locks
 from hepvine.commands.submit import SubmitError, campaign_of, description, quoted_arguments
 from hepvine.products import progress
 
@@ -23,6 +24,8 @@ from hepvine.products import progress
         (["--profile", "profiles/sandbox", "--config", "dataset=d.json", "campaign=run1"], "run1"),
         (["--config", "campaign=a", "--cores", "2", "-C", "campaign=b"], "b"),
         (["--config=campaign=c", "--cores", "2"], "c"),
+        (["-Ccampaign=d", "x=1"], "d"),
+        (["--config", "campaign=a", "campaign=e"], "e"),
     ],
 )
 def test_the_campaign_is_read_as_snakemake_reads_config(args, name):
@@ -34,6 +37,19 @@ def test_a_campaign_must_be_named_and_a_word():
         campaign_of(["--config", "dataset=d.json", "--campaign=x"])
     with pytest.raises(SubmitError, match="letters, digits"):
         campaign_of(["--config", "campaign=a b"])
+    # A later --config replaces an earlier one (argparse), as Snakemake reads it: no campaign named then.
+    with pytest.raises(SubmitError, match="name the campaign"):
+        campaign_of(["--config", "campaign=a", "--cores", "2", "-C", "dataset=x"])
+    for number in ("2018", "1e3", "1_000", "true", "3.5"):
+        with pytest.raises(SubmitError, match="as a number or a boolean"):
+            campaign_of(["--config", f"campaign={number}"])
+    assert campaign_of(["--config", "campaign=run-2018"]) == "run-2018"
+
+
+def test_a_dollar_is_no_macro_and_a_line_break_is_refused():
+    assert parse_arguments(quoted_arguments(["$(HOME)", "a$b"])) == ["$(DOLLAR)(HOME)", "a$(DOLLAR)b"]
+    with pytest.raises(SubmitError, match="line break"):
+        quoted_arguments(["dataset=x\nqueue"])
 
 
 def parse_arguments(value: str) -> list[str]:
@@ -84,7 +100,8 @@ def test_the_description_runs_the_controller_with_the_same_arguments_and_an_allo
         f"results/run1/submit/campaign.{e}" for e in ("log", "out", "err")
     )
     argv = parse_arguments(lines["arguments"])
-    assert argv[:2] == ["-m", "hepvine.commands.controller"] and argv[argv.index("--") + 1 :] == args
+    assert argv[:4] == ["-m", "hepvine.commands.controller", "--job", "$(ClusterId).$(ProcId)"]
+    assert argv[argv.index("--") + 1 :] == args
     env = dict(kv.split("=", 1) for kv in parse_arguments(lines["environment"]))
     assert env == {k: environ[k] for k in ("PATH", "HOME", "CONDOR_CONFIG", "X509_USER_PROXY", "HEPVINE_STATE_DIR")}
     assert "s3cr3t" not in text and "eyJ" not in text and lines["getenv"] == "false"
@@ -152,3 +169,20 @@ def test_a_batch_being_written_is_read_at_the_next_update(tmp_path):
     assert (now.total, now.ok) == (None, 0) and "0/? files" in now.line()
     write_batch(out, "b", [record(5)])
     assert progress.update(out, now=2.0).ok == 1
+
+
+def test_dry_runs_are_told_apart():
+    assert dry_run(["-n"]) and dry_run(["-np", "--cores", "1"]) and dry_run(["--dry-run"])
+    assert not dry_run(["--cores", "1", "--config", "campaign=n"]) and not dry_run(["-j", "4"])
+
+
+def test_only_the_campaigns_own_stale_locks_are_removed(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    locks = tmp_path / ".snakemake" / "locks"
+    locks.mkdir(parents=True)
+    (locks / "0.input.lock").write_text(f"{tmp_path}/results/mine/index/a.json\n")
+    (locks / "0.output.lock").write_text(f"{tmp_path}/results/mine/files/a.pkl\n")
+    (locks / "1.input.lock").write_text(f"{tmp_path}/results/mine-2/index/a.json\n")
+    (locks / "1.output.lock").write_text(f"{tmp_path}/results/mine-2/files/a.pkl\n")
+    assert sorted(p.name for p in remove_stale_locks("mine")) == ["0.input.lock", "0.output.lock"]
+    assert sorted(p.name for p in locks.iterdir()) == ["1.input.lock", "1.output.lock"]

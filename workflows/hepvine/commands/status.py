@@ -5,11 +5,11 @@ submit``) the state of its controller job in HTCondor. A foreground run and a su
 from __future__ import annotations
 
 import argparse
-import subprocess
+import dataclasses
 import sys
 from pathlib import Path
 
-from hepvine.commands.submit import CLUSTER
+from hepvine.commands.submit import CLUSTER, SubmitError, condor_tool, controllers
 from hepvine.products import progress
 
 JOB_STATUS = {
@@ -21,33 +21,38 @@ JOB_STATUS = {
     6: "transferring",
     7: "suspended",
 }
+RUNNING = {1, 2, 6, 7}
 
 
-def controller_state(cluster: str) -> str:
-    """One line on controller job CLUSTER: its state in the queue, or how it ended."""
-    queue = subprocess.run(
-        ["condor_q", cluster, "-af", "JobStatus", "HoldReason"], capture_output=True, text=True, timeout=60
-    )
-    if queue.returncode != 0:
-        return f"controller: HTCondor job {cluster}.0 (condor_q failed: {queue.stderr.strip()})"
-    fields = queue.stdout.split(maxsplit=1)
-    if fields:
-        state = JOB_STATUS.get(int(fields[0]), f"status {fields[0]}")
-        if state == "held" and len(fields) > 1:
-            state += f" ({fields[1].strip()}; condor_release {cluster} resumes it)"
-        return f"controller: HTCondor job {cluster}.0 {state}"
-    history = subprocess.run(
-        ["condor_history", cluster, "-limit", "1", "-af", "JobStatus", "ExitCode"],
-        capture_output=True,
-        text=True,
-        timeout=60,
+def controller_state(out: Path) -> tuple[str | None, bool]:
+    """(one line on the campaign's controller job: its state in the queue, or how the last one ended; None if the
+    campaign was never submitted, whether a controller is queued)."""
+    queued = controllers(out.resolve())
+    if queued:
+        job, status, reason = queued[-1]
+        state = JOB_STATUS.get(status, f"status {status}")
+        if status == 5:
+            state += f" ({reason}; condor_release {job.split('.')[0]} resumes it)"
+        return f"controller: HTCondor job {job} {state}", status in RUNNING or status == 5
+    cluster_file, log = out / "submit" / CLUSTER, out / "submit" / "campaign.log"
+    if not cluster_file.exists():
+        return None, False
+    cluster = cluster_file.read_text().strip()
+    history = condor_tool(
+        "condor_history", cluster, "-limit", "1", "-af", "JobStatus", "ExitCode", "-userlog", str(log)
     )
     ended = history.stdout.split()
     if len(ended) == 2 and ended[0] == "4":
-        return f"controller: HTCondor job {cluster}.0 ended, exit code {ended[1]} (0: complete)"
+        if ended[1] == "0":
+            return f"controller: HTCondor job {cluster}.0 ended, exit code 0 (complete)", False
+        return (
+            f"controller: HTCondor job {cluster}.0 ended, exit code {ended[1]} (3: incomplete, see report.json; "
+            f"else the campaign failed: {out / 'submit' / 'campaign.err'})",
+            False,
+        )
     if ended and ended[0] == "3":
-        return f"controller: HTCondor job {cluster}.0 was removed (condor_rm); submit again to resume"
-    return f"controller: HTCondor job {cluster}.0 has left the queue"
+        return f"controller: HTCondor job {cluster}.0 was removed (condor_rm); submit again to resume", False
+    return f"controller: HTCondor job {cluster}.0 has left the queue", False
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,12 +62,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = args.directory / "results" / args.campaign
     if not out.is_dir():
-        print(f"hepvine status: no campaign {args.campaign} here ({out} does not exist)", file=sys.stderr)
+        print(
+            f"hepvine status: no campaign {args.campaign} here ({out} does not exist); run it where the campaign "
+            "runs, or give --directory",
+            file=sys.stderr,
+        )
         return 2
-    print(progress.update(out).line())
-    cluster_file = out / "submit" / CLUSTER
-    if cluster_file.exists():
-        print(controller_state(cluster_file.read_text().strip()))
+    now = progress.update(out)
+    try:
+        state, queued = controller_state(out) if (out / "submit").is_dir() else (None, False)
+    except SubmitError as e:
+        state, queued = f"controller: unknown ({e})", False
+    # A report from an earlier run is no verdict while a controller is still at work.
+    print(dataclasses.replace(now, verdict=None).line() if queued else now.line())
+    if state:
+        print(state)
     return 0
 
 

@@ -28,18 +28,20 @@ from hepvine.products.progress import Progress
 SUB = "campaign.sub"
 CLUSTER = "cluster"  # the last submitted controller's cluster id, for `hepvine status`
 # The controller's environment, names and NAME* prefixes: paths and the Python environment, the locations (never
-# the values) of X.509 proxies and tokens, XRootD's and TaskVine's catalog settings, HTCondor's client settings (it
-# submits the workers), hepvine's own. The plugin gives the workers their own allow-list (--taskvine-worker-env).
+# the values) of X.509 proxies, tokens and Kerberos caches, XRootD's and TaskVine's catalog settings, HTCondor's
+# client settings (it submits the workers: CONDOR_CONFIG and _CONDOR_* overrides), hepvine's own. The plugin gives
+# the workers their own allow-list (--taskvine-worker-env).
 CONTROLLER_ENV = (
     *("PATH", "LD_LIBRARY_PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_*", "TZ", "TMPDIR"),
     *("VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "PYTHONPATH", "PYTHONHOME"),
     *("X509_USER_PROXY", "X509_CERT_DIR", "X509_VOMS_DIR", "X509_VOMSES", "BEARER_TOKEN_FILE", "XDG_RUNTIME_DIR"),
     *("SSL_CERT_FILE", "SSL_CERT_DIR", "XRD_*", "XrdSec*", "CATALOG_HOST", "CATALOG_PORT"),
-    *("CONDOR_CONFIG", "HEPVINE_*"),
+    *("KRB5CCNAME", "CONDOR_CONFIG", "_CONDOR_*", "HEPVINE_*"),
 )
 # condor_rm / condor_hold send SIGTERM; the controller hands it to Snakemake as Ctrl-C and the run stops its
 # workers (a factory's stop takes up to 30 s). HTCondor sends SIGKILL to what is left after this many seconds.
 STOP_GRACE_S = 50
+CONDOR_TIMEOUT_S = 60
 CAMPAIGN_NAME = re.compile(r"[A-Za-z0-9_.-]+\Z")
 
 
@@ -47,28 +49,48 @@ class SubmitError(Exception):
     """What stops a submit, with what to do."""
 
 
-def campaign_of(snakemake_args: list[str]) -> str:
-    """The campaign that ``--config campaign=<name>`` names in SNAKEMAKE_ARGS (Snakemake's syntax: ``--config``
-    (or ``-C``) followed by key=value words up to the next option)."""
-    name = None
-    in_config = False
+def config_words(snakemake_args: list[str]) -> list[str]:
+    """The key=value words of the last ``--config``/``-C`` in SNAKEMAKE_ARGS: Snakemake reads the option with argparse
+    (``nargs="*"``), so a later one replaces an earlier one, and its words run up to the next option."""
+    words: list[str] | None = None
+    collecting = False
     for word in snakemake_args:
         if word in ("--config", "-C"):
-            in_config = True
+            words, collecting = [], True
+        elif word.startswith("--config=") or (word.startswith("-C") and not word.startswith("--")):
+            words, collecting = [word.split("=", 1)[1] if word.startswith("--config=") else word[2:]], True
         elif word.startswith("-"):
-            in_config = False
-        elif in_config and word.startswith("campaign="):
-            name = word.partition("=")[2]
-        if word.startswith("--config=") and word[len("--config=") :].startswith("campaign="):
-            name = word.partition("=")[2].partition("=")[2]
-    if name is None:
+            collecting = False
+        elif collecting:
+            words.append(word)
+    return words or []
+
+
+def campaign_of(snakemake_args: list[str]) -> str:
+    """The campaign that ``--config ... campaign=<name>`` names in SNAKEMAKE_ARGS, as Snakemake will read it."""
+    names = [w.partition("=")[2] for w in config_words(snakemake_args) if w.startswith("campaign=")]
+    if not names:
         raise SubmitError(
             "hepvine submit: name the campaign (--config ... campaign=<name>): a submitted campaign has its own "
             "results/<name>/ and job directory, and is resumed by name"
         )
+    name = names[-1]
     if not CAMPAIGN_NAME.match(name):
         raise SubmitError(f"hepvine submit: campaign={name!r}: use letters, digits and _ . - only")
+    if re.fullmatch(r"[-+]?(\d[\d_]*)?\.?\d*([eE][-+]?\d+)?|true|false|True|False|null|None", name):
+        raise SubmitError(
+            f"hepvine submit: campaign={name}: Snakemake would read it as a number or a boolean, not a name; give "
+            "e.g. run-2018"
+        )
     return name
+
+
+def safe_value(value: str, what: str) -> str:
+    """VALUE for a submit description: a line break would end the line (and start a command of its own), so it
+    is refused; a $ would start an HTCondor macro, so it is written as $(DOLLAR)."""
+    if "\n" in value or "\r" in value:
+        raise SubmitError(f"hepvine submit: {what} holds a line break; a submit description cannot carry it")
+    return value.replace("$", "$(DOLLAR)")
 
 
 def controller_environment(environ: dict[str, str]) -> dict[str, str]:
@@ -78,12 +100,12 @@ def controller_environment(environ: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if k in names or k.startswith(prefixes)}
 
 
-def quoted_arguments(args: list[str]) -> str:
+def quoted_arguments(args: list[str], what: str = "an argument") -> str:
     """ARGS in the submit language's new argument syntax: the whole in double quotes, each argument that holds a
-    space or a quote in single quotes, a single quote doubled, a double quote doubled."""
+    space or a quote in single quotes, a single quote doubled, a double quote doubled (and safe_value's rules)."""
 
     def one(arg: str) -> str:
-        arg = arg.replace('"', '""')
+        arg = safe_value(arg, f"{what} {arg[:40]!r}").replace('"', '""')
         if not arg or any(c in arg for c in " \t'"):
             return "'" + arg.replace("'", "''") + "'"
         return arg
@@ -102,8 +124,11 @@ def description(
     """The controller's submit description (paths relative to WORKDIR, its initialdir)."""
     job_dir = f"results/{campaign}/submit"
     environment = controller_environment(environ)
-    controller = ["-m", "hepvine.commands.controller", "--job", "$(ClusterId).$(ProcId)", "--campaign", campaign]
-    controller += ["--every", f"{progress_every_s:g}"]
+    # The job's own id as HTCondor's macros (every other $ is escaped), then the controller's arguments.
+    controller = (
+        '"-m hepvine.commands.controller --job $(ClusterId).$(ProcId) '
+        + quoted_arguments(["--campaign", campaign, "--every", f"{progress_every_s:g}", "--", *snakemake_args])[1:]
+    )
     lines = [
         f"# hepvine campaign {campaign}: its controller, `python -m snakemake` with the arguments below, as an",
         "# HTCondor local-universe job on this access point (it goes on when the session that submitted it ends).",
@@ -111,7 +136,7 @@ def description(
         "# (from the initialdir) submits it again: the campaign resumes where it stopped.",
         "universe = local",
         f"executable = {sys.executable}",
-        f"arguments = {quoted_arguments([*controller, '--', *snakemake_args])}",
+        f"arguments = {controller}",
         f"initialdir = {workdir}",
         f"log = {job_dir}/campaign.log",
         f"output = {job_dir}/campaign.out",
@@ -119,7 +144,7 @@ def description(
         f"batch_name = hepvine-{campaign}",
         "# An allow-list of the submitting shell's environment (every pool user can read it in the job's ad).",
         "getenv = false",
-        f"environment = {quoted_arguments([f'{k}={v}' for k, v in sorted(environment.items())])}",
+        f"environment = {quoted_arguments([f'{k}={v}' for k, v in sorted(environment.items())], 'a variable')}",
         "# condor_rm and condor_hold: SIGTERM, which the controller hands to Snakemake as Ctrl-C (its jobs cancelled,",
         f"# its workers removed); SIGKILL to whatever is left after {STOP_GRACE_S} s.",
         "kill_sig = SIGTERM",
@@ -135,17 +160,38 @@ def description(
     return "\n".join(lines + ["queue", ""])
 
 
-def in_queue(campaign_dir: Path) -> list[str]:
-    """'cluster.proc' of each controller of CAMPAIGN_DIR in the schedd's queue."""
-    out = subprocess.run(
-        ["condor_q", "-constraint", f'HepvineCampaignDir == "{campaign_dir}"', "-af", "ClusterId", "ProcId"],
-        capture_output=True,
-        text=True,
-        timeout=60,
+def condor_tool(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run an HTCondor command-line tool; a SubmitError naming it when it is not installed or does not answer."""
+    try:
+        return subprocess.run(list(argv), cwd=cwd, capture_output=True, text=True, timeout=CONDOR_TIMEOUT_S)
+    except FileNotFoundError:
+        raise SubmitError(
+            f"hepvine: HTCondor's {argv[0]} is not on PATH: run this on an HTCondor access point (one with a schedd)"
+        ) from None
+    except subprocess.TimeoutExpired:
+        raise SubmitError(f"hepvine: {argv[0]} did not answer within {CONDOR_TIMEOUT_S} s: is the schedd up?") from None
+
+
+def controllers(campaign_dir: Path) -> list[tuple[str, int, str]]:
+    """(cluster.proc, JobStatus, HoldReason) of each controller of CAMPAIGN_DIR in the schedd's queue."""
+    out = condor_tool(
+        "condor_q",
+        "-constraint",
+        f'HepvineCampaignDir == "{campaign_dir}"',
+        "-af:t",
+        "ClusterId",
+        "ProcId",
+        "JobStatus",
+        "HoldReason",
     )
     if out.returncode != 0:
-        raise SubmitError(f"hepvine submit: condor_q failed (is the schedd up?): {out.stderr.strip()}")
-    return [".".join(line.split()) for line in out.stdout.splitlines() if line.strip()]
+        raise SubmitError(f"hepvine: condor_q failed (is the schedd up?): {out.stderr.strip()}")
+    found = []
+    for line in out.stdout.splitlines():
+        cluster, proc, status, reason = (line.split("\t") + [""] * 4)[:4]
+        if cluster.strip():
+            found.append((f"{cluster}.{proc}", int(status), "" if reason == "undefined" else reason))
+    return found
 
 
 def submit(
@@ -156,10 +202,17 @@ def submit(
 ) -> tuple[str, Path]:
     """Submit the controller of the campaign SNAKEMAKE_ARGS name; (its cluster id, its submit description)."""
     workdir = (workdir or Path.cwd()).resolve()
+    if any(c in str(workdir) for c in '"\\\n\r$'):
+        raise SubmitError(
+            f'hepvine submit: run it from a directory whose path has no ", \\, $ or line break: {workdir}'
+        )
     campaign = campaign_of(snakemake_args)
-    if notify_user is not None and not re.fullmatch(r"[^\s@\"']+@[^\s@\"']+", notify_user):
-        raise SubmitError(f"hepvine submit: --notify-user {notify_user!r} is not an e-mail address")
-    running = in_queue(workdir / "results" / campaign)
+    if notify_user is not None and not re.fullmatch(r"[A-Za-z0-9_.+@-]+", notify_user):
+        raise SubmitError(
+            f"hepvine submit: --notify-user {notify_user!r}: give an e-mail address or a user name (letters, digits "
+            "and _ . + @ -)"
+        )
+    running = [job for job, _, _ in controllers(workdir / "results" / campaign)]
     if running:
         raise SubmitError(
             f"hepvine submit: campaign {campaign} already has a controller in the queue (job {', '.join(running)}); "
@@ -170,7 +223,7 @@ def submit(
     job_dir.mkdir(parents=True, exist_ok=True)
     sub = job_dir / SUB
     sub.write_text(description(campaign, snakemake_args, workdir, dict(os.environ), notify_user, progress_every_s))
-    out = subprocess.run(["condor_submit", "-terse", SUB], cwd=job_dir, capture_output=True, text=True, timeout=60)
+    out = condor_tool("condor_submit", "-terse", SUB, cwd=job_dir)
     if out.returncode != 0:
         raise SubmitError(f"hepvine submit: condor_submit {sub} failed: {out.stderr.strip() or out.stdout.strip()}")
     cluster = out.stdout.split()[0].split(".")[0]
@@ -196,12 +249,14 @@ def main(argv: list[str] | None = None) -> int:
         help=f"seconds between updates of the job's progress attributes (default {EVERY_S:g})",
     )
     args, snakemake_args = parser.parse_known_args(argv)
+    if args.progress_every < 1:
+        parser.error(f"--progress-every {args.progress_every:g}: give at least 1 (seconds)")
     try:
         cluster, sub = submit(snakemake_args, args.notify_user, args.progress_every)
     except SubmitError as e:
         print(e, file=sys.stderr)
         return 2
-    campaign = campaign_of(snakemake_args)
+    campaign = sub.parent.parent.name
     print(
         f"campaign {campaign} submitted: HTCondor job {cluster}.0 (local universe; {sub})\n"
         f"  progress:  hepvine status {campaign}    (or condor_q {cluster} -af HepvineFilesDone HepvineFilesTotal)\n"

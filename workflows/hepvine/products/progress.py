@@ -113,8 +113,10 @@ def update(out: Path | str, now: float | None = None) -> Progress:
         if batches.get(key, [None])[0] != mtime:
             try:
                 batches[key] = [mtime, *_batch_counts(result_file)]
-            except (OSError, EOFError, pickle.UnpicklingError, KeyError, TypeError):
-                batches.pop(key, None)  # being replaced (results are renamed into place): the next update reads it
+            except (OSError, EOFError, pickle.UnpicklingError, KeyError, TypeError, ValueError, AttributeError):
+                # Being replaced (results are renamed into place: the next update reads it), or not a batch result
+                # this hepvine can read (the report says more): not counted.
+                batches.pop(key, None)
     for gone in set(batches) - seen:  # removed by a forced rerun
         del batches[gone]
     ok, failed, events = (sum(b[i] for b in batches.values()) for i in (1, 2, 3))
