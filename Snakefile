@@ -27,6 +27,7 @@ if workflow.is_main_process:
             environ=dict(os.environ),
             workflow_dir=Path(workflow.basedir),
             configfiles=workflow.config_settings.configfiles,
+            credential=CREDENTIAL.provenance() if CREDENTIAL else None,
         ),
         sys.argv,
     )

@@ -1,13 +1,18 @@
 """Finding and describing the user's credential (``hepvine.reading.credentials``): the proxy and token discovery
 orders, a proxy's identity, VO and time left (its chain's and its VOMS attributes'), a token's claims, and the check
-before the first job. Certificates and tokens are made here (their signatures are not what is tested: the storage
-checks those); the real XRootD servers that check them are in the sandbox's tests."""
+before the first job, in a campaign's dry run. Certificates and tokens are made here: their signatures are not what
+is tested (that is the storage's job; the sandbox's XRootD servers do not ask for credentials yet, issue 32 item 5)."""
 
 from __future__ import annotations
 
 import base64
 import datetime as dt
 import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -18,6 +23,9 @@ from cryptography.x509.oid import NameOID
 
 from hepvine.reading import credentials
 from hepvine.reading.credentials import CredentialError
+from hepvine.routing import site
+
+REPO = Path(__file__).resolve().parents[2]
 
 NOW = dt.datetime(2026, 11, 25, 12, 0, tzinfo=dt.timezone.utc)
 
@@ -32,9 +40,9 @@ def der(tag: int, content: bytes) -> bytes:
     return bytes([tag]) + length + content
 
 
-def voms_ac(fqans: list[str], not_after: dt.datetime) -> bytes:
+def voms_ac(fqans: list[str], not_after: dt.datetime, now: dt.datetime = NOW) -> bytes:
     """The shape of VOMS's AC sequence extension: SEQUENCE { AC { acinfo { ..., validity, attributes }, ... } }."""
-    validity = der(0x30, b"".join(der(0x18, t.strftime("%Y%m%d%H%M%SZ").encode()) for t in (NOW, not_after)))
+    validity = der(0x30, b"".join(der(0x18, t.strftime("%Y%m%d%H%M%SZ").encode()) for t in (now, not_after)))
     values = der(0x30, b"".join(der(0x04, f.encode()) for f in fqans))
     attribute = der(0x30, der(0x06, b"\x2b\x06\x01\x04\x01\xbe\x45\x64\x64\x04") + der(0x31, der(0x30, values)))
     acinfo = der(0x30, der(0x02, b"\x01") + validity + der(0x30, attribute))
@@ -48,8 +56,11 @@ def name(*cns: str) -> x509.Name:
     )
 
 
-def proxy_pem(hours: float, ac_hours: float | None = None, fqans=("/cms/Role=NULL/Capability=NULL",)) -> bytes:
-    """A user certificate valid for a year and a proxy of it valid for HOURS (with a VOMS AC valid AC_HOURS)."""
+def proxy_pem(
+    hours: float, ac_hours: float | None = None, fqans=("/cms/Role=NULL/Capability=NULL",), now: dt.datetime = NOW
+) -> bytes:
+    """A user certificate valid for a year and a proxy of it valid for HOURS (with a VOMS AC valid AC_HOURS) from
+    NOW."""
     user_key, proxy_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
     user = (
         x509.CertificateBuilder()
@@ -57,8 +68,8 @@ def proxy_pem(hours: float, ac_hours: float | None = None, fqans=("/cms/Role=NUL
         .issuer_name(name("Test CA"))
         .public_key(user_key.public_key())
         .serial_number(1)
-        .not_valid_before(NOW - dt.timedelta(days=1))
-        .not_valid_after(NOW + dt.timedelta(days=365))
+        .not_valid_before(now - dt.timedelta(days=1))
+        .not_valid_after(now + dt.timedelta(days=365))
         .sign(user_key, hashes.SHA256())
     )
     builder = (
@@ -67,14 +78,14 @@ def proxy_pem(hours: float, ac_hours: float | None = None, fqans=("/cms/Role=NUL
         .issuer_name(user.subject)
         .public_key(proxy_key.public_key())
         .serial_number(12345)
-        .not_valid_before(NOW - dt.timedelta(minutes=5))
-        .not_valid_after(NOW + dt.timedelta(hours=hours))
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(hours=hours))
         .add_extension(
             x509.UnrecognizedExtension(x509.ObjectIdentifier(credentials.PROXY_CERT_INFO), b"\x30\x00"), True
         )
     )
     if ac_hours is not None:
-        ac = voms_ac(list(fqans), NOW + dt.timedelta(hours=ac_hours))
+        ac = voms_ac(list(fqans), now + dt.timedelta(hours=ac_hours), now)
         builder = builder.add_extension(
             x509.UnrecognizedExtension(x509.ObjectIdentifier(credentials.VOMS_AC), ac), False
         )
@@ -192,3 +203,66 @@ def test_the_check_refuses_an_expired_or_too_short_credential_naming_the_renewal
     assert credentials.check(None, needed_s=10**6, margin_s=0) == []
     with pytest.raises(CredentialError, match="not one of none, x509, token"):
         credentials.find("kerberos")
+
+
+@pytest.fixture
+def campaign_dir():
+    """A fresh campaign name under the checkout's results/ (site configs are read from the checkout); removed after."""
+    tag = f"test-cred-{uuid.uuid4().hex[:8]}"
+    (REPO / "results" / tag).mkdir(parents=True)
+    yield tag
+    for path in (REPO / "results").glob(f"{tag}*"):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def test_a_site_that_asks_for_a_proxy_is_checked_before_the_first_job(campaign_dir):
+    """Dry runs of a small campaign on a site whose storage asks for an X.509 proxy: without one the run stops
+    before planning any job, naming the renewal command; with one it says whose it is and how long it has left, and
+    records that (never the proxy) in the run's provenance."""
+    tag = campaign_dir
+    site_file = REPO / "results" / tag / "site.yaml"
+    site_file.write_text((REPO / "site-configs" / "uchicago-af.yaml").read_text() + "credentials: x509\n")
+    origin = site.load(site_file).origins[0]["url"].rstrip("/")
+    files = [{"path": f"{origin}//store/cred/f{i}.root", "nevts": 1000} for i in range(3)]
+    spec = {"ttbar": {"xsec": 1.0, "nominal": {"nevts_total": 3000, "files": files}}}
+    (REPO / "results" / tag / "spec.json").write_text(json.dumps(spec))
+    proxy = REPO / "results" / tag / "x509up"
+    env = {k: v for k, v in os.environ.items() if k not in ("X509_USER_PROXY",)}
+
+    def dry_run(proxy_path: Path) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--config", f"dataset=results/{tag}/spec.json"]
+            + [f"site=results/{tag}/site.yaml", f"campaign={tag}-run"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            env={**env, "X509_USER_PROXY": str(proxy_path)},
+            timeout=300,
+        )
+
+    missing = dry_run(proxy)
+    assert missing.returncode != 0
+    assert f"there is none at {proxy} ($X509_USER_PROXY)" in missing.stderr, missing.stderr[-2000:]
+    assert "voms-proxy-init -voms" in missing.stderr and "no job was run" in missing.stderr
+    assert not (REPO / "results" / f"{tag}-run" / "index" / "expected.json").exists()
+
+    proxy.write_bytes(proxy_pem(hours=12, ac_hours=12, now=dt.datetime.now(dt.timezone.utc)))
+    proxy.chmod(0o600)
+    done = dry_run(proxy)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "hepvine: reading with X.509 proxy $X509_USER_PROXY = " in done.stderr
+    assert "/DC=org/DC=example/CN=Jane Doe (VO cms, /cms/Role=NULL/Capability=NULL), 11 h" in done.stderr
+    run = (REPO / "results" / f"{tag}-run" / "index" / "run.json").read_text()
+    assert json.loads(run)["credential"]["subject"] == "/DC=org/DC=example/CN=Jane Doe"
+    for block in credentials.PEM_CERTIFICATE.findall(proxy.read_bytes()):
+        assert block.decode().splitlines()[1] not in run + done.stderr  # no line of the proxy anywhere
+
+
+def test_a_token_given_as_a_value_becomes_a_private_file(monkeypatch):
+    token = jwt({"sub": "jdoe", "iss": "https://issuer.example", "exp": NOW.timestamp() + 3600})
+    monkeypatch.setenv("BEARER_TOKEN", token)
+    cred = credentials.find("token")
+    path = credentials.as_file(cred)
+    assert path.read_text() == token + "\n" and path.stat().st_mode & 0o777 == 0o600
+    assert path.parent.stat().st_mode & 0o777 == 0o700
+    assert credentials.VARIABLE[cred.kind] == "BEARER_TOKEN_FILE"

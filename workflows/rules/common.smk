@@ -5,6 +5,7 @@
 import json
 import os
 import shlex
+import sys
 from pathlib import Path
 
 import yaml
@@ -12,6 +13,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake_interface_executor_plugins.settings import SharedFSUsage
 
 from hepvine.model import dataset as hv_dataset
+from hepvine.reading import credentials as hv_credentials
 from hepvine.reading import fetch as hv_fetch
 from hepvine.routing import index as hv_index
 from hepvine.model import limits as hv_limits
@@ -58,7 +60,35 @@ PARSED = [config["dataset"]] + ([config["site"]] if HAS_SITE else [])
 
 LIMITS = hv_limits.Limits(config["rate_floor_mb_s"], config["file_time_base_s"], config["bytes_per_event"])
 
-SPEC = SITE = None
+
+def checked_credential(site, files):
+    """The credential SITE asks for (site config key credentials), checked before the first job against the time the
+    campaign is expected to need (the last run's time per file times the files not yet analysed; not known on a first
+    run) plus config credential_margin_h: described in the run's first lines (never the secret), warnings shown; a
+    WorkflowError naming the renewal command when it is missing, expired or too short."""
+    needed_s = None
+    if Path(f"{OUT}/report.json").exists():
+        last = json.loads(Path(f"{OUT}/report.json").read_text())
+        if last["files"]["total"]:
+            needed_s = last["wall_seconds"] / last["files"]["total"] * max(0, files - last["files"]["ok"])
+    try:
+        credential = hv_credentials.find(site.credentials)
+        warnings = hv_credentials.check(credential, needed_s, config["credential_margin_h"] * 3600)
+    except hv_credentials.CredentialError as e:
+        raise WorkflowError(
+            f"{e}\n(the site config {config['site']} says credentials: {site.credentials}; no job was run)"
+        )
+    if credential is not None:
+        print(f"hepvine: reading with {credential.describe()}", file=sys.stderr)
+        # Where the executor finds it to send it with every task (the TaskVine plugin's --taskvine-credential-env)
+        # and local jobs read it: the variable that names its file.
+        os.environ[hv_credentials.VARIABLE[credential.kind]] = str(hv_credentials.as_file(credential))
+    for warning in warnings:
+        print(f"hepvine: WARNING: {warning}", file=sys.stderr)
+    return credential
+
+
+SPEC = SITE = CREDENTIAL = None
 BATCHES, BATCH, BATCH_RETRY, BATCH_FIXED, LFNS = [], {}, {}, {}, []
 if not workflow.remote_exec:
     try:
@@ -76,6 +106,7 @@ if not workflow.remote_exec:
 
     BATCHES = hv_index.plan(hv_dataset.tasks(SPEC), config["files_per_job"], route_of)
     if workflow.is_main_process:
+        CREDENTIAL = checked_credential(SITE, sum(len(b.files) for b in BATCHES)) if SITE else None
         hv_index.write(INDEX, BATCHES, SITE.xrootd_client if SITE else {})
         MERGE_NODES, MERGE_ROOT = hv_index.merge_tree(
             [f"{OUT}/files/{b.id}.pkl" for b in BATCHES], config["merge_fan_in"], f"{OUT}/merge"

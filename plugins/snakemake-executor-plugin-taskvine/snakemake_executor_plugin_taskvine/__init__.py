@@ -26,6 +26,7 @@ from .failures import describe_failure
 from .stragglers import Stragglers
 from .tasks import job_task, relative_name
 from .taskvine import (
+    CREDENTIAL_ENV,
     DEFAULT_WORKER_ENV,
     SCHEDULERS,
     private_directory,
@@ -120,6 +121,14 @@ class ExecutorSettings(ExecutorSettingsBase):
         + ",".join(DEFAULT_WORKER_ENV)
         + ". E.g. 'default,MY_SITE_*'. Hand tokens over as files "
         "(BEARER_TOKEN_FILE, X509_USER_PROXY), not as values.",
+    )
+    credential_env: Optional[str] = _setting(
+        ",".join(CREDENTIAL_ENV),
+        "Comma-separated environment variables of this process that name a credential file (an X.509 proxy, a "
+        "bearer token); 'none' for none. Each task gets each such file that exists as an input (never on a command "
+        "line, in the environment text or in a log), readable by its owner only, with the variable pointing at it "
+        "in the task's sandbox; a file that changes (a renewal) is sent anew to the tasks submitted after, under a "
+        "new name in the workers' caches.",
     )
     prefer_wait_s: float = _setting(
         30.0,
@@ -229,6 +238,18 @@ class Executor(RemoteExecutor):
             self.stop_workers()
             raise
 
+    def credential_files(self, setting: str | None) -> dict[str, str]:
+        """{variable: absolute path} of each variable SETTING names that names a file here; one that names no file
+        is said once (its tasks get no credential)."""
+        files = {}
+        for name in validation.credential_names(setting):
+            path = os.environ.get(name)
+            if path and os.path.isfile(path):
+                files[name] = os.path.abspath(path)
+            elif path:
+                self.logger.warning(f"TaskVine: ${name} names {path}, which is no file: tasks get no {name}")
+        return files
+
     def _start(self, settings):
         self.password_file = (
             Path(settings.password_file).absolute() if settings.password_file else write_password_file(self.private_dir)
@@ -244,6 +265,7 @@ class Executor(RemoteExecutor):
                 library=settings.library,
                 secrets_dir=self.private_dir,
                 environment=self.environment,
+                credential_files=self.credential_files(settings.credential_env),
             ),
             prefer_wait_s=settings.prefer_wait_s,
             stragglers=Stragglers(settings.straggler_factor if not self.shared_fs else 0, settings.straggler_min_s),

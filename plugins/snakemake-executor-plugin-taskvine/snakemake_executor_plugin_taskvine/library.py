@@ -57,9 +57,13 @@ def warm() -> None:
     os.environ[WARM_VARIABLE] = f"{time.process_time() - start:.3f}"
 
 
-def run_job(command: str, directory: str = "", env: dict | None = None) -> dict:
-    """Run one job's COMMAND in this process (a fork of the library); {"exit_code", "output"}."""
+def run_job(command: str, directory: str = "", env: dict | None = None, files_env: dict | None = None) -> dict:
+    """Run one job's COMMAND in this process (a fork of the library); {"exit_code", "output"}. FILES_ENV: variables
+    to point at files of the call's sandbox (its credentials), made readable by their owner only."""
     os.environ.update(env or {})
+    for var, name in (files_env or {}).items():
+        os.chmod(name, 0o600)
+        os.environ[var] = os.path.abspath(name)
     log = os.path.abspath("job-output.log")
     sys.stdout.flush()
     sys.stderr.flush()

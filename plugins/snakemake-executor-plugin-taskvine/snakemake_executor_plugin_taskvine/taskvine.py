@@ -31,6 +31,10 @@ LIBRARY_NAME = "snakemake-jobs"
 # A task's environment (TaskSpec.env) arrives as this file in its sandbox, which the task's shell sources first:
 # TaskVine's own set_env_var would write each value into the manager's debug log.
 ENV_FILE = ".taskvine-task-env"
+# The variables that name the user's credential files (the X.509 proxy; the WLCG bearer token's file), each task
+# gets as a file (--taskvine-credential-env), named credential-<variable, lower case> in its sandbox.
+CREDENTIAL_ENV = ("X509_USER_PROXY", "BEARER_TOKEN_FILE")
+CREDENTIAL_PREFIX = "credential-"
 GAVE_UP_LOST = "lost workers"  # TaskResult.result of a task given up after losing more workers than its retries
 # TaskResult.result of a task cancelled past its time limit (TaskSpec.time_max_s). The dispatcher enforces the limit,
 # not TaskVine: the workers of TaskVine 7.14.5 end every task that has a limit (Task.set_time_max) at their first
@@ -361,6 +365,7 @@ class Manager:
         library: bool = False,
         secrets_dir: Path | None = None,
         environment: Path | None = None,
+        credential_files: Mapping[str, str] | None = None,
     ):
         vine = import_taskvine()
         from ndcctools.taskvine import cvine
@@ -387,6 +392,9 @@ class Manager:
         self._lost = LostWorkers()
         self._files: dict[str, object] = {}
         self._env_files: dict[str, object] = {}
+        # Each credential: the variable naming its file here, that file, and (its stat when read, its declaration).
+        self._credential_paths = dict(credential_files or {})
+        self._credentials: dict[str, tuple[tuple, object]] = {}
         self._environment = self._declare_environment(environment) if environment is not None else None
         if library:
             self._install_library()
@@ -424,10 +432,13 @@ class Manager:
         return self._m.port
 
     def submit(self, spec: TaskSpec) -> int:
+        credentials = self._credential_inputs()
         if spec.function:  # the call's environment is set by run_job in its forked child
-            t = self._vine.FunctionCall(LIBRARY_NAME, "run_job", spec.command, spec.directory, dict(spec.env))
+            files = {var: name for var, _, name in credentials}
+            t = self._vine.FunctionCall(LIBRARY_NAME, "run_job", spec.command, spec.directory, dict(spec.env), files)
         else:
-            command = f". ./{ENV_FILE} && {spec.command}" if spec.env else spec.command
+            sourced = spec.env or credentials
+            command = f". ./{ENV_FILE} && {spec.command}" if sourced else spec.command
             if self._environment is not None:
                 # TaskVine puts `run_in_env` in front of the command line as it is: make the line one command, so
                 # that all of it (the env file, the cd, the job) runs inside the environment.
@@ -435,8 +446,8 @@ class Manager:
                 t.add_environment(self._environment)
             else:
                 t = self._vine.Task(command)
-            if spec.env:
-                t.add_input(self._env_file(spec.env), ENV_FILE)
+            if sourced:
+                t.add_input(self._env_file(spec.env, [(var, name) for var, _, name in credentials]), ENV_FILE)
             if spec.cores:
                 t.set_cores(spec.cores)
             if spec.memory_mb:
@@ -453,6 +464,8 @@ class Manager:
             t.set_priority(spec.priority)
         for feature in (*spec.features, *spec.preferred):
             t.add_feature(feature)
+        for _, declared, name in credentials:
+            t.add_input(declared, name)
         for local, remote in spec.inputs:
             t.add_input(self._file(local), remote)
         for local, remote in spec.outputs:
@@ -463,16 +476,40 @@ class Manager:
         self._lost.track(task_id, spec.retries)
         return task_id
 
-    def _env_file(self, env: dict[str, str]):
+    def _env_file(self, env: dict[str, str], credentials: Sequence[tuple[str, str]] = ()):
         """ENV as a shell file of ``export NAME='value'`` lines, declared once per distinct ENV (a buffer: nothing
-        on the manager's disk), cached on the workers for the run and never passed from one worker to another."""
-        for name in env:
+        on the manager's disk), cached on the workers for the run and never passed from one worker to another. Each
+        of CREDENTIALS (variable, name in the task's sandbox) is made readable by its owner only and the variable
+        set to its path in the sandbox."""
+        for name in [*env, *(var for var, _ in credentials)]:
             if not ENV_NAME.match(name):
                 raise ValueError(f"environment variable name {name!r}: use letters, digits and _ only")
         text = "".join(f"export {name}={shlex.quote(value)}\n" for name, value in sorted(env.items()))
+        text += "".join(f'chmod 0600 ./{name} && export {var}="$PWD/{name}"\n' for var, name in credentials)
         if text not in self._env_files:
             self._env_files[text] = self._m.declare_buffer(text, cache="workflow", peer_transfer=False)
         return self._env_files[text]
+
+    def _credential_inputs(self) -> list[tuple[str, object, str]]:
+        """(variable, declared file, name in the task's sandbox) of each credential file: read and declared again
+        whenever its file changed since (renewed: a new buffer has a new name in the workers' caches, so no worker
+        serves the old one to a new task; running tasks keep theirs). A buffer: the credential is never written on
+        the manager's disk, and never passed from one worker to another. A file that has gone keeps its last
+        declaration. One stat a task."""
+        found = []
+        for var, path in self._credential_paths.items():
+            try:
+                st = os.stat(path)
+                key = (st.st_ino, st.st_mtime_ns, st.st_size)
+                if self._credentials.get(var, ((),))[0] != key:
+                    with open(path, "rb") as f:
+                        declared = self._m.declare_buffer(f.read(), cache="workflow", peer_transfer=False)
+                    self._credentials[var] = (key, declared)
+            except OSError:
+                if var not in self._credentials:
+                    continue
+            found.append((var, self._credentials[var][1], f"{CREDENTIAL_PREFIX}{var.lower()}"))
+        return found
 
     def _file(self, local: str):
         """The run's one declaration of a local file: a file used by many tasks, or made by one task and read by

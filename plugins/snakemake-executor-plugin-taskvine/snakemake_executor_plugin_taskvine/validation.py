@@ -11,7 +11,7 @@ from snakemake_interface_common.exceptions import WorkflowError
 
 from .provision import WORKER_MODES, worker_groups
 from .tasks import comma_separated
-from .taskvine import SAFE_NAME, SAFE_PATH, SCHEDULERS, bad_env_patterns, env_patterns
+from .taskvine import ENV_NAME, SAFE_NAME, SAFE_PATH, SCHEDULERS, bad_env_patterns, env_patterns
 from .workergroups import NAME_RULE, requirements_problems
 
 
@@ -27,6 +27,12 @@ def port_range(value: str | None) -> tuple[int, int] | None:
     if not sep or not low.strip().isdigit() or not high.strip().isdigit():
         raise ValueError(value)
     return int(low), int(high)
+
+
+def credential_names(setting: str | None) -> list[str]:
+    """The variables --taskvine-credential-env names ('none': none)."""
+    names = [n.strip() for n in (setting or "").split(",") if n.strip()]
+    return [] if names == ["none"] else names
 
 
 def problems(settings) -> list[str]:
@@ -57,6 +63,12 @@ def problems(settings) -> list[str]:
             f"{flag('worker_env')}: {', '.join(map(repr, bad))}: give variable names (letters, digits, _) "
             "or prefixes ending in * (e.g. XRD_*), separated by commas; 'default' stands for the default "
             "list"
+        )
+    bad = [n for n in credential_names(settings.credential_env) if not ENV_NAME.match(n)]
+    if bad:
+        found.append(
+            f"{flag('credential_env')}: {', '.join(map(repr, bad))}: give variable names (letters, digits, _) "
+            "separated by commas, or 'none'"
         )
     if settings.workers not in WORKER_MODES:
         found.append(f"{flag('workers')} {settings.workers!r}: choose one of {', '.join(WORKER_MODES)}")

@@ -189,11 +189,18 @@ def _profile_file(name: str) -> Path | None:
 
 
 def collect_run(
-    *, config: dict, argv: list[str], environ: dict[str, str], workflow_dir: Path, configfiles: Iterable[Path] = ()
+    *,
+    config: dict,
+    argv: list[str],
+    environ: dict[str, str],
+    workflow_dir: Path,
+    configfiles: Iterable[Path] = (),
+    credential: dict | None = None,
 ) -> dict:
     """What the main process knows about this run (run.json): hepvine's checkout, the software, the command line and
-    profiles, the configuration and the SHA-256 of the spec, the config, the site config and the workflow's rules.
-    Paths in CONFIG are read relative to the working directory, as the workflow reads them."""
+    profiles, the configuration and the SHA-256 of the spec, the config, the site config and the workflow's rules,
+    and the credential it reads with as ``Credential.provenance`` describes it (never the credential itself). Paths
+    in CONFIG are read relative to the working directory, as the workflow reads them."""
     workflow_dir = Path(workflow_dir)
     rules = [workflow_dir / "Snakefile", *sorted((workflow_dir / "workflows" / "rules").glob("*.smk"))]
     package = Path(hepvine.__file__).parent
@@ -205,6 +212,7 @@ def collect_run(
         "profiles": profiles(argv, environ),
         "config": config,
         "configfiles": [{"path": str(p), "sha256": sha256_file(p)} for p in configfiles],
+        "credential": credential,
         "sha256": {
             "spec": sha256_file(config["dataset"]),
             "config": sha256_bytes(json.dumps(config, sort_keys=True, separators=(",", ":")).encode()),

@@ -28,6 +28,8 @@ KINDS = ("none", "x509", "token")
 PROXY_CERT_INFO = "1.3.6.1.5.5.7.1.14"
 VOMS_AC = "1.3.6.1.4.1.8005.100.100.5"
 PEM_CERTIFICATE = re.compile(rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.S)
+# The variable that names the file of each kind, for the tasks and every XRootD client (GSI; ztn for tokens).
+VARIABLE = {"x509": "X509_USER_PROXY", "token": "BEARER_TOKEN_FILE"}
 # The renewal commands a user at a WLCG site runs, by kind.
 RENEW = {
     "x509": "voms-proxy-init -voms <your VO> -valid 96:00 (or: xrdgsiproxy init -valid 96:00 without a VO)",
@@ -138,6 +140,24 @@ def _read(path: Path, source: str, kind: str) -> bytes:
         ) from None
     except OSError as e:
         raise CredentialError(f"cannot read the credential at {path} ({source}): {e.strerror}") from None
+
+
+def as_file(credential: Credential) -> Path:
+    """The file holding CREDENTIAL: its own, or for a token given as ``$BEARER_TOKEN``'s value, a file of the user's
+    (mode 0600, in a fresh directory only the user may enter) that is removed when this process ends."""
+    if credential.path is not None:
+        return credential.path.absolute()
+    import atexit
+    import shutil
+    import tempfile
+
+    directory = Path(tempfile.mkdtemp(prefix="hepvine-token-"))
+    atexit.register(shutil.rmtree, directory, True)
+    path = directory / "bearer-token"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(os.environ["BEARER_TOKEN"].strip() + "\n")
+    return path
 
 
 # --- reading -----------------------------------------------------------------------------------------------------

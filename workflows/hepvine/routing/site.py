@@ -75,6 +75,7 @@ class Site:
     xrootd_client: dict = field(default_factory=dict)
     interconnect_gbps: float | None = None
     per_core_mbps: float | None = None
+    credentials: str = "none"
     path: str = ""
 
     def rack_cores(self) -> dict[str, int]:
@@ -162,6 +163,7 @@ def load(path: str | Path) -> Site:
         xrootd_client=raw.get("xrootd_client", {}),
         interconnect_gbps=raw.get("interconnect_gbps"),
         per_core_mbps=raw.get("per_core_mbps"),
+        credentials=raw.get("credentials", "none"),
         path=str(path),
     )
 
