@@ -98,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         for lock in remove_stale_locks(args.campaign):
             print(f"hepvine controller: removed {lock}, left by this campaign's run that was killed", file=sys.stderr)
     signals: list[int] = []
+    handed: list[int] = []
     child: subprocess.Popen | None = None
 
     def stop(signum, _frame) -> None:
@@ -105,19 +106,19 @@ def main(argv: list[str] | None = None) -> int:
         signals.append(signum)
         # Only the first is handed on: a second SIGINT would interrupt Snakemake's own stopping of its jobs.
         if first and child is not None and child.poll() is None:
+            handed.append(signum)
             os.write(
                 2, f"hepvine controller: {signal.Signals(signum).name}: stopping the campaign as Ctrl-C does\n".encode()
             )
             child.send_signal(signal.SIGINT)
 
-    handled = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-    signal.pthread_sigmask(signal.SIG_BLOCK, handled)  # a signal that comes while the child starts waits for it
-    for signum in handled:
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, stop)
-    try:
-        child = subprocess.Popen([sys.executable, "-m", "snakemake", *snakemake_args])
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, handled)
+    # (Not by blocking signals around the start: Snakemake would inherit the mask, and neither it nor the factories
+    # it starts would ever see a SIGINT or SIGTERM.)
+    child = subprocess.Popen([sys.executable, "-m", "snakemake", *snakemake_args])
+    if signals and not handed:  # one came while Snakemake was starting, before it could be handed on
+        child.send_signal(signal.SIGINT)
     warned: list = []
     next_update = time.monotonic() + min(args.every, 5)  # the first figures soon after the main process has planned
     try:
