@@ -241,9 +241,10 @@ def test_a_site_that_asks_for_a_proxy_is_checked_before_the_first_job(campaign_d
         )
 
     missing = dry_run(proxy)
+    said = missing.stdout + missing.stderr
     assert missing.returncode != 0
-    assert f"there is none at {proxy} ($X509_USER_PROXY)" in missing.stderr, missing.stderr[-2000:]
-    assert "voms-proxy-init -voms" in missing.stderr and "no job was run" in missing.stderr
+    assert f"there is none at {proxy} ($X509_USER_PROXY)" in said, said[-2000:]
+    assert "voms-proxy-init -voms" in said and "no job was run" in said
     assert not (REPO / "results" / f"{tag}-run" / "index" / "expected.json").exists()
 
     proxy.write_bytes(proxy_pem(hours=12, ac_hours=12, now=dt.datetime.now(dt.timezone.utc)))

@@ -177,6 +177,14 @@ def test_failure_classes():
     assert failures.classify(OSError(errno.ENOSPC, "No space left on device")).kind == "disk-full"
     assert failures.classify(fetch.FetchError("x", missing=True)).failure_class == records.PERMANENT
     assert failures.classify(TimeoutError("timed out")).failure_class == records.TRANSIENT
+    # XRootD's words (from the sandbox's GSI origin, tests/sandbox/test_gsi.py) when it refuses the credential.
+    refused = fetch.FetchError(
+        "/store/x.root: no source could be read in 3 round(s): root://127.0.0.1:1//store/x.root (OSError: Failed to "
+        "open file: [FATAL] Auth failed: No protocols left to try)",
+        missing=False,
+    )
+    failure = failures.classify(refused)
+    assert (failure.kind, failure.failure_class) == ("credential", records.TRANSIENT) and "renew it" in failure.fix
     assert failures.classify(uproot.KeyInFileError("Jet_btagCSVV2")).kind == "missing-branch"
     assert failures.classify(KeyError("x")) is None and failures.classify(TypeError("x")) is None
 

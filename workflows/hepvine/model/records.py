@@ -44,7 +44,10 @@ class AnalysisError(RuntimeError):
 
 @dataclass(frozen=True)
 class Failure:
-    kind: str  # e.g. "unreachable", "missing-file", "not-root", "missing-branch", "unknown-era", "corrupt", "disk-full"
+    kind: (
+        str  # e.g. "unreachable", "credential", "missing-file", "not-root", "missing-branch", "unknown-era", "corrupt",
+    )
+    # "disk-full"
     failure_class: str  # TRANSIENT or PERMANENT
     cause: str  # the exception, with the file it concerns
     fix: str  # what the user should do

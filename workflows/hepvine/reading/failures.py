@@ -13,6 +13,10 @@ import uproot
 
 from hepvine.model.records import PERMANENT, RERUN_FIXED, TRANSIENT, AnalysisError, Failure, FileProblem
 
+# What XRootD says when it refuses a reader: authentication failed (no credential, an expired or unknown one), or
+# the identity may not read the file (kXR_NotAuthorized, 3010).
+AUTH_REFUSED = ("Auth failed", "[3010]", "not authorized", "Not authorized")
+
 
 def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
@@ -59,6 +63,15 @@ def classify(exc: BaseException) -> Failure | None:
                 PERMANENT,
                 cause,
                 "no source has the file: correct its path in the spec or restore it; " + RERUN_FIXED,
+            )
+        if any(words in str(exc) for words in AUTH_REFUSED):
+            return Failure(
+                "credential",
+                TRANSIENT,
+                cause,
+                "the storage refused the credential (none was sent, it expired, or it does not allow this file): "
+                "renew it (voms-proxy-init -voms <your VO>; htgettoken for a token), check the site config's "
+                "credentials, and " + rerun,
             )
         return Failure(
             "unreachable", TRANSIENT, cause, "no source could be read in time (cache or origin down, network): " + rerun

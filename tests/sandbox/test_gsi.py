@@ -1,0 +1,209 @@
+"""Reading with an X.509 proxy, checked by a real XRootD server (issue 32): the sandbox's GSI origin serves the
+origin's data only to a valid proxy of a certificate that the sandbox's test CA signed and whose identity its grid
+map lists. Proxies are made as a user makes them (``xrdgsiproxy init``), or here (expired, or of another CA).
+
+- xrdcp with the proxy reads; without one, with an expired one or with one of another CA it is refused by the server;
+- a campaign on the sandbox profile (HTCondor-provisioned TaskVine workers) over the GSI origin, with
+  ``credentials: x509``, completes exactly, every task reading with the proxy TaskVine brought it; the proxy is in no
+  file the campaign wrote; without a proxy the campaign stops before its first job, naming the renewal command.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import uproot
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.x509.oid import NameOID
+
+pytestmark = pytest.mark.sandbox
+
+REPO = Path(__file__).resolve().parents[2]
+NANOAOD = REPO.parent / "shared" / "nanoaod"
+# RFC 3820 proxyCertInfo: SEQUENCE { SEQUENCE { id-ppl-inheritAll } }.
+PROXY_CERT_INFO = b"\x30\x0c\x30\x0a\x06\x08\x2b\x06\x01\x05\x05\x07\x15\x01"
+
+
+def proxy(user_cert: bytes, user_key: bytes, out: Path, hours: float) -> Path:
+    """An RFC 3820 proxy of USER_CERT valid for HOURS (negative: expired that long ago), as voms-proxy-init writes
+    one: the proxy's certificate, its key, the user's certificate; mode 0600."""
+    user = x509.load_pem_x509_certificate(user_cert)
+    signer = serialization.load_pem_private_key(user_key, None)
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    now = dt.datetime.now(dt.timezone.utc)
+    serial = int.from_bytes(os.urandom(4), "big")
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([*user.subject, x509.NameAttribute(NameOID.COMMON_NAME, str(serial))]))
+        .issuer_name(user.subject)
+        .public_key(key.public_key())
+        .serial_number(serial)
+        .not_valid_before(now - dt.timedelta(hours=max(1.0, -hours + 1)))
+        .not_valid_after(now + dt.timedelta(hours=hours))
+        .add_extension(x509.UnrecognizedExtension(x509.ObjectIdentifier("1.3.6.1.5.5.7.1.14"), PROXY_CERT_INFO), True)
+        .add_extension(x509.KeyUsage(True, False, True, False, False, False, False, False, False), True)
+        .sign(signer, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+    )
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(cert.public_bytes(serialization.Encoding.PEM) + key_pem + user_cert)
+    return out
+
+
+def foreign_user() -> tuple[bytes, bytes]:
+    """A certificate with the analysis user's name from a CA the server does not know (self-signed)."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    name = x509.Name.from_rfc4514_string("CN=Hepvine Analysis User,DC=hepvine-sandbox,DC=org")
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(7)
+        .not_valid_before(now - dt.timedelta(days=1))
+        .not_valid_after(now + dt.timedelta(days=30))
+        .sign(key, hashes.SHA256())
+    )
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+    )
+    return cert.public_bytes(serialization.Encoding.PEM), pem
+
+
+@pytest.fixture
+def gsi(services, tmp_path):
+    """(the GSI origin's services entry, a served file's URL, its events, tag): a real NanoAOD file in a fresh
+    directory of the origin's data, which the GSI origin serves too; removed after."""
+    origin = services["xrootd"]["origin_gsi"]
+    tag = f"test-gsi-{uuid.uuid4().hex[:8]}"
+    store = Path(origin["data_dir"]) / "store" / tag
+    store.mkdir(parents=True)
+    for k in range(4):
+        shutil.copy(NANOAOD / "nano_dimuon.root", store / f"dimuon-{k}.root")
+    with uproot.open(NANOAOD / "nano_dimuon.root") as f:
+        events = f["Events"].num_entries
+    yield origin, f"{origin['url']}//store/{tag}", events, tag
+    shutil.rmtree(store, ignore_errors=True)
+    for path in (REPO / "results").glob(f"{tag}*"):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def xrdcp(url: str, proxy_file: Path | None, tmp_path: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "X509_USER_PROXY"}
+    env["X509_USER_PROXY"] = str(proxy_file or tmp_path / "no-such-proxy")
+    return subprocess.run(
+        ["xrdcp", "-f", url, str(tmp_path / "copy.root")], env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_the_gsi_origin_reads_only_for_a_valid_proxy_of_its_ca(gsi, tmp_path):
+    origin, store, _, _ = gsi
+    url = f"{store}/dimuon-0.root"
+    user_cert, user_key = Path(origin["gsi"]["usercert"]).read_bytes(), Path(origin["gsi"]["userkey"]).read_bytes()
+    # As a user makes one: xrdgsiproxy (XRootD's own voms-proxy-init) from the user certificate and key.
+    made = subprocess.run(
+        ["xrdgsiproxy", "init", "-cert", origin["gsi"]["usercert"], "-key", origin["gsi"]["userkey"]]
+        + ["-certdir", origin["gsi"]["certdir"], "-out", str(tmp_path / "x509up"), "-valid", "1:00"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert made.returncode == 0, made.stdout + made.stderr
+    ok = xrdcp(url, tmp_path / "x509up", tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    assert (tmp_path / "copy.root").read_bytes() == (NANOAOD / "nano_dimuon.root").read_bytes()
+    refused = {
+        "no proxy": xrdcp(url, None, tmp_path),
+        "expired": xrdcp(url, proxy(user_cert, user_key, tmp_path / "expired", hours=-1), tmp_path),
+        "another CA": xrdcp(url, proxy(*foreign_user(), tmp_path / "foreign", hours=1), tmp_path),
+    }
+    for why, done in refused.items():
+        assert done.returncode != 0, why
+        assert "auth" in done.stderr.lower(), (why, done.stderr)
+    assert (
+        proxy(user_cert, user_key, tmp_path / "mine", hours=1)
+        and xrdcp(url, tmp_path / "mine", tmp_path).returncode == 0
+    )
+
+
+def campaign(
+    tag: str, store: str, events: int, env: dict, *options: str, name: str = "run"
+) -> subprocess.CompletedProcess:
+    site = (REPO / "site-configs" / "sandbox.yaml").read_text()
+    site = site.replace("${HEPVINE_XROOTD_ORIGIN}", "${HEPVINE_XROOTD_ORIGIN_GSI}").replace(
+        "access: xcache", "access: direct"
+    )
+    (REPO / "results" / tag).mkdir(parents=True, exist_ok=True)
+    (REPO / "results" / tag / "site.yaml").write_text(site + "credentials: x509\n")
+    files = [{"path": f"{store}/dimuon-{k}.root", "nevts": events} for k in range(4)]
+    spec = {"data": {"nominal": {"nevts_total": 4 * events, "files": files}}}
+    (REPO / "results" / tag / "spec.json").write_text(json.dumps(spec))
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", "--profile", "profiles/sandbox", "--config"]
+        + [f"dataset=results/{tag}/spec.json", f"site=results/{tag}/site.yaml", f"campaign={tag}-{name}"]
+        + ["files_per_job=1"]
+        # The workers get no X509_USER_PROXY of their own (the default list would pass its path on): a task can
+        # read only with the proxy TaskVine brings it.
+        + ["--taskvine-worker-env", "PATH,LD_LIBRARY_PATH,HOME,USER,LANG,VIRTUAL_ENV,X509_CERT_DIR,CATALOG_*,XRD_*"]
+        + list(options),
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+def test_a_campaign_reads_through_the_gsi_origin_with_the_users_proxy(gsi, tmp_path):
+    origin, store, events, tag = gsi
+    env = {k: v for k, v in os.environ.items() if k != "X509_USER_PROXY"}
+    missing = campaign(tag, store, events, {**env, "X509_USER_PROXY": str(tmp_path / "none")})
+    said = missing.stdout + missing.stderr
+    assert missing.returncode != 0 and "voms-proxy-init" in said and "no job was run" in said, said[-2000:]
+    user_cert, user_key = Path(origin["gsi"]["usercert"]).read_bytes(), Path(origin["gsi"]["userkey"]).read_bytes()
+    proxy_file = proxy(user_cert, user_key, tmp_path / "x509up", hours=2)
+    done = campaign(tag, store, events, {**env, "X509_USER_PROXY": str(proxy_file)})
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "hepvine: reading with X.509 proxy $X509_USER_PROXY" in done.stderr
+    report = json.loads((REPO / "results" / f"{tag}-run" / "report.json").read_text())
+    assert report["files"] == {"total": 4, "ok": 4, "failed": 0} and report["events"] == 4 * events
+    assert all(r["read_from"].startswith(origin["url"]) for r in report["inputs"]), report["inputs"][0]
+    # Read on the workers (TaskVine tasks of HTCondor jobs), with the proxy TaskVine brought them.
+    assert all(r["host"] for r in report["inputs"])
+    secret_line = proxy_file.read_bytes().split(b"\n")[1]
+    for root in (REPO / "results" / f"{tag}-run", REPO / ".snakemake"):
+        for path in root.rglob("*"):
+            if path.is_file() and path.stat().st_size < 50_000_000:
+                assert secret_line not in path.read_bytes(), path
+    assert secret_line.decode() not in done.stdout + done.stderr
+    # The same without the proxy sent to the tasks: the server refuses every read, each file recorded as a
+    # credential failure (transient: retried by the same command once the credential is right).
+    unsent = campaign(
+        tag,
+        store,
+        events,
+        {**env, "X509_USER_PROXY": str(proxy_file)},
+        "--taskvine-credential-env",
+        "none",
+        name="unsent",
+    )
+    assert unsent.returncode == 0, unsent.stderr[-3000:]
+    report = json.loads((REPO / "results" / f"{tag}-unsent" / "report.json").read_text())
+    assert report["files"] == {"total": 4, "ok": 0, "failed": 4}
+    assert {(f["class"], f["kind"]) for f in report["failed_files"]} == {("transient", "credential")}
+    assert all("Auth failed" in f["error"] and "renew it" in f["fix"] for f in report["failed_files"])
