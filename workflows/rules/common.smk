@@ -66,23 +66,24 @@ def checked_credential(site, files):
     campaign is expected to need (the last run's time per file times the files not yet analysed; not known on a first
     run) plus config credential_margin_h: described in the run's first lines (never the secret), warnings shown; a
     WorkflowError naming the renewal command when it is missing, expired or too short."""
-    needed_s = None
-    if Path(f"{OUT}/report.json").exists():
-        last = json.loads(Path(f"{OUT}/report.json").read_text())
-        if last["files"]["total"]:
-            needed_s = last["wall_seconds"] / last["files"]["total"] * max(0, files - last["files"]["ok"])
     try:
         credential = hv_credentials.find(site.credentials)
+        if credential is None:
+            return None
+        needed_s = None
+        if Path(f"{OUT}/report.json").exists():
+            last = json.loads(Path(f"{OUT}/report.json").read_text())
+            if last["files"]["total"]:
+                needed_s = last["wall_seconds"] / last["files"]["total"] * max(0, files - last["files"]["ok"])
         warnings = hv_credentials.check(credential, needed_s, config["credential_margin_h"] * 3600)
     except hv_credentials.CredentialError as e:
         raise WorkflowError(
             f"{e}\n(the site config {config['site']} says credentials: {site.credentials}; no job was run)"
         )
-    if credential is not None:
-        print(f"hepvine: reading with {credential.describe()}", file=sys.stderr)
-        # Where the executor finds it to send it with every task (the TaskVine plugin's --taskvine-credential-env)
-        # and local jobs read it: the variable that names its file.
-        os.environ[hv_credentials.VARIABLE[credential.kind]] = str(hv_credentials.as_file(credential))
+    print(f"hepvine: reading with {credential.describe()}", file=sys.stderr)
+    # Where the executor finds it to send it with every task (the TaskVine plugin's --taskvine-credential-env) and
+    # local jobs read it: the variable that names its file.
+    os.environ[hv_credentials.VARIABLE[credential.kind]] = str(hv_credentials.as_file(credential))
     for warning in warnings:
         print(f"hepvine: WARNING: {warning}", file=sys.stderr)
     return credential

@@ -31,7 +31,7 @@ def port_range(value: str | None) -> tuple[int, int] | None:
 
 def credential_names(setting: str | None) -> list[str]:
     """The variables --taskvine-credential-env names ('none': none)."""
-    names = [n.strip() for n in (setting or "").split(",") if n.strip()]
+    names = comma_separated(setting)
     return [] if names == ["none"] else names
 
 

@@ -21,7 +21,8 @@ JOB_STATUS = {
     6: "transferring",
     7: "suspended",
 }
-RUNNING = {1, 2, 6, 7}
+# A controller in these states is still at work (or paused): an earlier run's report is no verdict yet.
+AT_WORK = {1, 2, 5, 6, 7}
 
 
 def controller_state(out: Path) -> tuple[str | None, bool]:
@@ -33,7 +34,7 @@ def controller_state(out: Path) -> tuple[str | None, bool]:
         state = JOB_STATUS.get(status, f"status {status}")
         if status == 5:
             state += f" ({reason}; condor_release {job.split('.')[0]} resumes it)"
-        return f"controller: HTCondor job {job} {state}", status in RUNNING or status == 5
+        return f"controller: HTCondor job {job} {state}", status in AT_WORK
     cluster_file, log = out / "submit" / CLUSTER, out / "submit" / "campaign.log"
     if not cluster_file.exists():
         return None, False
