@@ -1,5 +1,6 @@
 """Start, stop and report the sandbox's services: a personal HTCondor pool, a TaskVine catalog server on loopback,
-an XRootD origin exporting /store, and one XCache per rack in front of it.
+an XRootD origin exporting /store, and one XCache per rack in front of it; and for readers that
+authenticate, the same again with GSI: an origin and a cache per rack that admit proxies of the test grid only.
 
 Runs inside the sandbox userland as root (``make services-start`` / ``make services-stop`` call it through
 enter.sh). Every daemon is tracked by a pidfile and stopped by that pid; ``stop`` returns only when the daemons and
@@ -43,12 +44,16 @@ CONDOR_CPUS = 4
 CONDOR_MEMORY_MB = 8192
 WIDER_POOL_CONFIG = "bench/wider-pool.config"
 # The services' ports, by name in ports.json.
-PORT_NAMES = ("collector", "catalog", "origin", *RACKS, "origin-gsi")
-# The test grid: a CA of the sandbox's own, the XRootD host certificate it signs, and a user certificate of the
-# analysis user's (tests make X.509 proxies of it); the GSI origin accepts only proxies of certificates this CA signed
-# whose identity its grid map lists.
+GSI_RACKS = tuple(f"{rack}-gsi" for rack in RACKS)
+PORT_NAMES = ("collector", "catalog", "origin", *RACKS, "origin-gsi", *GSI_RACKS)
+# The test grid: a CA of the sandbox's own, the XRootD host certificates it signs (the GSI origin's, the analysis
+# user's; the GSI caches', the xrootd user's), a user certificate of the analysis user's (tests make X.509 proxies of
+# it) and the caches' service certificate (a proxy of it is their identity when they read from the GSI origin). The
+# GSI origin and caches accept only proxies of certificates this CA signed whose identity their grid map lists.
 GSI_SUBJECT = "/DC=org/DC=hepvine-sandbox"
 GSI_USER_DN = f"{GSI_SUBJECT}/CN=Hepvine Analysis User"
+GSI_CACHE_DN = f"{GSI_SUBJECT}/CN=Hepvine Sandbox XCache"
+CACHE_USER = "xrootd"
 # New ports are drawn from below Linux's default ephemeral range (32768-60999), so that outgoing connections do not
 # take them while the services are down -- where the machine's range is the default (this VM's is 1024-65535: a
 # connection may then hold a kept port for a while, which kept_ports waits out).
@@ -306,20 +311,29 @@ xrd.allow host localhost
 """
 
 
-def gsi_origin_config(port: int, data: Path, admin: Path, gsi: dict) -> str:
-    """The origin's configuration, for readers that authenticate with GSI only."""
-    options = [f"-certdir:{gsi['certdir']}", f"-cert:{gsi['hostcert']}", f"-key:{gsi['hostkey']}"]
+def gsi_only(gsi: dict, host: str) -> str:
+    """Configuration lines that admit GSI readers only, the server presenting the host certificate HOST
+    (``host`` or ``cachehost``): a valid proxy of a certificate the sandbox's CA signed (-ca:2: the chain must
+    verify), whose identity the grid map lists (-gmapopt:2: unmapped identities are refused); no CRLs in the test
+    grid."""
+    options = [f"-certdir:{gsi['certdir']}", f"-cert:{gsi[host + 'cert']}", f"-key:{gsi[host + 'key']}"]
     options += [f"-gridmap:{gsi['gridmap']}", "-gmapopt:2", "-ca:2", "-crl:0", "-dlgpxy:0"]
-    return (
-        origin_config(port, data, admin)
-        + f"""# GSI only: a valid proxy of a certificate the sandbox's CA signed (-ca:2: the
-# chain must verify), whose identity the grid map lists (-gmapopt:2: unmapped identities are refused); no CRLs in
-# the test grid.
+    return f"""# GSI only.
 xrootd.seclib libXrdSec.so
 sec.protocol gsi {" ".join(options)}
 sec.protbind * only gsi
 """
-    )
+
+
+def gsi_origin_config(port: int, data: Path, admin: Path, gsi: dict) -> str:
+    """The origin's configuration, for readers that authenticate with GSI only."""
+    return origin_config(port, data, admin) + gsi_only(gsi, "host")
+
+
+def gsi_cache_config(port: int, origin_port: int, cache: Path, admin: Path, gsi: dict) -> str:
+    """An XCache in front of the GSI origin that admits GSI readers only; it reads from the origin as itself, with
+    the proxy of its service certificate that its environment names (start_xrootd's ENV), never with its readers'."""
+    return cache_config(port, origin_port, cache, admin) + gsi_only(gsi, "cachehost")
 
 
 def openssl(*args: str) -> str:
@@ -358,7 +372,7 @@ def gsi_material(base: Path) -> dict:
     digest = openssl("x509", "-hash", "-noout", "-in", str(ca)).strip()
     (certdir / f"{digest}.0").write_bytes(ca.read_bytes())
 
-    def issue(name: str, cn: str, directory: Path, extensions: str) -> tuple[Path, Path]:
+    def issue(name: str, cn: str, directory: Path, extensions: str, owner: str = ANALYSIS_USER) -> tuple[Path, Path]:
         key, cert, request = directory / f"{name}key.pem", directory / f"{name}cert.pem", directory / f"{name}.csr"
         if not cert.exists():
             openssl(
@@ -393,40 +407,58 @@ def gsi_material(base: Path) -> dict:
                 str(ext),
             )
             request.unlink()
-        entry = pwd.getpwnam(ANALYSIS_USER)
+        entry = pwd.getpwnam(owner)
         for path in (key, cert):
             os.chown(path, entry.pw_uid, entry.pw_gid)
         key.chmod(0o400)
         cert.chmod(0o644)
         return cert, key
 
-    hostcert, hostkey = issue(
-        "host",
-        "localhost",
-        owned_dir(base / "host", ANALYSIS_USER),
-        "basicConstraints=CA:false\nkeyUsage=digitalSignature,keyEncipherment\n"
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
-    )
-    usercert, userkey = issue(
-        "user",
-        GSI_USER_DN.rsplit("CN=", 1)[1],
-        user_dir,
-        "basicConstraints=CA:false\nkeyUsage=digitalSignature,keyEncipherment,dataEncipherment\n",
-    )
+    host = "basicConstraints=CA:false\nkeyUsage=digitalSignature,keyEncipherment\n"
+    host += "subjectAltName=DNS:localhost,IP:127.0.0.1\n"
+    user = "basicConstraints=CA:false\nkeyUsage=digitalSignature,keyEncipherment,dataEncipherment\n"
+    hostcert, hostkey = issue("host", "localhost", owned_dir(base / "host", ANALYSIS_USER), host)
+    cache_dir = owned_dir(base / "xcache", CACHE_USER)
+    cachehostcert, cachehostkey = issue("cachehost", "localhost", cache_dir, host, CACHE_USER)
+    servicecert, servicekey = issue("service", GSI_CACHE_DN.rsplit("CN=", 1)[1], cache_dir, user, CACHE_USER)
+    usercert, userkey = issue("user", GSI_USER_DN.rsplit("CN=", 1)[1], user_dir, user)
     gridmap = base / "grid-mapfile"
-    gridmap.write_text(f'"{GSI_USER_DN}" {ANALYSIS_USER}\n')
+    gridmap.write_text(f'"{GSI_USER_DN}" {ANALYSIS_USER}\n"{GSI_CACHE_DN}" {CACHE_USER}\n')
     return {
         "certdir": str(certdir),
         "hostcert": str(hostcert),
         "hostkey": str(hostkey),
+        "cachehostcert": str(cachehostcert),
+        "cachehostkey": str(cachehostkey),
         "usercert": str(usercert),
         "userkey": str(userkey),
         "user_dn": GSI_USER_DN,
+        "cache_dn": GSI_CACHE_DN,
+        "cache_proxy": str(service_proxy(servicecert, servicekey, certdir, cache_dir / "x509up")),
         "gridmap": str(gridmap),
     }
 
 
-def start_xrootd(name: str, config: str, user: str) -> dict:
+def service_proxy(cert: Path, key: Path, certdir: Path, out: Path) -> Path:
+    """A proxy of the caches' service certificate valid for a week, made (as the caches' user, who owns the
+    certificate) at every start with XRootD's own tool: the caches' identity towards the GSI origin."""
+    entry = pwd.getpwnam(CACHE_USER)
+    subprocess.run(
+        ["xrdgsiproxy", "init", "-cert", str(cert), "-key", str(key), "-certdir", str(certdir), "-out", str(out)]
+        + ["-valid", "168:00"],
+        check=True,
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        user=entry.pw_uid,
+        group=entry.pw_gid,
+        extra_groups=[],
+        timeout=60,
+    )
+    return out
+
+
+def start_xrootd(name: str, config: str, user: str, env: dict[str, str] | None = None) -> dict:
+    """Start XRootD instance NAME with CONFIG as USER (ENV added to its environment); where its files are."""
     base = owned_dir(STATE / "xrootd" / name, user)
     admin = owned_dir(base / "admin", user)
     cfg = base / "xrootd.cfg"
@@ -447,6 +479,7 @@ def start_xrootd(name: str, config: str, user: str) -> dict:
             str(pidfile(f"xrootd-{name}")),
         ],
         check=True,
+        env={**os.environ, **(env or {})},
     )
     # With -n, XRootD puts its log in a directory named for the instance.
     return {"config": str(cfg), "admin": str(admin), "log": str(base / name / "xrootd.log")}
@@ -552,14 +585,29 @@ def start_all() -> None:
         **start_xrootd("origin-gsi", gsi_origin_config(gsi_port, data, gsi_admin, gsi), ANALYSIS_USER),
     }
     for rack, port in zip(RACKS, caches):
-        cache_dir = owned_dir(STATE / "xrootd" / rack / "cache", "xrootd")
+        cache_dir = owned_dir(STATE / "xrootd" / rack / "cache", CACHE_USER)
         admin = STATE / "xrootd" / rack / "admin"
         info["xrootd"]["caches"][rack] = {
             "url": f"root://127.0.0.1:{port}",
             "port": port,
             "rack": rack,
             "cache_dir": str(cache_dir),
-            **start_xrootd(rack, cache_config(port, origin, cache_dir, admin), "xrootd"),
+            **start_xrootd(rack, cache_config(port, origin, cache_dir, admin), CACHE_USER),
+        }
+    # The GSI caches: the same racks in front of the GSI origin, GSI readers only; each reads from the origin with
+    # the caches' service proxy (X509_USER_PROXY in its environment), verifying it against the test grid's CA.
+    info["xrootd"]["caches_gsi"] = {}
+    cache_env = {"X509_USER_PROXY": gsi["cache_proxy"], "X509_CERT_DIR": gsi["certdir"]}
+    for rack, name in zip(RACKS, GSI_RACKS):
+        port = ports[name]
+        cache_dir = owned_dir(STATE / "xrootd" / name / "cache", CACHE_USER)
+        config = gsi_cache_config(port, gsi_port, cache_dir, STATE / "xrootd" / name / "admin", gsi)
+        info["xrootd"]["caches_gsi"][rack] = {
+            "url": f"root://127.0.0.1:{port}",
+            "port": port,
+            "rack": rack,
+            "cache_dir": str(cache_dir),
+            **start_xrootd(name, config, CACHE_USER, cache_env),
         }
 
     for port, what, log in [
@@ -567,6 +615,7 @@ def start_all() -> None:
         (origin, "the XRootD origin", Path(info["xrootd"]["origin"]["log"])),
         (gsi_port, "the GSI XRootD origin", Path(info["xrootd"]["origin_gsi"]["log"])),
         *[(c["port"], f"XCache {r}", Path(c["log"])) for r, c in info["xrootd"]["caches"].items()],
+        *[(c["port"], f"GSI XCache {r}", Path(c["log"])) for r, c in info["xrootd"]["caches_gsi"].items()],
     ]:
         wait_for(what, lambda p=port: port_open(p), log=log)
     wait_for(f"the HTCondor pool ({CONDOR_SLOTS} slots)", lambda: condor_slots(env) >= CONDOR_SLOTS, log=condor / "log")
@@ -579,9 +628,10 @@ def start_all() -> None:
         # XRootD's GSI clients verify servers against the test grid's CA.
         f"X509_CERT_DIR={gsi['certdir']}\n"
         + "".join(
-            f"HEPVINE_XCACHE_{r.upper().replace('-', '_')}=root://127.0.0.1:{c['port']}\n"
-            f"HEPVINE_XCACHE_{r.upper().replace('-', '_')}_DISK={c['cache_dir']}\n"
-            for r, c in info["xrootd"]["caches"].items()
+            f"HEPVINE_XCACHE_{r.upper().replace('-', '_')}{suffix}=root://127.0.0.1:{c['port']}\n"
+            f"HEPVINE_XCACHE_{r.upper().replace('-', '_')}{suffix}_DISK={c['cache_dir']}\n"
+            for key, suffix in (("caches", ""), ("caches_gsi", "_GSI"))
+            for r, c in info["xrootd"][key].items()
         )
     )
     print(
@@ -597,7 +647,13 @@ def condor_slots(env: dict) -> int:
 
 
 def daemon_names() -> list[str]:
-    return ["condor_master", "catalog_server", "xrootd-origin", "xrootd-origin-gsi", *[f"xrootd-{r}" for r in RACKS]]
+    return [
+        "condor_master",
+        "catalog_server",
+        "xrootd-origin",
+        "xrootd-origin-gsi",
+        *[f"xrootd-{r}" for r in (*RACKS, *GSI_RACKS)],
+    ]
 
 
 def running() -> dict[str, bool]:

@@ -141,6 +141,23 @@ def test_the_gsi_origin_reads_only_for_a_valid_proxy_of_its_ca(gsi, tmp_path):
     )
 
 
+def test_the_gsi_caches_read_for_a_proxy_and_from_the_origin_as_themselves(services, gsi, tmp_path):
+    """Each GSI XCache admits the user's proxy only, and fetches what it lacks from the GSI origin with its own
+    service proxy: the origin's log shows the cache's identity (mapped by the grid map), not the user's."""
+    origin, store, _, tag = gsi
+    user_cert, user_key = Path(origin["gsi"]["usercert"]).read_bytes(), Path(origin["gsi"]["userkey"]).read_bytes()
+    mine = proxy(user_cert, user_key, tmp_path / "mine", hours=1)
+    for k, cache in enumerate(services["xrootd"]["caches_gsi"].values()):
+        url = f"{cache['url']}//store/{tag}/dimuon-{k}.root"
+        assert xrdcp(url, None, tmp_path).returncode != 0, cache["url"]
+        read = xrdcp(url, mine, tmp_path)
+        assert read.returncode == 0, read.stderr
+        assert (tmp_path / "copy.root").read_bytes() == (NANOAOD / "nano_dimuon.root").read_bytes()
+        assert (Path(cache["cache_dir"]) / "store" / tag / f"dimuon-{k}.root").exists()  # cached, from the origin
+    logins = Path(origin["log"]).read_text().splitlines()
+    assert any(" login as xrootd" in line for line in logins), logins[-5:]
+
+
 def campaign(
     tag: str, store: str, events: int, env: dict, *options: str, name: str = "run"
 ) -> subprocess.CompletedProcess:
