@@ -3,9 +3,13 @@ origin's data only to a valid proxy of a certificate that the sandbox's test CA 
 map lists. Proxies are made as a user makes them (``xrdgsiproxy init``), or here (expired, or of another CA).
 
 - xrdcp with the proxy reads; without one, with an expired one or with one of another CA it is refused by the server;
-- a campaign on the sandbox profile (HTCondor-provisioned TaskVine workers) over the GSI origin, with
-  ``credentials: x509``, completes exactly, every task reading with the proxy TaskVine brought it; the proxy is in no
-  file the campaign wrote; without a proxy the campaign stops before its first job, naming the renewal command.
+  the GSI XCaches admit the proxy only, and read from the origin with a service proxy of their own;
+- a campaign on the sandbox-gsi profile and site (HTCondor-provisioned TaskVine workers, reads through the GSI
+  caches) completes exactly, every task reading with the proxy TaskVine brought it, though the proxy expired in the
+  middle of the run (it was renewed before); the proxy is in no file the campaign wrote; without a proxy the campaign
+  stops before its first job, naming the renewal command; without the proxy sent, the run fails, nothing counted;
+- a proxy left to expire stops the run (nothing handed out with it; nothing counted failed), and the same command
+  finishes the campaign once it is renewed, running only what was left.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -158,22 +164,39 @@ def test_the_gsi_caches_read_for_a_proxy_and_from_the_origin_as_themselves(servi
     assert any(" login as xrootd" in line for line in logins), logins[-5:]
 
 
-def campaign(
-    tag: str, store: str, events: int, env: dict, *options: str, name: str = "run"
-) -> subprocess.CompletedProcess:
-    site = (REPO / "site-configs" / "sandbox.yaml").read_text()
-    site = site.replace("${HEPVINE_XROOTD_ORIGIN}", "${HEPVINE_XROOTD_ORIGIN_GSI}").replace(
-        "access: xcache", "access: direct"
-    )
-    (REPO / "results" / tag).mkdir(parents=True, exist_ok=True)
-    (REPO / "results" / tag / "site.yaml").write_text(site + "credentials: x509\n")
-    files = [{"path": f"{store}/dimuon-{k}.root", "nevts": events} for k in range(4)]
-    spec = {"data": {"nominal": {"nevts_total": 4 * events, "files": files}}}
-    (REPO / "results" / tag / "spec.json").write_text(json.dumps(spec))
+# A processor that holds each file until a wall-clock time: with the sandbox's four worker cores busy until then,
+# every later task is handed out after it (when the first proxy has expired).
+GATED_ANALYSIS = """
+import time
+
+from coffea import processor
+
+
+class Gated(processor.ProcessorABC):
+    def __init__(self, until):
+        self.until = until
+
+    def process(self, events):
+        time.sleep(max(0.0, self.until - time.time()))
+        return {"events": len(events), "files": {events.metadata["filename"]: len(events)}}
+
+    def postprocess(self, accumulator):
+        return accumulator
+"""
+FILES = 8
+
+
+def campaign(tag: str, env: dict, *options: str, name: str = "run", until: float = 0.0) -> subprocess.CompletedProcess:
+    """A campaign over the fixture's FILES files on the sandbox-gsi profile and site (HTCondor-provisioned workers;
+    every read through a GSI XCache), one file a job, the gated analysis holding each file until UNTIL."""
+    inputs = REPO / "results" / tag
+    inputs.mkdir(parents=True, exist_ok=True)
+    (inputs / "gated.py").write_text(GATED_ANALYSIS)
     return subprocess.run(
-        [sys.executable, "-m", "snakemake", "--profile", "profiles/sandbox", "--config"]
-        + [f"dataset=results/{tag}/spec.json", f"site=results/{tag}/site.yaml", f"campaign={tag}-{name}"]
-        + ["files_per_job=1"]
+        [sys.executable, "-m", "snakemake", "--profile", "profiles/sandbox-gsi", "--config"]
+        + [f"dataset=results/{tag}/fileset.json", "site=site-configs/sandbox-gsi.yaml", f"campaign={tag}-{name}"]
+        + [f"analysis=results/{tag}/gated.py:Gated", f"analysis_args={{until: {until}}}", "files_per_job=1"]
+        + ["credential_margin_h=0"]
         # The workers get no X509_USER_PROXY of their own (the default list would pass its path on): a task can
         # read only with the proxy TaskVine brings it.
         + ["--taskvine-worker-env", "PATH,LD_LIBRARY_PATH,HOME,USER,LANG,VIRTUAL_ENV,X509_CERT_DIR,CATALOG_*,XRD_*"]
@@ -186,41 +209,101 @@ def campaign(
     )
 
 
-def test_a_campaign_reads_through_the_gsi_origin_with_the_users_proxy(gsi, tmp_path):
+@pytest.fixture
+def gsi_campaign(gsi, services, tmp_path):
+    """(tag, the environment without a proxy, a proxy writer, the fileset's events by URL): the GSI fixture's files,
+    FILES of them, in a coffea fileset of their logical URLs at the GSI origin."""
     origin, store, events, tag = gsi
+    for k in range(4, FILES):
+        shutil.copy(NANOAOD / "nano_dimuon.root", Path(origin["data_dir"]) / "store" / tag / f"dimuon-{k}.root")
+    urls = {f"{store}/dimuon-{k}.root": events for k in range(FILES)}
+    (REPO / "results" / tag).mkdir(parents=True, exist_ok=True)
+    (REPO / "results" / tag / "fileset.json").write_text(
+        json.dumps({"dimuon": {"files": dict.fromkeys(urls, "Events")}})
+    )
+    user_cert, user_key = Path(origin["gsi"]["usercert"]).read_bytes(), Path(origin["gsi"]["userkey"]).read_bytes()
+
+    def write_proxy(seconds: float) -> Path:
+        """Write the user's proxy file anew (a renewal: a new file put in place), valid for SECONDS from now."""
+        fresh = proxy(user_cert, user_key, tmp_path / "x509up.new", hours=seconds / 3600)
+        return fresh.replace(tmp_path / "x509up")
+
     env = {k: v for k, v in os.environ.items() if k != "X509_USER_PROXY"}
-    missing = campaign(tag, store, events, {**env, "X509_USER_PROXY": str(tmp_path / "none")})
+    env["X509_USER_PROXY"] = str(tmp_path / "x509up")
+    return tag, env, write_proxy, urls
+
+
+def report(tag: str, name: str) -> dict:
+    return json.loads((REPO / "results" / f"{tag}-{name}" / "report.json").read_text())
+
+
+def test_a_campaign_reads_through_the_gsi_caches_with_the_proxy_renewed_while_it_runs(gsi_campaign, services):
+    """The whole path with a proxy: checked before the first job; each task reads through a GSI XCache with the
+    proxy TaskVine brought it; the proxy expires in the middle of the run and was renewed before: the tasks handed
+    out after its end carry the renewed one (the expired one would be refused by the caches), no file fails, every
+    file is counted once; the proxy is in no file the campaign wrote. Without the proxy sent, the caches refuse every
+    task: the run fails saying to renew, and nothing is counted."""
+    tag, env, write_proxy, urls = gsi_campaign
+    missing = campaign(tag, env)
     said = missing.stdout + missing.stderr
     assert missing.returncode != 0 and "voms-proxy-init" in said and "no job was run" in said, said[-2000:]
-    user_cert, user_key = Path(origin["gsi"]["usercert"]).read_bytes(), Path(origin["gsi"]["userkey"]).read_bytes()
-    proxy_file = proxy(user_cert, user_key, tmp_path / "x509up", hours=2)
-    done = campaign(tag, store, events, {**env, "X509_USER_PROXY": str(proxy_file)})
+
+    lifetime_s = 45
+    first = write_proxy(lifetime_s)
+    expires = time.time() + lifetime_s
+    first_secret = first.read_bytes().split(b"\n")[1]
+    renewal = threading.Timer(lifetime_s - 20, write_proxy, args=(7200,))
+    renewal.start()
+    try:
+        done = campaign(tag, env, until=expires + 1)
+    finally:
+        renewal.cancel()
     assert done.returncode == 0, done.stderr[-4000:]
     assert "hepvine: reading with X.509 proxy $X509_USER_PROXY" in done.stderr
-    report = json.loads((REPO / "results" / f"{tag}-run" / "report.json").read_text())
-    assert report["files"] == {"total": 4, "ok": 4, "failed": 0} and report["events"] == 4 * events
-    assert all(r["read_from"].startswith(origin["url"]) for r in report["inputs"]), report["inputs"][0]
-    # Read on the workers (TaskVine tasks of HTCondor jobs), with the proxy TaskVine brought them.
-    assert all(r["host"] for r in report["inputs"])
-    secret_line = proxy_file.read_bytes().split(b"\n")[1]
+    result = report(tag, "run")
+    assert result["files"] == {"total": FILES, "ok": FILES, "failed": 0} and result["events"] == sum(urls.values())
+    caches = tuple(c["url"] for c in services["xrootd"]["caches_gsi"].values())
+    assert all(r["read_from"].startswith(caches) and r["host"] for r in result["inputs"]), result["inputs"][0]
+    # Tasks were handed out after the first proxy had expired: they read with the renewed one.
+    assert sum(r["start"] > expires + 1 for r in result["inputs"]) >= FILES - 4, [
+        r["start"] - expires for r in result["inputs"]
+    ]
+    secrets = [first_secret, (Path(env["X509_USER_PROXY"])).read_bytes().split(b"\n")[1]]
     for root in (REPO / "results" / f"{tag}-run", REPO / ".snakemake"):
         for path in root.rglob("*"):
             if path.is_file() and path.stat().st_size < 50_000_000:
-                assert secret_line not in path.read_bytes(), path
-    assert secret_line.decode() not in done.stdout + done.stderr
-    # The same without the proxy sent to the tasks: the server refuses every read, each file recorded as a
-    # credential failure (transient: retried by the same command once the credential is right).
-    unsent = campaign(
-        tag,
-        store,
-        events,
-        {**env, "X509_USER_PROXY": str(proxy_file)},
-        "--taskvine-credential-env",
-        "none",
-        name="unsent",
-    )
-    assert unsent.returncode == 0, unsent.stderr[-3000:]
-    report = json.loads((REPO / "results" / f"{tag}-unsent" / "report.json").read_text())
-    assert report["files"] == {"total": 4, "ok": 0, "failed": 4}
-    assert {(f["class"], f["kind"]) for f in report["failed_files"]} == {("transient", "credential")}
-    assert all("Auth failed" in f["error"] and "renew it" in f["fix"] for f in report["failed_files"])
+                assert not any(secret in path.read_bytes() for secret in secrets), path
+    assert not any(secret.decode() in done.stdout + done.stderr for secret in secrets)
+
+    unsent = campaign(tag, env, "--taskvine-credential-env", "none", name="unsent")
+    said = unsent.stdout + unsent.stderr
+    assert unsent.returncode != 0, said[-3000:]
+    assert "Auth failed" in said and "refused the credential this job carries" in said and "renew it" in said
+    assert not (REPO / "results" / f"{tag}-unsent" / "report.json").exists()
+    assert not list((REPO / "results" / f"{tag}-unsent").glob("files/**/*.pkl"))  # nothing counted
+
+
+def test_a_proxy_that_expires_stops_the_run_and_the_same_command_finishes_it_once_renewed(gsi_campaign):
+    """No task is handed out with an expired proxy: the tasks running finish with theirs, the run stops with the
+    renewal to make, and nothing is counted failed; renewed, the same command runs only what was left."""
+    tag, env, write_proxy, urls = gsi_campaign
+    lifetime_s = 40
+    write_proxy(lifetime_s)
+    expires = time.time() + lifetime_s
+    stopped = campaign(tag, env, until=expires + 1)
+    said = stopped.stdout + stopped.stderr
+    assert stopped.returncode != 0, said[-3000:]
+    assert "X509_USER_PROXY" in said and "expired at" in said and "were not run" in said, said[-3000:]
+    assert "run the same command again" in said
+    kept = {p.name for p in (REPO / "results" / f"{tag}-run").glob("files/**/*.pkl")}
+    assert len(kept) < FILES  # those not handed out
+    retries = REPO / "results" / f"{tag}-run" / "retries.json"
+    assert not retries.exists() or not json.loads(retries.read_text()).get("failures"), retries.read_text()
+
+    write_proxy(7200)
+    again = campaign(tag, env, until=expires + 1)
+    assert again.returncode == 0, again.stderr[-4000:]
+    result = report(tag, "run")
+    assert result["files"] == {"total": FILES, "ok": FILES, "failed": 0} and result["events"] == sum(urls.values())
+    # Only what was left ran: the batches done before the stop were kept.
+    assert again.stderr.count("rule analyse:") == FILES - len(kept), again.stderr[-3000:]

@@ -20,6 +20,7 @@ from hepvine.jobs import driver
 from hepvine.model import records
 from hepvine.model.limits import UNKNOWN_FILE_BYTES, Limits
 from hepvine.reading import failures, fetch
+from hepvine.routing import index as hv_index
 from hepvine.work import processor
 
 AGC = processor.load("hepvine.examples.agc:TtbarProcessor", {"lumi_pb": 3378})
@@ -185,6 +186,39 @@ def test_failure_classes():
     )
     failure = failures.classify(refused)
     assert (failure.kind, failure.failure_class) == ("credential", records.TRANSIENT) and "renew it" in failure.fix
+    # Known, but not allowed to read this file (kXR_NotAuthorized): the file's own failure, with what to check.
+    denied = failures.classify(OSError("Failed to open file: [ERROR] Server responded with an error: [3010] no access"))
+    assert (denied.kind, denied.failure_class) == ("not-authorized", records.TRANSIENT) and "scopes" in denied.fix
+
+
+def test_a_credential_every_source_refuses_is_not_tried_again():
+    """Another round cannot help (a job's credential does not change while it runs): the read stops at once."""
+    calls = []
+
+    def refusing(url):
+        calls.append(url)
+        raise OSError(f"{url}: Failed to open file: [FATAL] Auth failed: No protocols left to try")
+
+    route = {"lfn": "/store/f.root", "sources": [{"url": "root://c//store/f.root"}, {"url": "root://o//store/f.root"}]}
+    with pytest.raises(fetch.FetchError, match="every source refused the credential") as e:
+        fetch.read(route, refusing, fetch.Retry(attempts=3, backoff_s=5))
+    assert len(calls) == 2 and e.value.refused and not e.value.missing
+    assert failures.classify(e.value).kind == "credential"
+
+
+def test_a_refused_credential_ends_the_job_with_nothing_of_its_batch_recorded(monkeypatch):
+    """The fault is the credential's, not the files': no record would be true, so the job fails (its batch runs
+    again, with the renewed credential) and says how to renew."""
+    refusal = records.Failure("credential", records.TRANSIENT, "OSError: [FATAL] Auth failed", "renew it (...)")
+
+    def run_file(entry, batch, *args):
+        record = driver.new_record(hv_index.task(entry), batch)
+        record.failure = refusal if entry["index"] == 1 else None
+        return record, None
+
+    monkeypatch.setattr(driver, "run_file", run_file)
+    with pytest.raises(driver.CredentialRefused, match=r"nothing of batch ttbar/nominal/direct/000/000 is recorded"):
+        driver.run_batch(shard(["/a.root", "/b.root"]), AGC)
     assert failures.classify(uproot.KeyInFileError("Jet_btagCSVV2")).kind == "missing-branch"
     assert failures.classify(KeyError("x")) is None and failures.classify(TypeError("x")) is None
 

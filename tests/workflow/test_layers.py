@@ -87,6 +87,7 @@ WORKFLOW_LAYERS = (
     ),
 )
 PLUGIN_LAYERS = (
+    ("credential files", ("credentials",)),
     ("worker side", ("library",)),
     ("TaskVine adapter", ("taskvine",)),
     ("jobs as tasks", ("stragglers", "tasks", "failures")),
@@ -97,7 +98,7 @@ PLUGIN_LAYERS = (
 # The plugin is a package below every layer of the workflow (the workflow depends on it like on any package). What
 # the workflow takes from it, and its lowest layer that does: the Snakefile imports that layer while it parses, on
 # every job, so only plugin modules that import no TaskVine and nothing heavy, and no layer below it.
-PLUGIN_FOR_WORKFLOW = ("placement and routing", ("workergroups",))
+PLUGIN_FOR_WORKFLOW = ("placement and routing", ("workergroups", "credentials"))
 # Parsed with the workflow on every job: these layers stay light.
 LIGHT_LAYERS = ("data model", "placement and routing")
 HEAVY = ("uproot", "awkward", "numpy", "hist", "coffea", "matplotlib", "mplhep", "ROOT")
@@ -360,8 +361,8 @@ def test_each_kind_of_forbidden_import_is_caught():
             "snakemake_executor_plugin_taskvine.workergroups, which PLUGIN_FOR_WORKFLOW allows from layer 2 'placement "
             "and routing' up; move the import, or lower PLUGIN_FOR_WORKFLOW's layer",
             "hepvine.reading.fetch (layer 3 'reading', line 1) imports "
-            "snakemake_executor_plugin_taskvine.dispatcher.Dispatcher: the workflow takes only workergroups of the "
-            "plugin (light modules, imported while the Snakefile parses); add the module to PLUGIN_FOR_WORKFLOW if it "
+            "snakemake_executor_plugin_taskvine.dispatcher.Dispatcher: the workflow takes only workergroups, "
+            "credentials of the plugin (light modules, imported while the Snakefile parses); add the module to PLUGIN_FOR_WORKFLOW if it "
             "imports no TaskVine and nothing heavy",
         ]
     ), "\n".join(found)
@@ -381,14 +382,14 @@ def test_plugin_violations_are_caught():
     )
     assert sorted(found) == sorted(
         [
-            "wrong-way import: snakemake_executor_plugin_taskvine.taskvine (layer 2 'TaskVine adapter', line 2) "
-            "imports snakemake_executor_plugin_taskvine.tasks (layer 3 'jobs as tasks'), a higher layer",
-            "snakemake_executor_plugin_taskvine.tasks (layer 3 'jobs as tasks', line 1) imports ndcctools.taskvine: "
+            "wrong-way import: snakemake_executor_plugin_taskvine.taskvine (layer 3 'TaskVine adapter', line 2) "
+            "imports snakemake_executor_plugin_taskvine.tasks (layer 4 'jobs as tasks'), a higher layer",
+            "snakemake_executor_plugin_taskvine.tasks (layer 4 'jobs as tasks', line 1) imports ndcctools.taskvine: "
             "every TaskVine call belongs in the plugin's taskvine.py",
-            "lateral import: snakemake_executor_plugin_taskvine.provision (layer 4 'workers', line 1) imports "
-            "snakemake_executor_plugin_taskvine.validation (layer 4 'workers'), listed after it in the same layer; "
+            "lateral import: snakemake_executor_plugin_taskvine.provision (layer 5 'workers', line 1) imports "
+            "snakemake_executor_plugin_taskvine.validation (layer 5 'workers'), listed after it in the same layer; "
             "list validation before provision if it is lower, else move the code",
-            "snakemake_executor_plugin_taskvine.provision (layer 4 'workers', line 2) imports hepvine.records: "
+            "snakemake_executor_plugin_taskvine.provision (layer 5 'workers', line 2) imports hepvine.records: "
             "the plugin is generic Snakemake and imports nothing of hepvine",
         ]
     ), "\n".join(found)

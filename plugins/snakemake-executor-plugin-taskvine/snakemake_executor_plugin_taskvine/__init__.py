@@ -385,6 +385,8 @@ class Executor(RemoteExecutor):
         self.dispatcher.collect()
         if self.dispatcher.error is not None:
             raise WorkflowError(f"the TaskVine manager failed: {self.dispatcher.error}")
+        if self.dispatcher.stopped is not None:
+            raise WorkflowError(self.dispatcher.stopped)
         for note in self.dispatcher.take_notes():
             self.logger.info(note)
         # Snakemake hands every active job to every check (a campaign may have all of its ~30,000 jobs active), so

@@ -119,6 +119,8 @@ class Tasks:
         self.copies: dict[str, int] = {}  # by tag, the second copy of a straggler
         self.preferring: dict[str, Preferring] = {}  # by tag, the tasks still queued with their preferred features
         self.backlog: collections.deque[TaskSpec] = collections.deque()  # not yet handed to TaskVine
+        self.held: tuple[str, ...] | None = None  # the expired credentials the backlog waits for, once told
+        self.stopping = False  # the run was told to stop (hold)
 
     def submit(self, spec: TaskSpec) -> None:
         self.specs[spec.tag] = spec
@@ -131,9 +133,15 @@ class Tasks:
 
     def feed(self) -> None:
         """Hand TaskVine the backlog's specs, in order, while it holds fewer than limit(); a cancelled spec (or one
-        submitted again since) is dropped."""
+        submitted again since) is dropped. Nothing is handed out while a credential the tasks carry has expired
+        (hold)."""
         if not self.backlog:
             return
+        expired = self.manager.expired_credentials()
+        if expired:
+            self.hold(expired)
+            return
+        self.held = None
         room = self.limit() - len(self.task_ids)
         while room > 0 and self.backlog:
             spec = self.backlog.popleft()
@@ -143,6 +151,31 @@ class Tasks:
             if spec.preferred:
                 self.preferring[spec.tag] = Preferring(spec, looked=time.monotonic())
             room -= 1
+
+    def hold(self, expired: list[str]) -> None:
+        """Keep the backlog while EXPIRED credentials are (their tasks would be refused by the storage and counted
+        as failures): told once; the backlog goes out as soon as the file is renewed. Once no task runs any more,
+        the run is stopped with what to do (nothing was counted for the tasks never handed out)."""
+        waiting = sum(1 for spec in self.backlog if self.specs.get(spec.tag) is spec)
+        what = "; ".join(expired)
+        if self.held != tuple(expired):
+            self.held = tuple(expired)
+            self.results.send(
+                (
+                    "note",
+                    f"TaskVine: {what}: no more tasks are handed out ({waiting} waiting; {len(self.task_ids)} "
+                    "running finish with theirs): renew it, and they go out at once",
+                )
+            )
+        if not self.task_ids and not self.stopping:
+            self.stopping = True
+            self.results.send(
+                (
+                    "stop",
+                    f"{what}: {waiting} job(s) were not run, and nothing was counted for them. Renew it (e.g. "
+                    "voms-proxy-init, htgettoken) and run the same command again: what is done is kept",
+                )
+            )
 
     def cancel(self, tag: str) -> None:
         for task_id in self._forget(tag):
@@ -167,6 +200,14 @@ class Tasks:
                 self.task_ids[tag] = self.copies.pop(tag)
             else:
                 del self.copies[tag]
+            return
+        if not result.successful and result.credentials_renewed:  # perhaps refused for the old one: the new one
+            self.task_ids.pop(tag, None)
+            self.preferring.pop(tag, None)
+            self.backlog.appendleft(self.specs[tag])
+            self.results.send(
+                ("note", f"TaskVine task {tag} failed after a credential it carried was renewed: it runs again")
+            )
             return
         for task_id in self._forget(tag):
             if task_id != result.task_id:
@@ -294,6 +335,7 @@ class Dispatcher:
         self._results: dict[str, TaskResult] = {}
         self.notes: list[str] = []  # what the manager process tells the user (taken by take_notes)
         self.error: str | None = None
+        self.stopped: str | None = None  # why the manager process cannot go on (an expired credential)
 
     def start(self) -> int:
         """Start the manager; returns its port once it listens."""
@@ -330,6 +372,8 @@ class Dispatcher:
                         self._results[value.tag] = value
                     elif what == "note":
                         self.notes.append(value)
+                    elif what == "stop":
+                        self.stopped = value
                     else:
                         self.error = value
             except (EOFError, OSError):

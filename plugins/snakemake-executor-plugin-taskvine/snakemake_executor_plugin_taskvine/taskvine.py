@@ -18,8 +18,11 @@ import subprocess
 import tempfile
 import time
 import warnings
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Mapping, Sequence
+
+from . import credentials
 
 LOOPBACK_CATALOG = "127.0.0.1:9097"
 # TaskVine's scheduling modes (VINE_SCHEDULE_<NAME>): files = where the task's input files already are.
@@ -284,6 +287,7 @@ class TaskResult:
     lost_workers: int = 0  # how often the task's worker was lost under it before this result
     category: str = ""
     run_s: float = 0.0  # from its last dispatch to its end (sending inputs, running, bringing outputs back)
+    credentials_renewed: bool = False  # a credential file it carried has been renewed since it was given it
 
 
 @dataclasses.dataclass
@@ -392,9 +396,12 @@ class Manager:
         self._lost = LostWorkers()
         self._files: dict[str, object] = {}
         self._env_files: dict[str, object] = {}
-        # Each credential: the variable naming its file here, that file, and (its stat when read, its declaration).
+        # Each credential: the variable naming its file here, that file, and (its stat when read, its declaration,
+        # when it expires or None). The generation counts the declarations; each task keeps the one it was given.
         self._credential_paths = dict(credential_files or {})
-        self._credentials: dict[str, tuple[tuple, object]] = {}
+        self._credentials: dict[str, tuple[tuple, object, float | None]] = {}
+        self._credential_generation = 0
+        self._generation_of: dict[int, int] = {}
         self._environment = self._declare_environment(environment) if environment is not None else None
         if library:
             self._install_library()
@@ -474,6 +481,8 @@ class Manager:
         task_id = self._m.submit(t)
         self._tasks[task_id] = t
         self._lost.track(task_id, spec.retries)
+        if credentials:
+            self._generation_of[task_id] = self._credential_generation
         return task_id
 
     def _env_file(self, env: dict[str, str], credentials: Sequence[tuple[str, str]] = ()):
@@ -503,13 +512,35 @@ class Manager:
                 key = (st.st_ino, st.st_mtime_ns, st.st_size)
                 if self._credentials.get(var, ((),))[0] != key:
                     with open(path, "rb") as f:
-                        declared = self._m.declare_buffer(f.read(), cache="workflow", peer_transfer=False)
-                    self._credentials[var] = (key, declared)
+                        data = f.read()
+                    declared = self._m.declare_buffer(data, cache="workflow", peer_transfer=False)
+                    self._credentials[var] = (key, declared, credentials.expires_at(data))
+                    self._credential_generation += 1
             except OSError:
                 if var not in self._credentials:
                     continue
             found.append((var, self._credentials[var][1], f"{CREDENTIAL_PREFIX}{var.lower()}"))
         return found
+
+    def expired_credentials(self, now: float | None = None) -> list[str]:
+        """The credentials whose file (read again if it changed) has expired, each as "$VAR (path) expired at
+        <UTC time>": tasks given them now would be refused by the storage."""
+        self._credential_inputs()
+        now = time.time() if now is None else now
+        return [
+            f"${var} ({self._credential_paths[var]}) expired at "
+            f"{datetime.fromtimestamp(expiry, timezone.utc):%Y-%m-%d %H:%M:%S} UTC"
+            for var, (_, _, expiry) in self._credentials.items()
+            if expiry is not None and expiry <= now
+        ]
+
+    def _renewed_since(self, task_id: int) -> bool:
+        """Whether a credential was renewed (its file changed) since task TASK_ID, now done, was given its own."""
+        given = self._generation_of.pop(task_id, None)
+        if given is None:
+            return False
+        self._credential_inputs()
+        return given < self._credential_generation
 
     def _file(self, local: str):
         """The run's one declaration of a local file: a file used by many tasks, or made by one task and read by
@@ -548,6 +579,7 @@ class Manager:
             lost_workers=lost_workers,
             category=t.category or "",
             run_s=max(0.0, (done_us - dispatched_us) / 1e6) if dispatched_us and done_us else 0.0,
+            credentials_renewed=self._renewed_since(t.id),
         )
 
     def give_up_lost(self) -> list[TaskResult]:
@@ -562,6 +594,7 @@ class Manager:
         self._m.cancel_by_task_id(task_id)
         self._tasks.pop(task_id, None)
         self._lost.forget(task_id)
+        self._generation_of.pop(task_id, None)
 
     def running_s(self, task_id: int, now: float) -> float | None:
         """How long the task has been on a worker at NOW (seconds since the epoch): since its current dispatch

@@ -13,6 +13,7 @@ from snakemake_executor_plugin_taskvine.taskvine import TaskResult
 
 class FakeDispatcher:
     error = None
+    stopped = None
 
     def __init__(self):
         self.results: dict[str, TaskResult] = {}

@@ -17,13 +17,18 @@ from snakemake_executor_plugin_taskvine.taskvine import TaskResult, TaskSpec
 
 
 class FakeManager:
-    """What Tasks asks of the manager: submit, cancel, and how long a task has been on a worker."""
+    """What Tasks asks of the manager: submit, cancel, how long a task has been on a worker, and which credentials
+    have expired (EXPIRED, set by a test)."""
 
     def __init__(self, cores: int = 0):
         self.submitted: list[tuple[int, TaskSpec]] = []
         self.cancelled: list[int] = []
         self.dispatched_at: dict[int, float] = {}
         self.cores = cores
+        self.expired: list[str] = []
+
+    def expired_credentials(self) -> list[str]:
+        return list(self.expired)
 
     def cores_connected(self) -> int:
         return self.cores

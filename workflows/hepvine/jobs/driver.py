@@ -37,6 +37,13 @@ from hepvine.work.recompress import start as start_recompression
 
 # The default read retries: one shared instance, as before (fetch.Retry is a frozen dataclass).
 DEFAULT_RETRY = fetch.Retry()
+# The driver's exit code when the storage refused the job's credential (and nothing of its batch was recorded).
+CREDENTIAL_REFUSED_EXIT = 3
+
+
+class CredentialRefused(Exception):
+    """The storage refused the credential the job carries: the job ends with nothing of its batch recorded, since
+    the fault is the credential's, not the files' (a renewed credential reads them)."""
 
 
 def new_record(task, batch: str) -> records.FileRecord:
@@ -215,6 +222,12 @@ def run_batch(
                 record, h = run_file_limited(entry, shard["batch"], limit_s, (analysis, codec, copies, retry))
                 if record.failure is not None and copies is not None:
                     remove_leftovers(copies / f"{entry['index']}.root")
+            if record.failure is not None and record.failure.kind == "credential":
+                raise CredentialRefused(
+                    f"{record.path}: {record.error}\nThe storage refused the credential this job carries: nothing of "
+                    f"batch {shard['batch']} is recorded. Fix: {record.failure.fix}; a run still going runs the job "
+                    "again once the credential is renewed"
+                )
             results.append(record.to_dict())
             if record.failure is None:
                 total = h if total is None else accumulate([h], total)
@@ -289,14 +302,18 @@ def main(argv: list[str] | None = None) -> int:
     except processor.AnalysisSpecError as e:
         print(f"hepvine.jobs.driver: {e}", file=sys.stderr)
         return 2
-    result = run_batch(
-        index.read(args.shard),
-        analysis,
-        args.recompress,
-        args.copies,
-        fetch.Retry(args.read_attempts, args.read_backoff_s),
-        limits,
-    )
+    try:
+        result = run_batch(
+            index.read(args.shard),
+            analysis,
+            args.recompress,
+            args.copies,
+            fetch.Retry(args.read_attempts, args.read_backoff_s),
+            limits,
+        )
+    except CredentialRefused as e:
+        print(f"hepvine.jobs.driver: {e}", file=sys.stderr)
+        return CREDENTIAL_REFUSED_EXIT
     atomic.write_pickle(args.output, result)
     return 0
 

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from snakemake_executor_plugin_taskvine.credentials import der_leaves
+
 KINDS = ("none", "x509", "token")
 # RFC 3820's proxyCertInfo and VOMS's attribute certificate extension.
 PROXY_CERT_INFO = "1.3.6.1.5.5.7.1.14"
@@ -212,7 +214,7 @@ def voms_attributes(der: bytes) -> tuple[float | None, tuple[str, ...]]:
     pair of GeneralizedTimes is the AC's validity; the FQANs are its octet strings that are paths (``/cms/Role=..``)."""
     times: list[float] = []
     fqans: list[str] = []
-    for tag, value in _der_leaves(der):
+    for tag, value in der_leaves(der):
         if tag == 0x18 and len(times) < 2:  # GeneralizedTime
             times.append(
                 datetime.strptime(value.decode()[:14], "%Y%m%d%H%M%S").replace(tzinfo=timezone.utc).timestamp()
@@ -220,21 +222,6 @@ def voms_attributes(der: bytes) -> tuple[float | None, tuple[str, ...]]:
         elif tag == 0x04 and value.startswith(b"/") and b"\0" not in value:
             fqans.append(value.decode(errors="replace"))
     return (times[1] if len(times) == 2 else None), tuple(dict.fromkeys(fqans))
-
-
-def _der_leaves(der: bytes, depth: int = 0):
-    """(tag, content) of every primitive value in DER, depth first; constructed values are walked into."""
-    i = 0
-    while i + 2 <= len(der) and depth < 32:
-        tag, length, i = der[i], der[i + 1], i + 2
-        if length & 0x80:
-            n = length & 0x7F
-            length, i = int.from_bytes(der[i : i + n], "big"), i + n
-        value, i = der[i : i + length], i + length
-        if tag & 0x20:  # constructed
-            yield from _der_leaves(value, depth + 1)
-        else:
-            yield tag, value
 
 
 def read_token(text: str, path: Path | None, source: str) -> Credential:

@@ -12,10 +12,10 @@ import zlib
 import uproot
 
 from hepvine.model.records import PERMANENT, RERUN_FIXED, TRANSIENT, AnalysisError, Failure, FileProblem
+from hepvine.reading import fetch
 
-# What XRootD says when it refuses a reader: authentication failed (no credential, an expired or unknown one), or
-# the identity may not read the file (kXR_NotAuthorized, 3010).
-AUTH_REFUSED = ("Auth failed", "[3010]", "not authorized", "Not authorized")
+# What XRootD says when the identity it authenticated may not read the file (kXR_NotAuthorized, 3010).
+NOT_AUTHORIZED = ("[3010]", "not authorized", "Not authorized")
 
 
 def _first_line(exc: BaseException) -> str:
@@ -64,14 +64,22 @@ def classify(exc: BaseException) -> Failure | None:
                 cause,
                 "no source has the file: correct its path in the spec or restore it; " + RERUN_FIXED,
             )
-        if any(words in str(exc) for words in AUTH_REFUSED):
+        if getattr(exc, "refused", False) or fetch.AUTHENTICATION_REFUSED in str(exc):
             return Failure(
                 "credential",
                 TRANSIENT,
                 cause,
-                "the storage refused the credential (none was sent, it expired, or it does not allow this file): "
-                "renew it (voms-proxy-init -voms <your VO>; htgettoken for a token), check the site config's "
-                "credentials, and " + rerun,
+                "the storage refused the job's credential (none was sent, it expired, or its authority is not "
+                "trusted there): renew it (voms-proxy-init -voms <your VO>; htgettoken for a token), check the site "
+                "config's credentials, and " + rerun,
+            )
+        if any(words in str(exc) for words in NOT_AUTHORIZED):
+            return Failure(
+                "not-authorized",
+                TRANSIENT,
+                cause,
+                "the storage knows the credential but does not let it read this file: check that its VO groups "
+                "(voms-proxy-info --fqan) or the token's scopes cover the path, or ask the site; then " + rerun,
             )
         return Failure(
             "unreachable", TRANSIENT, cause, "no source could be read in time (cache or origin down, network): " + rerun

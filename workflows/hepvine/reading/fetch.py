@@ -26,6 +26,9 @@ WORKER_GROUP_ENV = "SNAKEMAKE_TASKVINE_WORKER_GROUP"
 # Errors of the worker's own disk while a reader writes (staging a source, a recompressed copy): raised at once, not
 # a failed source (found by tests/workflow/test_disk_full.py: a full disk was recorded as "unreachable").
 LOCAL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+# What XRootD says when a server does not authenticate the reader: no credential, an expired one, or one of an
+# authority it does not trust.
+AUTHENTICATION_REFUSED = "Auth failed"
 # XRootD client settings a job starts with unless the site config or the job's environment sets them. XRootD remembers
 # a connection's fatal error for XRD_STREAMERRORWINDOW seconds (default 1800) and fails every later read of that
 # server at once: the rounds of ``read`` would never reach a cache or origin that is back (measured in
@@ -36,11 +39,12 @@ T = TypeVar("T")
 
 class FetchError(OSError):
     """Every source of a file failed; the message lists each with its cause. ``missing``: every source said the
-    file does not exist."""
+    file does not exist; ``refused``: every source refused the job's credential."""
 
-    def __init__(self, message: str, missing: bool):
+    def __init__(self, message: str, missing: bool, refused: bool = False):
         super().__init__(message)
         self.missing = missing
+        self.refused = refused
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,11 @@ def _missing(error: OSError) -> bool:
     return isinstance(error, FileNotFoundError) or "no such file" in str(error).lower()
 
 
+def _refused(error: OSError) -> bool:
+    """Whether a source refused to authenticate the reader (no credential, an expired or unknown one)."""
+    return AUTHENTICATION_REFUSED in str(error)
+
+
 def read(route: dict, reader: Callable[[str], T], retry: Retry = Retry()) -> tuple[T, dict]:
     """READER(url) for the first of ROUTE's sources that can be read, going over them up to RETRY.attempts times;
     (its result, the fetch record, whose ``failover`` lists every failed try)."""
@@ -85,14 +94,19 @@ def read(route: dict, reader: Callable[[str], T], retry: Retry = Retry()) -> tup
                 failed.append({**source, "error": f"{type(e).__name__}: {e}", "round": round_})
                 continue
             return result, record(route, source, failed)
-        if all(_missing(e) for e in errors) or round_ == retry.attempts:
-            missing = all(_missing(e) for e in errors)
+        # Another round helps neither a file no source has nor a credential every source refuses (a job's
+        # credential does not change while it runs).
+        missing, refused = all(_missing(e) for e in errors), all(_refused(e) for e in errors)
+        if missing or refused or round_ == retry.attempts:
+            if missing:
+                why = " (every source says the file does not exist)"
+            else:
+                why = " (every source refused the credential)" if refused else f" in {round_} round(s)"
             raise FetchError(
-                f"{route['lfn']}: no source could be read"
-                + (" (every source says the file does not exist)" if missing else f" in {round_} round(s)")
-                + ": "
+                f"{route['lfn']}: no source could be read{why}: "
                 + "; ".join(f"{f['url']} ({f['error']})" for f in failed[-len(errors) :]),
                 missing,
+                refused,
             )
         time.sleep(retry.wait_s(round_))
     raise AssertionError("unreachable: attempts >= 1")
