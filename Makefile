@@ -6,6 +6,8 @@ SERVICES := python3 $(SANDBOX)/services.py
 WITH_SERVICES := $(SANDBOX)/with-services.sh
 PYTEST_ARGS ?=
 CMD ?=
+# make demo DEMO_SITE=sandbox-gsi: the demo over the sandbox's GSI services (a profile and a site config of that name).
+DEMO_SITE ?= sandbox
 # make run CMD='...': the command reaches the shell as typed. Make would expand `$` in CMD when it exports it to the
 # recipe's environment (`$HOME` -> `OME`, `$(...)` evaluated by make), so CMD is not exported; the run recipe gets
 # its raw text, $(value CMD), in HEPVINE_RUN_CMD instead (tests/sandbox/test_make_run.py).
@@ -14,7 +16,8 @@ unexport CMD
 .PHONY: help check sandbox services-start services-stop services-status shell run test chaos demo bench clean-sandbox
 
 help:
-	@echo "make demo            run the demo campaign end to end on the sandbox"
+	@echo "make demo            run the demo campaign end to end on the sandbox (DEMO_SITE=sandbox-gsi: over"
+	@echo "                     its GSI origin and caches, reading with an X.509 proxy)"
 	@echo "make check           the fast check (~2 min, no services): ruff, snakefmt, snakemake --lint, and every"
 	@echo "                     test that needs neither the services nor root"
 	@echo "make test            the tests (tests/ and the executor plugin's own) on the sandbox's real services"
@@ -67,7 +70,7 @@ chaos: sandbox
 	@$(WITH_SERVICES) python -m pytest --chaos -m chaos $(PYTEST_ARGS)
 
 demo: sandbox
-	@$(WITH_SERVICES) python -m hepvine.devtools.demo
+	@$(WITH_SERVICES) python -m hepvine.devtools.demo --profile profiles/$(DEMO_SITE) --site site-configs/$(DEMO_SITE).yaml
 
 bench: sandbox
 	@$(WITH_SERVICES) sh -c "python benchmarks/analysis.py && python benchmarks/processor.py && python benchmarks/recompress.py && python benchmarks/dispatch.py && python benchmarks/manager_rate.py && python benchmarks/many_workers.py"

@@ -265,9 +265,8 @@ def test_a_campaign_reads_through_the_gsi_caches_with_the_proxy_renewed_while_it
     caches = tuple(c["url"] for c in services["xrootd"]["caches_gsi"].values())
     assert all(r["read_from"].startswith(caches) and r["host"] for r in result["inputs"]), result["inputs"][0]
     # Tasks were handed out after the first proxy had expired: they read with the renewed one.
-    assert sum(r["start"] > expires + 1 for r in result["inputs"]) >= FILES - 4, [
-        r["start"] - expires for r in result["inputs"]
-    ]
+    after = [round(r["start"] - expires, 1) for r in result["inputs"]]
+    assert sum(a > 1 for a in after) >= FILES - 4, after
     secrets = [first_secret, (Path(env["X509_USER_PROXY"])).read_bytes().split(b"\n")[1]]
     for root in (REPO / "results" / f"{tag}-run", REPO / ".snakemake"):
         for path in root.rglob("*"):
@@ -290,18 +289,19 @@ def test_a_proxy_that_expires_stops_the_run_and_the_same_command_finishes_it_onc
     lifetime_s = 40
     write_proxy(lifetime_s)
     expires = time.time() + lifetime_s
-    stopped = campaign(tag, env, until=expires + 1)
+    # The first tasks hold their files a few seconds past the end (the dispatcher looks once a second).
+    stopped = campaign(tag, env, until=expires + 5)
     said = stopped.stdout + stopped.stderr
     assert stopped.returncode != 0, said[-3000:]
     assert "X509_USER_PROXY" in said and "expired at" in said and "were not run" in said, said[-3000:]
     assert "run the same command again" in said
-    kept = {p.name for p in (REPO / "results" / f"{tag}-run").glob("files/**/*.pkl")}
+    kept = list((REPO / "results" / f"{tag}-run").glob("files/**/*.pkl"))
     assert len(kept) < FILES  # those not handed out
     retries = REPO / "results" / f"{tag}-run" / "retries.json"
     assert not retries.exists() or not json.loads(retries.read_text()).get("failures"), retries.read_text()
 
     write_proxy(7200)
-    again = campaign(tag, env, until=expires + 1)
+    again = campaign(tag, env, until=expires + 5)
     assert again.returncode == 0, again.stderr[-4000:]
     result = report(tag, "run")
     assert result["files"] == {"total": FILES, "ok": FILES, "failed": 0} and result["events"] == sum(urls.values())

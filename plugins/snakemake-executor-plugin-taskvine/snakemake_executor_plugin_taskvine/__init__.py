@@ -385,8 +385,6 @@ class Executor(RemoteExecutor):
         self.dispatcher.collect()
         if self.dispatcher.error is not None:
             raise WorkflowError(f"the TaskVine manager failed: {self.dispatcher.error}")
-        if self.dispatcher.stopped is not None:
-            raise WorkflowError(self.dispatcher.stopped)
         for note in self.dispatcher.take_notes():
             self.logger.info(note)
         # Snakemake hands every active job to every check (a campaign may have all of its ~30,000 jobs active), so
@@ -404,6 +402,8 @@ class Executor(RemoteExecutor):
                 self.report_job_error(job_info, msg=message, aux_logs=[str(log)])
         if results:  # of jobs submitted after Snakemake began this check: the next check has them
             self.dispatcher.keep_results(results)
+        if self.dispatcher.stopped is not None:  # after the results that came before it: those jobs are done
+            raise WorkflowError(self.dispatcher.stopped)
 
     def cancel_jobs(self, active_jobs: List[SubmittedJobInfo]):
         for job_info in active_jobs:

@@ -133,12 +133,13 @@ class Tasks:
 
     def feed(self) -> None:
         """Hand TaskVine the backlog's specs, in order, while it holds fewer than limit(); a cancelled spec (or one
-        submitted again since) is dropped. Nothing is handed out while a credential the tasks carry has expired
-        (hold)."""
-        if not self.backlog:
+        submitted again since) is dropped. While a credential the tasks carry has expired, nothing is handed out and
+        the tasks TaskVine has not dispatched yet are taken back (hold)."""
+        if not self.backlog and not self.task_ids:
             return
         expired = self.manager.expired_credentials()
         if expired:
+            self.take_back_queued()
             self.hold(expired)
             return
         self.held = None
@@ -151,6 +152,19 @@ class Tasks:
             if spec.preferred:
                 self.preferring[spec.tag] = Preferring(spec, looked=time.monotonic())
             room -= 1
+
+    def take_back_queued(self) -> None:
+        """Cancel the tasks TaskVine holds but has not dispatched to a worker yet (and queued straggler copies), and
+        put their specs back at the front of the backlog, in their order."""
+        now = time.time()
+        queued = [tag for tag, task_id in self.task_ids.items() if self.manager.running_s(task_id, now) is None]
+        for tag in queued:
+            self.manager.cancel(self.task_ids.pop(tag))
+            self.preferring.pop(tag, None)
+        for tag, task_id in list(self.copies.items()):
+            if self.manager.running_s(task_id, now) is None:
+                self.manager.cancel(self.copies.pop(tag))
+        self.backlog.extendleft(self.specs[tag] for tag in reversed(queued))
 
     def hold(self, expired: list[str]) -> None:
         """Keep the backlog while EXPIRED credentials are (their tasks would be refused by the storage and counted

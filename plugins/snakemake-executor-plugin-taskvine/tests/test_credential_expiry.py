@@ -12,6 +12,7 @@ import base64
 import dataclasses
 import datetime as dt
 import json
+import time
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -74,22 +75,27 @@ def spec(tag: str) -> TaskSpec:
 
 def test_no_task_goes_out_while_a_credential_has_expired_and_all_go_once_renewed():
     t, manager, pipe = tasks()
-    t.submit(spec("a"))
-    manager.expired = ["$X509_USER_PROXY (/tmp/x509up_u1) expired at 2026-11-25 12:00:00 UTC"]
-    for tag in "bcd":
+    for tag in "ab":
         t.submit(spec(tag))
-    assert [s.tag for _, s in manager.submitted] == ["a"]
+    manager.dispatched_at[1] = time.time()  # a runs on a worker; b is queued in TaskVine
+    manager.expired = ["$X509_USER_PROXY (/tmp/x509up_u1) expired at 2026-11-25 12:00:00 UTC"]
+    for tag in "cd":
+        t.submit(spec(tag))
+    assert [s.tag for _, s in manager.submitted] == ["a", "b"]
+    assert manager.cancelled == [2]  # b taken back before a worker got it with the expired proxy
+    assert [s.tag for s in t.backlog] == ["b", "c", "d"]
     notes = [m for kind, m in pipe.sent if kind == "note"]
-    assert len(notes) == 1 and "x509up_u1" in notes[0] and "1 waiting" in notes[0] and "1 running" in notes[0]
+    assert len(notes) == 1 and "x509up_u1" in notes[0] and "2 waiting" in notes[0] and "1 running" in notes[0]
     assert not [m for kind, m in pipe.sent if kind == "stop"]  # a task still runs: a renewal may come
     manager.expired = []  # renewed
     t.feed()
-    assert [s.tag for _, s in manager.submitted] == ["a", "b", "c", "d"]
+    assert [s.tag for _, s in manager.submitted] == ["a", "b", "b", "c", "d"]
 
 
 def test_the_run_is_stopped_once_nothing_runs_and_the_credential_is_still_expired():
     t, manager, pipe = tasks()
     t.submit(spec("a"))
+    manager.dispatched_at[1] = time.time()
     manager.expired = ["$BEARER_TOKEN_FILE (/tmp/bt_u1) expired at 2026-11-25 12:00:00 UTC"]
     t.submit(spec("b"))
     t.finished(result(1, "a"))

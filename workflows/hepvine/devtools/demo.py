@@ -12,6 +12,10 @@ writes a new dataset rather than mixing with the old one or with what the caches
 Then it runs the campaign workflow with the sandbox profile — every job a TaskVine task on workers that HTCondor runs
 in two racks, each file read with uproot through its home XCache (the sandbox site config) by a worker in that
 cache's rack and recompressed to ZSTD, the analysis reading the verified copies — and prints the summary.
+
+``make demo DEMO_SITE=sandbox-gsi`` runs the same campaign (``demo-sandbox-gsi``) over the sandbox's GSI origin and
+caches, which admit X.509 proxies of the sandbox's test grid only: the user's proxy goes with every task (one is made
+of the test grid's user certificate first if there is none).
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ import uproot
 
 import hepvine.devtools.services
 from hepvine.devtools import generate
+from hepvine.reading import credentials
+from hepvine.routing import site
 
 PROCESSES = {"ttbar": 8, "wjets": 6, "single_top_t_chan": 4, "data": 6}
 EVENTS_PER_FILE = 10_000
@@ -55,10 +61,11 @@ def _write(args):
     return args
 
 
-def ensure_dataset(services: dict, workers: int) -> dict:
-    """The demo spec; files missing from the origin are generated first (in parallel)."""
+def ensure_dataset(services: dict, workers: int, origin: str | None = None) -> dict:
+    """The demo spec, its files at ORIGIN (by default the sandbox's open origin; its GSI origin serves the same data
+    directory); files missing from the data directory are generated first (in parallel)."""
     data = Path(services["xrootd"]["origin"]["data_dir"]) / "store" / STORE_DIR
-    origin = services["xrootd"]["origin"]["url"]
+    origin = origin or services["xrootd"]["origin"]["url"]
     jobs = [(str(data / p / f"{p}_{i:04d}.root"), p, i) for p, n in PROCESSES.items() for i in range(n)]
     todo = [j for j in jobs if not Path(j[0]).exists()]
     if todo:
@@ -80,6 +87,23 @@ def ensure_dataset(services: dict, workers: int) -> dict:
     return spec
 
 
+def ensure_proxy(services: dict) -> None:
+    """For a sandbox site that asks for an X.509 proxy: when the user has none valid for another hour where the grid
+    tools look, make one of the sandbox test grid's user certificate there, as a user would (``xrdgsiproxy init``,
+    XRootD's voms-proxy-init), and say so."""
+    try:
+        if credentials.find("x509").time_left_s() > 3600:
+            return
+    except credentials.CredentialError:
+        pass
+    gsi = services["xrootd"]["origin_gsi"]["gsi"]
+    out, _ = credentials.proxy_location(dict(os.environ), os.getuid())
+    command = ["xrdgsiproxy", "init", "-cert", gsi["usercert"], "-key", gsi["userkey"], "-certdir", gsi["certdir"]]
+    command += ["-out", str(out), "-valid", "12:00"]
+    print(f"demo: the site asks for an X.509 proxy; making one of the sandbox's test grid: {' '.join(command)}")
+    subprocess.run(command, check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+
+
 def positive(text: str) -> int:
     """An argparse type: an integer of at least 1."""
     if not text.isdigit() or int(text) < 1:
@@ -89,13 +113,17 @@ def positive(text: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hepvine demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--campaign", default="demo")
+    parser.add_argument("--campaign", help="default: demo on the sandbox site, demo-<site name> on another")
     parser.add_argument("--profile", default="profiles/sandbox")
     parser.add_argument("--site", default="site-configs/sandbox.yaml")
     parser.add_argument("--generate-workers", type=positive, default=2, help="processes generating the dataset")
     parser.add_argument("--recompress", default="zstd:5", help="codec for the copies the analysis reads, or off")
     args = parser.parse_args(argv)
-    spec = ensure_dataset(hepvine.devtools.services.load(), args.generate_workers)
+    services, chosen = hepvine.devtools.services.load(), site.load(args.site)
+    args.campaign = args.campaign or ("demo" if chosen.name == "sandbox" else f"demo-{chosen.name}")
+    if chosen.credentials == "x509":
+        ensure_proxy(services)
+    spec = ensure_dataset(services, args.generate_workers, chosen.origins[0]["url"])
     spec_path = Path("results") / f"{args.campaign}-input.json"
     spec_path.parent.mkdir(parents=True, exist_ok=True)
     spec_path.write_text(json.dumps(spec, indent=2) + "\n")

@@ -224,9 +224,9 @@ def run_batch(
                     remove_leftovers(copies / f"{entry['index']}.root")
             if record.failure is not None and record.failure.kind == "credential":
                 raise CredentialRefused(
-                    f"{record.path}: {record.error}\nThe storage refused the credential this job carries: nothing of "
-                    f"batch {shard['batch']} is recorded. Fix: {record.failure.fix}; a run still going runs the job "
-                    "again once the credential is renewed"
+                    f"the storage refused the credential this job carries: nothing of batch {shard['batch']} is "
+                    f"recorded. Fix: {record.failure.fix}; a run still going runs the job again once the credential "
+                    f"is renewed. {record.path}: {record.error}"
                 )
             results.append(record.to_dict())
             if record.failure is None:
@@ -312,7 +312,10 @@ def main(argv: list[str] | None = None) -> int:
             limits,
         )
     except CredentialRefused as e:
-        print(f"hepvine.jobs.driver: {e}", file=sys.stderr)
+        # Into the job's log (its stderr) and its output, which the executor shows with the job's error (a failed
+        # job's log may not come back from its worker).
+        for stream in (sys.stderr, sys.stdout):
+            print(f"hepvine.jobs.driver: {e}", file=stream)
         return CREDENTIAL_REFUSED_EXIT
     atomic.write_pickle(args.output, result)
     return 0
