@@ -100,7 +100,10 @@ def ensure_proxy(services: dict) -> None:
     out, _ = credentials.proxy_location(dict(os.environ), os.getuid())
     command = ["xrdgsiproxy", "init", "-cert", gsi["usercert"], "-key", gsi["userkey"], "-certdir", gsi["certdir"]]
     command += ["-out", str(out), "-valid", "12:00"]
-    print(f"demo: the site asks for an X.509 proxy; making one of the sandbox's test grid: {' '.join(command)}")
+    print(
+        f"demo: the site asks for an X.509 proxy; making one of the sandbox's test grid: {' '.join(command)}",
+        flush=True,
+    )
     subprocess.run(command, check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
 
 
