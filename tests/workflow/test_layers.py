@@ -362,8 +362,8 @@ def test_each_kind_of_forbidden_import_is_caught():
             "and routing' up; move the import, or lower PLUGIN_FOR_WORKFLOW's layer",
             "hepvine.reading.fetch (layer 3 'reading', line 1) imports "
             "snakemake_executor_plugin_taskvine.dispatcher.Dispatcher: the workflow takes only workergroups, "
-            "credentials of the plugin (light modules, imported while the Snakefile parses); add the module to PLUGIN_FOR_WORKFLOW if it "
-            "imports no TaskVine and nothing heavy",
+            "credentials of the plugin (light modules, imported while the Snakefile parses); add the module to "
+            "PLUGIN_FOR_WORKFLOW if it imports no TaskVine and nothing heavy",
         ]
     ), "\n".join(found)
     assert problems(WORKFLOW, {**texts, "model.records": "from hepvine.model import atomic\nimport hepvine\n"}) == []
