@@ -6,7 +6,8 @@ SERVICES := python3 $(SANDBOX)/services.py
 WITH_SERVICES := $(SANDBOX)/with-services.sh
 PYTEST_ARGS ?=
 CMD ?=
-# make demo DEMO_SITE=sandbox-gsi: the demo over the sandbox's GSI services (a profile and a site config of that name).
+# make demo DEMO_SITE=sandbox-gsi (or sandbox-token): the demo over the sandbox's GSI (or token) services: a profile
+# and a site config of that name.
 DEMO_SITE ?= sandbox
 # make run CMD='...': the command reaches the shell as typed. Make would expand `$` in CMD when it exports it to the
 # recipe's environment (`$HOME` -> `OME`, `$(...)` evaluated by make), so CMD is not exported; the run recipe gets
@@ -17,7 +18,8 @@ unexport CMD
 
 help:
 	@echo "make demo            run the demo campaign end to end on the sandbox (DEMO_SITE=sandbox-gsi: over"
-	@echo "                     its GSI origin and caches, reading with an X.509 proxy)"
+	@echo "                     its GSI origin and caches, reading with an X.509 proxy; sandbox-token: over its"
+	@echo "                     token origin, reading with a bearer token)"
 	@echo "make check           the fast check (~2 min, no services): ruff, snakefmt, snakemake --lint, and every"
 	@echo "                     test that needs neither the services nor root"
 	@echo "make test            the tests (tests/ and the executor plugin's own) on the sandbox's real services"

@@ -19,14 +19,21 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-import threading
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 import uproot
+from credentialed import (
+    FILES,
+    assert_nowhere,
+    assert_read_after_the_end,
+    campaign,
+    default_credentials_aside,
+    report,
+    run_across_a_renewal,
+)
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
@@ -164,55 +171,11 @@ def test_the_gsi_caches_read_for_a_proxy_and_from_the_origin_as_themselves(servi
     assert any(" login as xrootd" in line for line in logins), logins[-5:]
 
 
-# A processor that holds each file until a wall-clock time: with the sandbox's four worker cores busy until then,
-# every later task is handed out after it (when the first proxy has expired).
-GATED_ANALYSIS = """
-import time
-
-from coffea import processor
-
-
-class Gated(processor.ProcessorABC):
-    def __init__(self, until):
-        self.until = until
-
-    def process(self, events):
-        time.sleep(max(0.0, self.until - time.time()))
-        return {"events": len(events), "files": {events.metadata["filename"]: len(events)}}
-
-    def postprocess(self, accumulator):
-        return accumulator
-"""
-FILES = 8
-
-
-def campaign(tag: str, env: dict, *options: str, name: str = "run", until: float = 0.0) -> subprocess.CompletedProcess:
-    """A campaign over the fixture's FILES files on the sandbox-gsi profile and site (HTCondor-provisioned workers;
-    every read through a GSI XCache), one file a job, the gated analysis holding each file until UNTIL."""
-    inputs = REPO / "results" / tag
-    inputs.mkdir(parents=True, exist_ok=True)
-    (inputs / "gated.py").write_text(GATED_ANALYSIS)
-    return subprocess.run(
-        [sys.executable, "-m", "snakemake", "--profile", "profiles/sandbox-gsi", "--config"]
-        + [f"dataset=results/{tag}/fileset.json", "site=site-configs/sandbox-gsi.yaml", f"campaign={tag}-{name}"]
-        + [f"analysis=results/{tag}/gated.py:Gated", f"analysis_args={{until: {until}}}", "files_per_job=1"]
-        + ["credential_margin_h=0"]
-        # The workers get no X509_USER_PROXY of their own (the default list would pass its path on): a task can
-        # read only with the proxy TaskVine brings it.
-        + ["--taskvine-worker-env", "PATH,LD_LIBRARY_PATH,HOME,USER,LANG,VIRTUAL_ENV,X509_CERT_DIR,CATALOG_*,XRD_*"]
-        + list(options),
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-
-
 @pytest.fixture
 def gsi_campaign(gsi, services, tmp_path):
     """(tag, the environment without a proxy, a proxy writer, the fileset's events by URL): the GSI fixture's files,
-    FILES of them, in a coffea fileset of their logical URLs at the GSI origin."""
+    FILES of them, in a coffea fileset of their logical URLs at the GSI origin; no proxy where XRootD's clients
+    would fall back to (default_credentials_aside)."""
     origin, store, events, tag = gsi
     for k in range(4, FILES):
         shutil.copy(NANOAOD / "nano_dimuon.root", Path(origin["data_dir"]) / "store" / tag / f"dimuon-{k}.root")
@@ -230,11 +193,8 @@ def gsi_campaign(gsi, services, tmp_path):
 
     env = {k: v for k, v in os.environ.items() if k != "X509_USER_PROXY"}
     env["X509_USER_PROXY"] = str(tmp_path / "x509up")
-    return tag, env, write_proxy, urls
-
-
-def report(tag: str, name: str) -> dict:
-    return json.loads((REPO / "results" / f"{tag}-{name}" / "report.json").read_text())
+    with default_credentials_aside():
+        yield tag, env, write_proxy, urls
 
 
 def test_a_campaign_reads_through_the_gsi_caches_with_the_proxy_renewed_while_it_runs(gsi_campaign, services):
@@ -244,37 +204,27 @@ def test_a_campaign_reads_through_the_gsi_caches_with_the_proxy_renewed_while_it
     file is counted once; the proxy is in no file the campaign wrote. Without the proxy sent, the caches refuse every
     task: the run fails saying to renew, and nothing is counted."""
     tag, env, write_proxy, urls = gsi_campaign
-    missing = campaign(tag, env)
+    missing = campaign("sandbox-gsi", tag, env)
     said = missing.stdout + missing.stderr
     assert missing.returncode != 0 and "voms-proxy-init" in said and "no job was run" in said, said[-2000:]
 
-    lifetime_s = 45
-    first = write_proxy(lifetime_s)
-    expires = time.time() + lifetime_s
-    first_secret = first.read_bytes().split(b"\n")[1]
-    renewal = threading.Timer(lifetime_s - 20, write_proxy, args=(7200,))
-    renewal.start()
-    try:
-        done = campaign(tag, env, until=expires + 1)
-    finally:
-        renewal.cancel()
+    written = []
+
+    def write(seconds: float) -> None:
+        written.append(write_proxy(seconds).read_bytes().split(b"\n")[1])  # a line of the proxy's certificate
+
+    done, expires = run_across_a_renewal("sandbox-gsi", tag, env, write)
     assert done.returncode == 0, done.stderr[-4000:]
     assert "hepvine: reading with X.509 proxy $X509_USER_PROXY" in done.stderr
     result = report(tag, "run")
     assert result["files"] == {"total": FILES, "ok": FILES, "failed": 0} and result["events"] == sum(urls.values())
     caches = tuple(c["url"] for c in services["xrootd"]["caches_gsi"].values())
     assert all(r["read_from"].startswith(caches) and r["host"] for r in result["inputs"]), result["inputs"][0]
-    # Tasks were handed out after the first proxy had expired: they read with the renewed one.
-    after = [round(r["start"] - expires, 1) for r in result["inputs"]]
-    assert sum(a > 1 for a in after) >= FILES - 4, after
-    secrets = [first_secret, (Path(env["X509_USER_PROXY"])).read_bytes().split(b"\n")[1]]
-    for root in (REPO / "results" / f"{tag}-run", REPO / ".snakemake"):
-        for path in root.rglob("*"):
-            if path.is_file() and path.stat().st_size < 50_000_000:
-                assert not any(secret in path.read_bytes() for secret in secrets), path
-    assert not any(secret.decode() in done.stdout + done.stderr for secret in secrets)
+    assert_read_after_the_end(result, expires)
+    assert len(written) == 2
+    assert_nowhere(tag, done, written)
 
-    unsent = campaign(tag, env, "--taskvine-credential-env", "none", name="unsent")
+    unsent = campaign("sandbox-gsi", tag, env, "--taskvine-credential-env", "none", name="unsent")
     said = unsent.stdout + unsent.stderr
     assert unsent.returncode != 0, said[-3000:]
     assert "Auth failed" in said and "refused the credential this job carries" in said and "renew it" in said
@@ -290,7 +240,7 @@ def test_a_proxy_that_expires_stops_the_run_and_the_same_command_finishes_it_onc
     write_proxy(lifetime_s)
     expires = time.time() + lifetime_s
     # The first tasks hold their files a few seconds past the end (the dispatcher looks once a second).
-    stopped = campaign(tag, env, until=expires + 5)
+    stopped = campaign("sandbox-gsi", tag, env, until=expires + 5)
     said = stopped.stdout + stopped.stderr
     assert stopped.returncode != 0, said[-3000:]
     assert "X509_USER_PROXY" in said and "expired at" in said and "were not run" in said, said[-3000:]
@@ -301,7 +251,7 @@ def test_a_proxy_that_expires_stops_the_run_and_the_same_command_finishes_it_onc
     assert not retries.exists() or not json.loads(retries.read_text()).get("failures"), retries.read_text()
 
     write_proxy(7200)
-    again = campaign(tag, env, until=expires + 5)
+    again = campaign("sandbox-gsi", tag, env, until=expires + 5)
     assert again.returncode == 0, again.stderr[-4000:]
     result = report(tag, "run")
     assert result["files"] == {"total": FILES, "ok": FILES, "failed": 0} and result["events"] == sum(urls.values())

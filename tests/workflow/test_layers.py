@@ -67,6 +67,7 @@ WORKFLOW_LAYERS = (
             "devtools.services",
             "devtools.nanoschema",
             "devtools.generate",
+            "devtools.tokens",
             "devtools.demo",
             "devtools.profiles",
         ),

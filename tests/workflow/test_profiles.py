@@ -20,13 +20,14 @@ import pytest
 import yaml
 from kept import generated_dataset
 
+from hepvine.devtools import tokens
 from hepvine.routing import site
 
 REPO = Path(__file__).resolve().parents[2]
 SITES = sorted(p.stem for p in (REPO / "site-configs").glob("*.yaml"))
 PROFILES = sorted(p.parent.name for p in (REPO / "profiles").glob("*/config.yaml"))
 # The sandbox site config names the services' addresses as ${VARIABLES}: set only where the services run.
-NEEDS_SERVICES = {"sandbox", "sandbox-gsi"}
+NEEDS_SERVICES = {"sandbox", "sandbox-gsi", "sandbox-token"}
 
 
 def profile(name: str) -> dict:
@@ -195,8 +196,12 @@ def test_profile_dry_runs_a_small_campaign(name, results, request, tmp_path):
     snakemake_args = ["-n", "--profile", f"profiles/{name}", "--config", f"dataset=results/{results}/spec.json"]
     snakemake_args += [f"campaign={results}-dry", "files_per_job=4", "merge_fan_in=2", *site_config]
     env = dict(os.environ)
-    if name != "local" and site.load(REPO / "site-configs" / f"{name}.yaml").credentials == "x509":
+    credentials = "none" if name == "local" else site.load(REPO / "site-configs" / f"{name}.yaml").credentials
+    if credentials == "x509":
         env["X509_USER_PROXY"] = grid_proxy(request.getfixturevalue("services"), tmp_path / "x509up")
+    elif credentials == "token":
+        issuer = request.getfixturevalue("services")["xrootd"]["origin_token"]["tokens"]
+        env["BEARER_TOKEN_FILE"] = str(tokens.write(tmp_path / "bt", tokens.mint(issuer, 3600)))
     done = subprocess.run(
         [sys.executable, "-m", "hepvine.commands.controller", "--campaign", f"{results}-dry", "--", *snakemake_args],
         capture_output=True,
@@ -207,8 +212,9 @@ def test_profile_dry_runs_a_small_campaign(name, results, request, tmp_path):
     )
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-4000:]
-    if "X509_USER_PROXY" in env:
-        assert "hepvine: reading with X.509 proxy $X509_USER_PROXY" in output, output[-2000:]
+    if credentials != "none":
+        what = {"x509": "X.509 proxy $X509_USER_PROXY", "token": "bearer token $BEARER_TOKEN_FILE"}[credentials]
+        assert f"hepvine: reading with {what}" in output, output[-2000:]
     assert f"Using profile profiles/{name}" in output, output[-2000:]
     counts = job_counts(output)
     # 6 files of each process, at most 4 a job and one home cache each: between 2 and 6 batches per process.

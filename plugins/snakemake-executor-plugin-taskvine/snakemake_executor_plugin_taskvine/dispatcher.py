@@ -171,6 +171,8 @@ class Tasks:
         as failures): told once; the backlog goes out as soon as the file is renewed. Once no task runs any more,
         the run is stopped with what to do (nothing was counted for the tasks never handed out)."""
         waiting = sum(1 for spec in self.backlog if self.specs.get(spec.tag) is spec)
+        if not waiting:  # the last tasks run: nothing is held
+            return
         what = "; ".join(expired)
         if self.held != tuple(expired):
             self.held = tuple(expired)

@@ -15,7 +15,8 @@ cache's rack and recompressed to ZSTD, the analysis reading the verified copies 
 
 ``make demo DEMO_SITE=sandbox-gsi`` runs the same campaign (``demo-sandbox-gsi``) over the sandbox's GSI origin and
 caches, which admit X.509 proxies of the sandbox's test grid only: the user's proxy goes with every task (one is made
-of the test grid's user certificate first if there is none).
+of the test grid's user certificate first if there is none); ``DEMO_SITE=sandbox-token`` over its token origin,
+with a bearer token of the sandbox's issuer.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from pathlib import Path
 import uproot
 
 import hepvine.devtools.services
-from hepvine.devtools import generate
+from hepvine.devtools import generate, tokens
 from hepvine.reading import credentials
 from hepvine.routing import site
 
@@ -87,23 +88,27 @@ def ensure_dataset(services: dict, workers: int, origin: str | None = None) -> d
     return spec
 
 
-def ensure_proxy(services: dict) -> None:
-    """For a sandbox site that asks for an X.509 proxy: when the user has none valid for another hour where the grid
-    tools look, make one of the sandbox test grid's user certificate there, as a user would (``xrdgsiproxy init``,
-    XRootD's voms-proxy-init), and say so."""
+def ensure_credential(services: dict, kind: str) -> None:
+    """For a sandbox site that asks for a credential of KIND (x509, token): when the user has none valid for another
+    hour where the grid tools look, make one of the sandbox's test grid or issuer there, as a user would
+    (``xrdgsiproxy init``, XRootD's voms-proxy-init; a token as ``htgettoken`` fetches one), and say so."""
     try:
-        if credentials.find("x509").time_left_s() > 3600:
+        if credentials.find(kind).time_left_s() > 3600:
             return
     except credentials.CredentialError:
         pass
+    if kind == "token":
+        path, _ = credentials.token_location({**os.environ, "BEARER_TOKEN": ""}, os.getuid())
+        out = path or Path(f"/tmp/bt_u{os.getuid()}")
+        tokens.write(out, tokens.mint(services["xrootd"]["origin_token"]["tokens"], 12 * 3600))
+        print(f"demo: the site asks for a bearer token; wrote one of the sandbox's issuer to {out}", flush=True)
+        return
     gsi = services["xrootd"]["origin_gsi"]["gsi"]
     out, _ = credentials.proxy_location(dict(os.environ), os.getuid())
     command = ["xrdgsiproxy", "init", "-cert", gsi["usercert"], "-key", gsi["userkey"], "-certdir", gsi["certdir"]]
     command += ["-out", str(out), "-valid", "12:00"]
-    print(
-        f"demo: the site asks for an X.509 proxy; making one of the sandbox's test grid: {' '.join(command)}",
-        flush=True,
-    )
+    said = f"demo: the site asks for an X.509 proxy; making one of the sandbox's test grid: {' '.join(command)}"
+    print(said, flush=True)
     subprocess.run(command, check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
 
 
@@ -124,8 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     services, chosen = hepvine.devtools.services.load(), site.load(args.site)
     args.campaign = args.campaign or ("demo" if chosen.name == "sandbox" else f"demo-{chosen.name}")
-    if chosen.credentials == "x509":
-        ensure_proxy(services)
+    if chosen.credentials != "none":
+        ensure_credential(services, chosen.credentials)
     spec = ensure_dataset(services, args.generate_workers, chosen.origins[0]["url"])
     spec_path = Path("results") / f"{args.campaign}-input.json"
     spec_path.parent.mkdir(parents=True, exist_ok=True)
