@@ -116,3 +116,18 @@ def default_credentials_aside():
     finally:
         for place, aside in moved:
             aside.replace(place)
+
+
+def grid_proxy(services: dict, out: Path, valid: str = "1:00") -> str:
+    """A proxy of the sandbox test grid's user certificate, made as a user makes one (xrdgsiproxy init)."""
+    gsi = services["xrootd"]["origin_gsi"]["gsi"]
+    made = subprocess.run(
+        ["xrdgsiproxy", "init", "-cert", gsi["usercert"], "-key", gsi["userkey"], "-certdir", gsi["certdir"]]
+        + ["-out", str(out), "-valid", valid],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert made.returncode == 0, made.stdout + made.stderr
+    return str(out)

@@ -63,6 +63,7 @@ def test_running_services_listen_on_the_kept_ports(services, monkeypatch):
         **{rack: cache["port"] for rack, cache in services["xrootd"]["caches"].items()},
         "origin-gsi": services["xrootd"]["origin_gsi"]["port"],
         **{f"{rack}-gsi": cache["port"] for rack, cache in services["xrootd"]["caches_gsi"].items()},
+        "origin-token": services["xrootd"]["origin_token"]["port"],
     }
     assert recorded == kept
     assert services["xrootd"]["origin"]["url"] == f"root://127.0.0.1:{kept['origin']}"

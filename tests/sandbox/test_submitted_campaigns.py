@@ -2,8 +2,8 @@
 that HTCondor runs, files read through the racks' XCaches) whose controller is a local-universe job.
 
 - Two campaigns submitted at once from a session that is then killed whole both finish, complete and exact, each in
-  its own directory; their progress is in condor_q while they run; the job's exit code is 0 and its output ends
-  with the summary; ``hepvine status`` says so.
+  its own directory (the second on the GSI site, reading with the user's proxy); their progress is in condor_q
+  while they run; the job's exit code is 0 and its output ends with the summary; ``hepvine status`` says so.
 - One campaign held mid-run (nothing of it left running), released (it resumes), removed mid-run (nothing of it
   left within 60 s, no worker job in the queue), refused while its controller is still queued, submitted again: it
   finishes with every file counted once, and exit code 3 for the one file that is not ROOT.
@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 import uproot
 from coffea import util
+from credentialed import grid_proxy
 
 pytestmark = pytest.mark.sandbox
 
@@ -79,15 +80,15 @@ def campaigns(services):
         shutil.rmtree(path, ignore_errors=True)
 
 
-def args(tag: str, name: str, dataset: Path) -> list[str]:
+def args(tag: str, name: str, dataset: Path, site: str = "sandbox") -> list[str]:
     return [
         "--profile",
-        "profiles/sandbox",
+        f"profiles/{site}",
         "--config",
         f"dataset={dataset.relative_to(REPO)}",
         f"campaign={name}",
         f"analysis=results/{tag}/slow.py:slow",
-        "site=site-configs/sandbox.yaml",
+        f"site=site-configs/{site}.yaml",
         "files_per_job=1",
     ]
 
@@ -177,19 +178,22 @@ def check_exact(out: Path, expected: dict[str, int], failed: list[str] = ()) -> 
     return report
 
 
-def test_campaigns_submitted_from_a_killed_session_finish_complete_and_exact(campaigns, condor_env):
+def test_campaigns_submitted_from_a_killed_session_finish_complete_and_exact(campaigns, condor_env, services, tmp_path):
+    """The second campaign is on the sandbox's GSI site: its controller finds the user's proxy (its variable is in
+    the controller's allowed environment) and its tasks read through the GSI caches with it."""
     tag, fileset = campaigns
     names = [f"{tag}-a", f"{tag}-b"]
+    sites = ["sandbox", "sandbox-gsi"]
     dataset, expected = fileset(copies=4)
     # A login session: its own session and process group, which submits both and then is killed whole.
     submits = " && ".join(
-        f"{sys.executable} -m hepvine.commands.cli submit --progress-every 2 {' '.join(args(tag, n, dataset))}"
-        for n in names
+        f"{sys.executable} -m hepvine.commands.cli submit --progress-every 2 {' '.join(args(tag, n, dataset, site))}"
+        for n, site in zip(names, sites)
     )
     session = subprocess.Popen(
         ["sh", "-c", f"{submits} && echo SUBMITTED && sleep 600"],
         cwd=REPO,
-        env=condor_env,
+        env={**condor_env, "X509_USER_PROXY": grid_proxy(services, tmp_path / "x509up", valid="4:00")},
         stdout=subprocess.PIPE,
         text=True,
         start_new_session=True,
@@ -221,7 +225,10 @@ def test_campaigns_submitted_from_a_killed_session_finish_complete_and_exact(cam
         assert any(0 < done < len(expected) and total == len(expected) for done, total in seen[cluster]), seen
         assert ended(cluster, out / "submit" / "campaign.log", condor_env) == (4, 0)
         assert "hepvine campaign results/" in (out / "submit" / "campaign.out").read_text()
-        check_exact(out, expected)
+        report = check_exact(out, expected)
+        site = "caches_gsi" if name.endswith("-b") else "caches"
+        caches = tuple(c["url"] for c in services["xrootd"][site].values())
+        assert all(r["read_from"].startswith(caches) for r in report["inputs"]), report["inputs"][0]["read_from"]
         status = hepvine("status", name, env=condor_env)
         assert status.returncode == 0, status.stderr
         assert (

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from credentialed import grid_proxy
 from kept import generated_dataset
 
 from hepvine.devtools import tokens
@@ -144,21 +145,6 @@ def small_spec(name: str) -> dict:
         }
         for process in ("ttbar", "wjets")
     }
-
-
-def grid_proxy(services: dict, out: Path) -> str:
-    """A proxy of the sandbox test grid's user certificate, made as a user makes one (xrdgsiproxy init)."""
-    gsi = services["xrootd"]["origin_gsi"]["gsi"]
-    made = subprocess.run(
-        ["xrdgsiproxy", "init", "-cert", gsi["usercert"], "-key", gsi["userkey"], "-certdir", gsi["certdir"]]
-        + ["-out", str(out), "-valid", "1:00"],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert made.returncode == 0, made.stdout + made.stderr
-    return str(out)
 
 
 @pytest.fixture
