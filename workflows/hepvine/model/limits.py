@@ -53,3 +53,14 @@ class Limits:
         sizes = [self.file_bytes(n, b) for n, b in files]
         need = max(sizes, default=0) + (COPY_GROWTH * sum(sizes) if copies_on_worker else 0)
         return BASE_DISK_MB + math.ceil(need / MB)
+
+
+def duration(seconds: float) -> str:
+    """SECONDS as people say a time span here (progress lines, credentials' time left): "45 s" under two minutes,
+    "90 min" under two hours, "11 h 05 min" from there."""
+    seconds = round(seconds)
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hepvine.model import atomic
+from hepvine.model.limits import duration
 
 STATE = "progress.json"
 # The rate is measured over the updates of the last this many seconds (an update keeps a sample of the counts).
@@ -65,15 +66,6 @@ class Progress:
             "HepvineEventRateHz": round(self.rate_hz or 0.0, 1),
             "HepvineEtaS": -1 if self.eta_s is None else round(self.eta_s),
         }
-
-
-def duration(seconds: float) -> str:
-    seconds = round(seconds)
-    if seconds < 120:
-        return f"{seconds} s"
-    if seconds < 7200:
-        return f"{seconds // 60} min"
-    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
 
 
 def _load_state(path: Path) -> dict:

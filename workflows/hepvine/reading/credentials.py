@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from hepvine.model.limits import duration
 from snakemake_executor_plugin_taskvine.credentials import der_leaves
 
 KINDS = ("none", "x509", "token")
@@ -82,11 +83,6 @@ class Credential:
             "not_after": datetime.fromtimestamp(self.not_after, timezone.utc).isoformat(timespec="seconds"),
             "time_left_s": round(self.time_left_s(now)),
         }
-
-
-def duration(seconds: float) -> str:
-    minutes = int(seconds // 60)
-    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
 
 
 # --- discovery ---------------------------------------------------------------------------------------------------
