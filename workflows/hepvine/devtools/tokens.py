@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import time
 import uuid
 from pathlib import Path
+
+from hepvine.model import atomic
 
 
 def _b64(data: bytes) -> str:
@@ -47,8 +48,7 @@ def mint(tokens: dict, lifetime_s: float, scope: str = "storage.read:/", key_pem
 
 def write(path: Path, token: str) -> Path:
     """TOKEN into PATH, mode 0600, put in place at once (as htgettoken renews a token file)."""
-    fresh = path.with_name(path.name + ".new")
-    fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(token + "\n")
-    return fresh.replace(path)
+    with atomic.replacing(path) as tmp:
+        tmp.chmod(0o600)  # before the token is in it
+        tmp.write_text(token + "\n")
+    return path

@@ -64,7 +64,7 @@ def classify(exc: BaseException) -> Failure | None:
                 cause,
                 "no source has the file: correct its path in the spec or restore it; " + RERUN_FIXED,
             )
-        if getattr(exc, "refused", False) or fetch.AUTHENTICATION_REFUSED in str(exc):
+        if fetch.credential_refused(exc):
             return Failure(
                 "credential",
                 TRANSIENT,

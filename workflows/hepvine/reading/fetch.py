@@ -73,8 +73,9 @@ def _missing(error: OSError) -> bool:
     return isinstance(error, FileNotFoundError) or "no such file" in str(error).lower()
 
 
-def _refused(error: OSError) -> bool:
-    """Whether a source refused to authenticate the reader (no credential, an expired or unknown one)."""
+def credential_refused(error: OSError) -> bool:
+    """Whether a source (or, for a FetchError, every source) refused to authenticate the reader (no credential, an
+    expired or unknown one)."""
     return AUTHENTICATION_REFUSED in str(error)
 
 
@@ -96,7 +97,7 @@ def read(route: dict, reader: Callable[[str], T], retry: Retry = Retry()) -> tup
             return result, record(route, source, failed)
         # Another round helps neither a file no source has nor a credential every source refuses (a job's
         # credential does not change while it runs).
-        missing, refused = all(_missing(e) for e in errors), all(_refused(e) for e in errors)
+        missing, refused = all(_missing(e) for e in errors), all(credential_refused(e) for e in errors)
         if missing or refused or round_ == retry.attempts:
             if missing:
                 why = " (every source says the file does not exist)"
