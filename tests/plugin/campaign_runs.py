@@ -6,7 +6,9 @@ workers; and the check that a campaign's report and histograms are exact (every 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -56,7 +58,8 @@ class Workers:
 
     def stop(self) -> None:
         """SIGTERM to every worker at once (each takes seconds to clear its workspace), then wait for each; one
-        still running 20 s later is killed."""
+        still running 20 s later is killed; then what is left of each one's process group (a vine_worker's forked
+        "[transfer server]", which heeds no SIGTERM: one outlived the root pass) is killed."""
         running = [proc for proc in self.procs if proc.poll() is None]
         for proc in running:
             proc.terminate()
@@ -67,6 +70,11 @@ class Workers:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        for proc in self.procs:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # start_new_session: the group is the worker's pid
+            except ProcessLookupError:
+                pass
         self.procs.clear()
 
 

@@ -7,6 +7,7 @@ TaskVine factory that submits them to HTCondor. Settings are ``--taskvine-<name>
 """
 
 # No `from __future__ import annotations` here: Snakemake reads the settings' field types at run time.
+import atexit
 import os
 import secrets
 import time
@@ -232,6 +233,9 @@ class Executor(RemoteExecutor):
         self.most_worker = provision.most_worker(settings, self.run_dir)
         self.dispatcher: Optional[Dispatcher] = None
         self.provisioned: list = []
+        # Snakemake calls shutdown() only when it scheduled something: a run with nothing to do ends without it, and
+        # the workers and factories started here would outlive it (seen: a factory for ~1.5 min). Shut down at exit.
+        atexit.register(self.shutdown)
         try:
             self._start(settings)
         except BaseException:  # stop what was started and remove the secrets, then let the error through
@@ -410,6 +414,7 @@ class Executor(RemoteExecutor):
             self.dispatcher.cancel(job_info.external_jobid)
 
     def shutdown(self):
+        atexit.unregister(self.shutdown)  # once: here, or at exit when Snakemake had nothing to do
         super().shutdown()
         self.stop_workers()
 

@@ -53,6 +53,11 @@ KEEPALIVE_INTERVAL_S = 5
 # forsaken there again and again (seen with two workers taking their first tasks at once).
 PEER_TRANSFER = False
 KEEPALIVE_TIMEOUT_S = 20
+# A manager on any port (0, or a range) that fails to listen is created again, after a random pause, this many times
+# in all: with port 0 every manager scans ports from 1024 up with SO_REUSEADDR, so two started in the same instant
+# can bind the same port and the second then fails to listen ("Could not create manager on port 0"; seen with two
+# campaigns started together). A fixed port that fails is the user's to change: not retried.
+LISTEN_ATTEMPTS = 5
 PRIVATE_PREFIX = "snakemake-vine-"
 # vine_factory pastes paths unquoted into shell commands (`cp PASSWORD SCRATCH/pwfile`) and the workers' command
 # line (run through `eval` in the HTCondor job): every path handed to it must be made of these characters. Every
@@ -350,6 +355,18 @@ class LostWorkers:
         return given_up
 
 
+def listening(make, kwargs: dict, attempts: int, pause_s: tuple[float, float] = (0.05, 0.5)):
+    """MAKE(**KWARGS) (a TaskVine manager), made again after a random pause of PAUSE_S seconds if it fails, up to
+    ATTEMPTS times in all; the last failure is raised."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return make(**kwargs)
+        except Exception:  # cctools raises a bare Exception when the manager cannot listen
+            if attempt == attempts:
+                raise
+            time.sleep(secrets.SystemRandom().uniform(*pause_s))
+
+
 class Manager:
     """Submission and collection: a TaskVine manager listening on loopback or any interface, password-protected,
     reporting to the catalog on loopback (and only when it has a name). It turns each TaskSpec into a TaskVine task
@@ -383,7 +400,7 @@ class Manager:
         kwargs = {"port": port, "ssl": tls}
         if run_info_dir is not None:
             kwargs["run_info_path"] = str(run_info_dir)
-        self._m = vine.Manager(**kwargs)
+        self._m = listening(vine.Manager, kwargs, attempts=1 if isinstance(port, int) and port else LISTEN_ATTEMPTS)
         self._m.set_catalog_servers(catalog_address())
         self._m.set_keepalive_interval(KEEPALIVE_INTERVAL_S)
         self._m.set_keepalive_timeout(KEEPALIVE_TIMEOUT_S)

@@ -5,10 +5,12 @@ the run's password is on no command line.)"""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -111,6 +113,35 @@ def test_ctrl_c_leaves_nothing_running_and_rerun_resumes(workflow):
     assert not os.path.exists(os.path.dirname(path)), "the run's private directory (password) outlived Ctrl-C"
     why = f"processes first seen at (s): {first_seen}\n{started.output()}"
     assert_rerun_finishes(wf, ARGS, timeout=300, why=why)
+
+
+def test_a_run_with_nothing_to_do_leaves_nothing_running(workflow):
+    """Snakemake ends a run that has nothing to do without calling the executor's shutdown: the factory, its
+    workers and the manager process started for it end with it all the same (issue 36: a factory and its worker
+    outlived such a run, orphaned)."""
+    wf = workflow(slow_snakefile("echo {wildcards.i} > {output}"))
+    wf.run(*ARGS, check=True)
+    again = wf.run(*ARGS, check=True)
+    assert "Nothing to be done" in again.stderr, again.stderr[-3000:]
+    port = re.search(r"TaskVine manager listening on port (\d+); run directory (\S+)", again.stderr)
+    assert (Path(port.group(2)) / "factory").is_dir(), "no factory was started: nothing to check"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and of_manager(int(port.group(1))):
+        time.sleep(0.5)
+    left = of_manager(int(port.group(1)))
+    kill_all(left)
+    assert left == [], f"still running after a run with nothing to do: {left}"
+
+
+def of_manager(port: int) -> list[psutil.Process]:
+    """The running vine_factory and vine_worker processes of the manager on PORT (their command lines end with
+    the manager's address)."""
+    found = []
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if proc.info["name"] in ("vine_factory", "vine_worker") and str(port) in cmdline and alive(proc):
+            found.append(proc)
+    return found
 
 
 MANY = 100

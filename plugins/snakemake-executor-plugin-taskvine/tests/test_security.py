@@ -18,6 +18,7 @@ import re
 import signal
 import stat
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -287,6 +288,54 @@ def test_two_runs_started_together_get_their_own_run_directories(tmp_path):
         assert proc.returncode == 0, out[-3000:]
     names = sorted(p.name for p in shared.iterdir())
     assert len(names) == 2 and all(re.fullmatch(r"\d{8}T\d{6}-[0-9a-f]{6}", n) for n in names), names
+
+
+# Six managers made in the same instant, each in a process of its own, on port 0 (cctools scans from 1024 up); each
+# keeps listening until its standard input closes, so that no port is given up and taken again.
+SAME_INSTANT = """
+import sys, time
+from snakemake_executor_plugin_taskvine import taskvine
+start = float(sys.argv[1])
+time.sleep(max(0.0, start - time.time()))
+manager = taskvine.Manager(port=0, run_info_dir=sys.argv[2])
+print(manager.port, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_managers_made_in_the_same_instant_each_listen_on_a_port_of_their_own(tmp_path):
+    start = time.time() + 3
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", SAME_INSTANT, str(start), str(tmp_path / f"m{i}")],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(6)
+    ]
+    firsts = [proc.stdout.readline().strip() for proc in procs]  # a port, or the first line of an error
+    outs = [first + proc.communicate(timeout=120)[0] for first, proc in zip(firsts, procs)]
+    assert all(proc.returncode == 0 for proc in procs), outs
+    ports = [int(line) for line in firsts]
+    assert len(set(ports)) == 6, ports
+
+
+def test_a_manager_that_fails_to_listen_is_made_again_only_on_any_port():
+    tries = []
+
+    def make(**kwargs):
+        tries.append(kwargs)
+        if len(tries) < 3:
+            raise Exception("Could not create manager on:\nport: 0")
+        return "manager"
+
+    assert taskvine.listening(make, {"port": 0}, attempts=5, pause_s=(0, 0)) == "manager" and len(tries) == 3
+    tries.clear()
+    with pytest.raises(Exception, match="Could not create"):
+        taskvine.listening(make, {"port": 9123}, attempts=1)
+    assert len(tries) == 1
 
 
 # Each job writes its environment; the canary must not be in it, the allowed XRD_ variable must.
