@@ -33,6 +33,7 @@ unshare --mount --propagation private -- debootstrap --variant=minbase trixie "$
 # pip inside the userland must trust the host's CA bundle (the host reaches PyPI through a TLS-intercepting proxy).
 mkdir -p "$tmp/usr/local/share/hepvine"
 cp /etc/ssl/certs/ca-certificates.crt "$tmp/usr/local/share/hepvine/host-ca.crt"
+cp "$SANDBOX_DIR/rucio-server.lock" "$tmp/usr/local/share/hepvine/rucio-server.lock"
 packages=$(grep -vE '^\s*(#|$)' "$SANDBOX_DIR/packages.txt" | tr '\n' ' ')
 
 # Everything else runs inside the userland, in a private mount namespace.
@@ -49,6 +50,8 @@ unshare --mount --propagation private -- bash -euo pipefail -c '
     inside apt-get clean
     inside useradd --create-home --uid "$SANDBOX_UID" --shell /bin/bash "$SANDBOX_USER"
     inside python3 -m venv --system-site-packages "$SANDBOX_VENV"
+    inside python3 -m venv "$RUCIO_VENV"
+    inside "$RUCIO_VENV/bin/pip" install -q -r /usr/local/share/hepvine/rucio-server.lock
     link_checkout "$tmp"
 ' _ "$SANDBOX_DIR" "$tmp" "$packages" >"$SANDBOX_HOME/build.log" 2>&1 || die "building the userland failed; see $SANDBOX_HOME/build.log"
 

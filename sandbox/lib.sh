@@ -14,6 +14,8 @@ SANDBOX_STATE=$SANDBOX_HOME/state
 SANDBOX_USER=hepvine
 SANDBOX_UID=2000
 SANDBOX_VENV=/opt/hepvine-venv
+# The sandbox's Rucio server has a venv of its own (its pins, sandbox/rucio-server.lock, are not hepvine's).
+RUCIO_VENV=/opt/rucio-venv
 # Inside the userland the services' state is mounted here; services.json there lists every port and directory.
 SANDBOX_STATE_MOUNT=/srv/hepvine
 
@@ -22,7 +24,7 @@ die() { echo "sandbox: $*" >&2; exit 1; }
 # The recipe's hash: everything that decides what the userland contains.
 sandbox_key() {
     cat "$SANDBOX_DIR/build.sh" "$SANDBOX_DIR/packages.txt" "$REPO_DIR/pyproject.toml" "$PLUGIN_DIR/pyproject.toml" \
-        "$REPO_DIR/requirements.lock" | sha256sum | cut -c1-16
+        "$REPO_DIR/requirements.lock" "$SANDBOX_DIR/rucio-server.lock" | sha256sum | cut -c1-16
 }
 
 sandbox_root() { echo "$SANDBOX_HOME/rootfs-$(sandbox_key)"; }
@@ -56,7 +58,7 @@ link_checkout() {
     chroot "$root" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/root PIP_CERT=/usr/local/share/hepvine/host-ca.crt \
         PIP_DISABLE_PIP_VERSION_CHECK=1 "$SANDBOX_VENV/bin/pip" install -q "$@" \
         --config-settings editable_mode=compat -c "$REPO_DIR/requirements.lock" -e "$PLUGIN_DIR" \
-        -e "$REPO_DIR[test,bench,recompress]" >&2
+        -e "$REPO_DIR[test,bench,recompress,rucio]" >&2
     site=$(echo "$root$SANDBOX_VENV"/lib/python3*/site-packages)
     printf '%s\n' "$REPO_DIR/workflows" "$PLUGIN_DIR" >"$site/hepvine-checkout.pth"
     echo "$REPO_DIR" >"$root$SANDBOX_VENV/.hepvine-checkout"

@@ -1,6 +1,8 @@
 """Start, stop and report the sandbox's services: a personal HTCondor pool, a TaskVine catalog server on loopback,
-an XRootD origin exporting /store, and one XCache per rack in front of it; and for readers that
-authenticate, the same again with GSI: an origin and a cache per rack that admit proxies of the test grid only.
+an XRootD origin exporting /store, and one XCache per rack in front of it; for readers that authenticate, the same
+again with GSI (an origin and a cache per rack that admit proxies of the test grid only) and an origin for bearer
+tokens; a second origin standing for another site, and a Rucio server whose storage elements are the two origins
+(catalogue.py).
 
 Runs inside the sandbox userland as root (``make services-start`` / ``make services-stop`` call it through
 enter.sh). Every daemon is tracked by a pidfile and stopped by that pid; ``stop`` returns only when the daemons and
@@ -29,6 +31,8 @@ import sys
 import time
 from pathlib import Path
 
+import catalogue  # this directory's: the sandbox's Rucio
+
 STATE = Path(os.environ.get("HEPVINE_STATE_DIR", "/srv/hepvine"))
 SERVICES_JSON = STATE / "services.json"
 SERVICES_ENV = STATE / "services.env"
@@ -46,7 +50,7 @@ CONDOR_MEMORY_MB = 8192
 WIDER_POOL_CONFIG = "bench/wider-pool.config"
 # The services' ports, by name in ports.json.
 GSI_RACKS = tuple(f"{rack}-gsi" for rack in RACKS)
-PORT_NAMES = ("collector", "catalog", "origin", *RACKS, "origin-gsi", *GSI_RACKS, "origin-token")
+PORT_NAMES = ("collector", "catalog", "origin", *RACKS, "origin-gsi", *GSI_RACKS, "origin-token", "origin-b", "rucio")
 # The test grid: a CA of the sandbox's own, the XRootD host certificates it signs (the GSI origin's, the analysis
 # user's; the GSI caches', the xrootd user's), a user certificate of the analysis user's (tests make X.509 proxies of
 # it) and the caches' service certificate (a proxy of it is their identity when they read from the GSI origin). The
@@ -196,6 +200,8 @@ def pidfile(name: str) -> Path:
         return STATE / "condor" / "run" / "condor_master.pid"
     if name.startswith("xrootd-"):
         return STATE / "xrootd" / name.removeprefix("xrootd-") / "xrootd.pid"
+    if name == "rucio":  # gunicorn writes it as the analysis user
+        return STATE / "rucio" / "gunicorn.pid"
     return PIDS / f"{name}.pid"
 
 
@@ -706,16 +712,40 @@ def start_all() -> None:
         **start_xrootd("origin-token", config, ANALYSIS_USER, {"XDG_CACHE_HOME": str(key_cache)}),
     }
 
+    # A second origin on data of its own, standing for another site: Rucio's second storage element.
+    data_b = owned_dir(STATE / "xrootd" / "origin-b" / "data", ANALYSIS_USER)
+    owned_dir(data_b / "store", ANALYSIS_USER)
+    port_b = ports["origin-b"]
+    info["xrootd"]["origin_b"] = {
+        "url": f"root://127.0.0.1:{port_b}",
+        "port": port_b,
+        "data_dir": str(data_b),
+        **start_xrootd(
+            "origin-b", origin_config(port_b, data_b, STATE / "xrootd" / "origin-b" / "admin"), ANALYSIS_USER
+        ),
+    }
+    analysis_user = pwd.getpwnam(ANALYSIS_USER)
+    info["rucio"] = catalogue.start(
+        owned_dir(STATE / "rucio", ANALYSIS_USER), ports["rucio"], analysis_user, pidfile("rucio")
+    )
+
     for port, what, log in [
         (catalog, "the TaskVine catalog server", catalog_log),
         (origin, "the XRootD origin", Path(info["xrootd"]["origin"]["log"])),
         (gsi_port, "the GSI XRootD origin", Path(info["xrootd"]["origin_gsi"]["log"])),
         (token_port, "the token XRootD origin", Path(info["xrootd"]["origin_token"]["log"])),
+        (port_b, "the second site's XRootD origin", Path(info["xrootd"]["origin_b"]["log"])),
+        (ports["rucio"], "the Rucio server", Path(info["rucio"]["log"])),
         *[(c["port"], f"XCache {r}", Path(c["log"])) for r, c in info["xrootd"]["caches"].items()],
         *[(c["port"], f"GSI XCache {r}", Path(c["log"])) for r, c in info["xrootd"]["caches_gsi"].items()],
     ]:
         wait_for(what, lambda p=port: port_open(p), log=log)
     wait_for(f"the HTCondor pool ({CONDOR_SLOTS} slots)", lambda: condor_slots(env) >= CONDOR_SLOTS, log=condor / "log")
+    storage = {
+        rse: {key: info["xrootd"][name.replace("-", "_")][key] for key in ("url", "port", "data_dir")} | {"site": name}
+        for rse, name in catalogue.STORAGE.items()
+    }
+    catalogue.set_up(info["rucio"], analysis_user, storage)
 
     SERVICES_JSON.write_text(json.dumps(info, indent=2) + "\n")
     SERVICES_ENV.write_text(
@@ -723,6 +753,9 @@ def start_all() -> None:
         f"HEPVINE_XROOTD_ORIGIN=root://127.0.0.1:{origin}\n"
         f"HEPVINE_XROOTD_ORIGIN_GSI=root://127.0.0.1:{gsi_port}\n"
         f"HEPVINE_XROOTD_ORIGIN_TOKEN=root://127.0.0.1:{token_port}\n"
+        f"HEPVINE_XROOTD_ORIGIN_B=root://127.0.0.1:{port_b}\n"
+        # Rucio's client (hepvine's, the `rucio` command) reads the sandbox server's address and login from here.
+        f"RUCIO_CONFIG={info['rucio']['config']}\n"
         # XRootD's GSI clients verify servers against the test grid's CA.
         f"X509_CERT_DIR={gsi['certdir']}\n"
         + "".join(
@@ -751,6 +784,8 @@ def daemon_names() -> list[str]:
         "xrootd-origin",
         "xrootd-origin-gsi",
         "xrootd-origin-token",
+        "xrootd-origin-b",
+        "rucio",
         *[f"xrootd-{r}" for r in (*RACKS, *GSI_RACKS)],
     ]
 

@@ -47,6 +47,7 @@ signal.pause()
 def services_module(state: Path, monkeypatch):
     """services.py loaded afresh with its state directory at STATE."""
     monkeypatch.setenv("HEPVINE_STATE_DIR", str(state))
+    monkeypatch.syspath_prepend(str(SERVICES_PY.parent))  # its own modules beside it (catalogue.py)
     spec = importlib.util.spec_from_file_location("sandbox_services", SERVICES_PY)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -64,6 +65,8 @@ def test_running_services_listen_on_the_kept_ports(services, monkeypatch):
         "origin-gsi": services["xrootd"]["origin_gsi"]["port"],
         **{f"{rack}-gsi": cache["port"] for rack, cache in services["xrootd"]["caches_gsi"].items()},
         "origin-token": services["xrootd"]["origin_token"]["port"],
+        "origin-b": services["xrootd"]["origin_b"]["port"],
+        "rucio": services["rucio"]["port"],
     }
     assert recorded == kept
     assert services["xrootd"]["origin"]["url"] == f"root://127.0.0.1:{kept['origin']}"

@@ -36,7 +36,7 @@ def uchicago():
 @pytest.mark.parametrize("files_per_job", [1, 3, 4])
 def test_batches_hold_every_file_once_homed_together(uchicago, files_per_job):
     tasks = dataset.tasks(spec(50))
-    route = lambda path: uchicago.route(path).as_dict()  # noqa: E731
+    route = lambda path, replicas=(): uchicago.route(path, replicas).as_dict()  # noqa: E731
     batches = index.plan(tasks, files_per_job, route)
     fids = Counter(t.fid for b in batches for t in b.files)
     assert set(fids) == {t.fid for t in tasks} and set(fids.values()) == {1}
@@ -50,7 +50,7 @@ def test_batches_hold_every_file_once_homed_together(uchicago, files_per_job):
 
 def test_a_shard_has_the_entry_and_route_the_full_spec_gives(tmp_path, uchicago):
     full = spec(20)
-    route = lambda path: uchicago.route(path).as_dict()  # noqa: E731
+    route = lambda path, replicas=(): uchicago.route(path, replicas).as_dict()  # noqa: E731
     batches = index.plan(dataset.tasks(full), 4, route)
     index.write(tmp_path, batches, {"XRD_REQUESTTIMEOUT": "30"})
     by_fid = {t.fid: t for t in dataset.tasks(full)}
@@ -116,7 +116,7 @@ def test_219000_files_make_the_fewest_batches_and_no_crowded_directory(uchicago)
     assert dataset.problems(big) == []
     tasks = dataset.tasks(big)
     assert len(tasks) == 219_000
-    batches = index.plan(tasks, 8, lambda path: uchicago.route(path).as_dict())
+    batches = index.plan(tasks, 8, lambda path, replicas: uchicago.route(path, replicas).as_dict())
     groups = Counter((t.process, t.variation, r["cache"]) for b in batches for t, r in zip(b.files, b.routes))
     assert len(groups) == len(SHARES) * len(uchicago.caches)  # every sample spread over every cache
     assert len(batches) == sum(-(-n // 8) for n in groups.values())

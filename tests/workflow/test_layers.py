@@ -39,7 +39,10 @@ WORKFLOW_LAYERS = (
             "model.dataset",
         ),
     ),
-    ("placement and routing", ("routing", "routing.placement", "routing.site", "routing.index")),
+    (
+        "placement and routing",
+        ("routing", "routing.placement", "routing.site", "routing.replicas", "routing.index"),
+    ),
     ("reading", ("reading", "reading.credentials", "reading.fetch", "reading.failures")),
     ("work", ("work", "work.processor", "work.transcode", "work.recompress")),
     # The analyses that ship with hepvine: processors like a user's, on hepvine's lower layers only (never the
@@ -65,6 +68,7 @@ WORKFLOW_LAYERS = (
         (
             "devtools",
             "devtools.services",
+            "devtools.catalogue",
             "devtools.nanoschema",
             "devtools.generate",
             "devtools.tokens",

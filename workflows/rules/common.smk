@@ -16,6 +16,7 @@ from hepvine.model import dataset as hv_dataset
 from hepvine.reading import credentials as hv_credentials
 from hepvine.reading import fetch as hv_fetch
 from hepvine.routing import index as hv_index
+from hepvine.routing import replicas as hv_replicas
 from hepvine.model import limits as hv_limits
 from hepvine.products import retries as hv_retries
 from hepvine.routing import site as hv_site
@@ -55,8 +56,8 @@ if ANALYSIS_FILE and not Path(ANALYSIS_FILE[0]).is_file() and not workflow.remot
         f"analysis={ANALYSIS}: no such file {ANALYSIS_FILE[0]} (relative to {Path.cwd()}); give "
         "<file.py>:<Name> or <module>:<Name>"
     )
-# The files the main process reads to plan the campaign; inputs of the rules that re-read them.
-PARSED = [config["dataset"]] + ([config["site"]] if HAS_SITE else [])
+# A spec that names Rucio DIDs is planned from what they resolved to, kept here (hepvine.routing.replicas).
+RUCIO_DIR = f"{OUT}/rucio"
 
 LIMITS = hv_limits.Limits(config["rate_floor_mb_s"], config["file_time_base_s"], config["bytes_per_event"])
 
@@ -91,19 +92,33 @@ def checked_credential(site, files):
 
 SPEC = SITE = CREDENTIAL = None
 BATCHES, BATCH, BATCH_RETRY, BATCH_FIXED, LFNS = [], {}, {}, {}, []
+# The files the main process reads to plan the campaign; inputs of the rules that re-read them.
+PARSED = [config["dataset"]] + ([config["site"]] if HAS_SITE else [])
 if not workflow.remote_exec:
-    try:
-        SPEC = hv_dataset.load(config["dataset"])
-    except hv_dataset.DatasetError as e:
-        raise WorkflowError(f"{e}\nFix the spec given as --config dataset=... and run again.")
     try:
         SITE = hv_site.load(config["site"]) if HAS_SITE else None
     except hv_site.SiteError as e:
         raise WorkflowError(f"{e}\nFix the site config given as --config site=... and run again.")
+    try:
+        PLANNED = hv_replicas.resolved(
+            config["dataset"],
+            RUCIO_DIR,
+            SITE.replicas if SITE else None,
+            refresh=config["rucio_refresh"],
+            may_ask=workflow.is_main_process,
+        )
+        SPEC = hv_dataset.load(PLANNED)
+    except hv_dataset.DatasetError as e:
+        raise WorkflowError(f"{e}\nFix the spec given as --config dataset=... and run again.")
+    except hv_replicas.ResolutionError as e:
+        raise WorkflowError(f"{e}\n(the spec given as --config dataset={config['dataset']} names it; no job was run)")
+    if PLANNED != config["dataset"]:
+        PARSED.append(PLANNED)
 
-    def route_of(path):
-        """A file's route: home cache, its rack, and where to fail over to (without a site: the path itself)."""
-        return SITE.route(path).as_dict() if SITE else hv_fetch.local_route(path)
+    def route_of(path, replicas=()):
+        """A file's route: home cache, its rack, and where to fail over to (without a site: the path itself, then
+        its replicas)."""
+        return SITE.route(path, replicas).as_dict() if SITE else hv_fetch.local_route(path, replicas)
 
     BATCHES = hv_index.plan(hv_dataset.tasks(SPEC), config["files_per_job"], route_of)
     if workflow.is_main_process:

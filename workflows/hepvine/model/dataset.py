@@ -63,9 +63,11 @@ class FileTask:
     metadata: dict | None = None  # the dataset's metadata (in events.metadata beside coffea's own keys)
     uuid: str | None = None  # the file's uuid when a preprocessed fileset gives it (events.metadata["fileuuid"])
     steps: list | None = None  # its chunks ([start, stop] entry ranges) when a preprocessed fileset gives them
+    replicas: tuple[str, ...] = ()  # other URLs of the file, read when PATH cannot be (hepvine.routing.replicas)
 
 
-def _read(path: Path):
+def read(path: Path):
+    """The document at PATH (JSON, or YAML by its suffix), not yet validated."""
     try:
         text = path.read_text()
     except OSError as e:
@@ -201,7 +203,7 @@ def problems(spec) -> list[str]:
 def load(path: str | Path) -> dict:
     """The validated spec at PATH (JSON, or YAML by its suffix)."""
     path = Path(path)
-    spec = _read(path)
+    spec = read(path)
     if hv_fileset.is_fileset(spec):
         found = hv_fileset.problems(spec)
         if found:
@@ -244,6 +246,7 @@ def tasks(spec: dict) -> list[FileTask]:
                         xsec=xsec,
                         era=era,
                         bytes=entry.get("bytes"),
+                        replicas=tuple(entry.get("replicas", ())),
                         dataset=f"{process}__{variation}",
                         metadata={
                             "process": process,
@@ -272,7 +275,8 @@ def _fileset_tasks(doc: dict) -> list[FileTask]:
                 nevts=about.get("num_entries"),
                 nevts_total=None,
                 xsec=None,
-                bytes=hv_fileset.local_bytes(path),
+                bytes=about.get("bytes") or hv_fileset.local_bytes(path),
+                replicas=tuple(about.get("replicas", ())),
                 dataset=key,
                 treename=about.get("object_path") or tree,
                 metadata=metadata,

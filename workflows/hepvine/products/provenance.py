@@ -196,10 +196,12 @@ def collect_run(
     workflow_dir: Path,
     configfiles: Iterable[Path] = (),
     credential: dict | None = None,
+    rucio: dict | None = None,
 ) -> dict:
     """What the main process knows about this run (run.json): hepvine's checkout, the software, the command line and
     profiles, the configuration and the SHA-256 of the spec, the config, the site config and the workflow's rules,
-    and the credential it reads with as ``Credential.provenance`` describes it (never the credential itself). Paths
+    the credential it reads with as ``Credential.provenance`` describes it (never the credential itself), and what
+    the spec's Rucio DIDs resolved to (RUCIO: hepvine.routing.replicas' resolution.json; None without DIDs). Paths
     in CONFIG are read relative to the working directory, as the workflow reads them."""
     workflow_dir = Path(workflow_dir)
     rules = [workflow_dir / "Snakefile", *sorted((workflow_dir / "workflows" / "rules").glob("*.smk"))]
@@ -213,6 +215,7 @@ def collect_run(
         "config": config,
         "configfiles": [{"path": str(p), "sha256": sha256_file(p)} for p in configfiles],
         "credential": credential,
+        "rucio": rucio,
         "sha256": {
             "spec": sha256_file(config["dataset"]),
             "config": sha256_bytes(json.dumps(config, sort_keys=True, separators=(",", ":")).encode()),

@@ -59,9 +59,9 @@ class Retry:
         return self.backoff_s * 2 ** (round_ - 1) * (0.5 + random.random())
 
 
-def local_route(path: str) -> dict:
-    """The route of a file read where it is (what a site gives a path that is not a root:// URL)."""
-    return site.Route(lfn=path, sources=(site.Source(url=path),)).as_dict()
+def local_route(path: str, replicas: tuple[str, ...] = ()) -> dict:
+    """The route of a file read where it is, then from its REPLICAS in order (with no site config)."""
+    return site.Route(lfn=path, sources=tuple(site.Source(url=u) for u in (path, *replicas))).as_dict()
 
 
 def parse_route(text: str | None, path: str) -> dict:

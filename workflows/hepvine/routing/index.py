@@ -43,12 +43,12 @@ def batch_id(process: str, variation: str, home: str, number: int) -> str:
     return f"{process}/{variation}/{UNSAFE.sub('_', home)}/{number // 1000:03d}/{number % 1000:03d}"
 
 
-def plan(tasks: Iterable[FileTask], files_per_job: int, route: Callable[[str], dict]) -> list[Batch]:
-    """The batches of TASKS: in spec order, grouped by process, variation and home cache (ROUTE(path) gives a file's
-    route), up to FILES_PER_JOB each."""
+def plan(tasks: Iterable[FileTask], files_per_job: int, route: Callable[..., dict]) -> list[Batch]:
+    """The batches of TASKS: in spec order, grouped by process, variation and home cache (ROUTE(path, replicas) gives
+    a file's route), up to FILES_PER_JOB each."""
     groups: dict[tuple[str, str, str], tuple[str | None, list[FileTask], list[dict]]] = {}
     for task in tasks:
-        r = route(task.path)
+        r = route(task.path, task.replicas)
         key = (task.process, task.variation, r["cache"] or NO_CACHE)
         group = groups.setdefault(key, (r["rack"], [], []))
         group[1].append(task)

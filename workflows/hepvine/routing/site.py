@@ -76,6 +76,7 @@ class Site:
     interconnect_gbps: float | None = None
     per_core_mbps: float | None = None
     credentials: str = "none"
+    replicas: dict = field(default_factory=dict)  # preferences among a Rucio file's replicas (routing.replicas)
     path: str = ""
 
     def rack_cores(self) -> dict[str, int]:
@@ -87,22 +88,26 @@ class Site:
                 cores[group.name] = cores.get(group.name, 0) + group.cores * group.max_workers
         return cores
 
-    def route(self, path: str) -> Route:
+    def route(self, path: str, replicas: tuple[str, ...] = ()) -> Route:
         """The route of the file at PATH. ``root://server//lfn`` URLs go through the file's home cache and fail over
         to the other caches by rendezvous rank, then the origin (with access ``direct``: the origin only); anything
-        else is a local file, read where it is."""
+        else is a local file, read where it is. REPLICAS (other URLs of the same file, from Rucio: see
+        ``hepvine.routing.replicas``) come last, in their order; a file that has them goes through the caches only
+        if PATH is on one of the site's origins (the caches front those, not other sites)."""
+        others = tuple(Source(url=url) for url in replicas if url != path)
         match = ROOT_URL.match(path)
         if not match:
-            return Route(lfn=path, sources=(Source(url=path),))
+            return Route(lfn=path, sources=(Source(url=path), *others))
         origin, lfn = match.group(1), match.group(2)
-        if self.access == "direct":
-            return Route(lfn=lfn, sources=(Source(url=path),))
+        fronted = not replicas or origin in {o["url"].rstrip("/") for o in self.origins}
+        if self.access == "direct" or not fronted:
+            return Route(lfn=lfn, sources=(Source(url=path), *others))
         by_name = {c["name"]: c for c in self.caches}
         order = placement.ranked(lfn, [(c["name"], c.get("weight", 1.0)) for c in self.caches])
         caches = tuple(
             Source(url=self._via(by_name[n]["url"], origin, lfn), cache=n, rack=by_name[n]["rack"]) for n in order
         )
-        return Route(lfn=lfn, sources=caches + (Source(url=path),))
+        return Route(lfn=lfn, sources=caches + (Source(url=path),) + others)
 
     def _via(self, cache_url: str, origin: str, lfn: str) -> str:
         if self.access == "forward-proxy":
@@ -164,6 +169,7 @@ def load(path: str | Path) -> Site:
         interconnect_gbps=raw.get("interconnect_gbps"),
         per_core_mbps=raw.get("per_core_mbps"),
         credentials=raw.get("credentials", "none"),
+        replicas=raw.get("replicas", {}),
         path=str(path),
     )
 

@@ -1,0 +1,136 @@
+"""Samples named by Rucio DIDs, the logic alone (a fake client standing for Rucio's; the real server is in
+tests/sandbox/test_rucio.py): replicas ordered by the site's preferences, specs resolved in both shapes, the
+resolution kept and reused, errors that name the DID and the fix, and routes that fail over across replicas."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hepvine.model import dataset
+from hepvine.routing import replicas, site
+
+REPO = Path(__file__).resolve().parents[2]
+A, B = "root://a.example:1094", "root://b.example:1094"
+
+
+class FakeRucio:
+    """What hepvine asks of Rucio's client: list_files and list_replicas of a DID (files FILES: name → (RSEs,
+    events))."""
+
+    host = "https://rucio.example"
+    account = "physicist"
+
+    def __init__(self, files: dict[str, tuple[list[str], int | None]]):
+        self.files, self.asked = files, 0
+
+    def list_files(self, scope, name):
+        self.asked += 1
+        return [{"scope": scope, "name": n, "events": ev} for n, (_, ev) in self.files.items()]
+
+    def list_replicas(self, dids, schemes):
+        assert schemes == ["root"]
+        urls = {"SITE_A": A, "SITE_B": B}
+        for n, (rses, _) in self.files.items():
+            yield {
+                "scope": "cms",
+                "name": n,
+                "bytes": 1000,
+                "adler32": "0badc0de",
+                "rses": {r: [f"{urls[r]}/{n}"] for r in rses},
+                "states": {r: "AVAILABLE" for r in rses},
+            }
+
+
+FILES = {"/store/x/1.root": (["SITE_A", "SITE_B"], 10), "/store/x/2.root": (["SITE_B"], 20)}
+
+
+def test_replicas_are_ordered_by_the_sites_preferences():
+    rses = ["T2_B", "T1_A", "T2_C"]
+    assert replicas.ordered(rses, {}) == ["T1_A", "T2_B", "T2_C"]
+    assert replicas.ordered(rses, {"prefer": ["T2_C"]}) == ["T2_C", "T1_A", "T2_B"]
+    assert replicas.ordered(rses, {"block": ["T1_A"]}) == ["T2_B", "T2_C"]
+    assert replicas.ordered(rses, {"allow": ["T2_B", "T2_C"], "prefer": ["T2_C", "T2_B"]}) == ["T2_C", "T2_B"]
+    assert replicas.ordered(rses, {"regex": "T2_.*"}) == ["T2_B", "T2_C"]
+
+
+def test_an_agc_sample_and_a_fileset_dataset_resolve_to_files_with_their_replicas():
+    client = FakeRucio(FILES)
+    agc = {"ttbar": {"xsec": 1.0, "nominal": {"rucio": "cms:/TT/X/NANOAODSIM"}}}
+    spec = replicas.resolve(agc, lambda did: replicas.files_of(client, did, {"prefer": ["SITE_A"]}))
+    assert dataset.problems(spec) == []
+    sample = spec["ttbar"]["nominal"]
+    assert sample["nevts_total"] == 30
+    assert [(f["path"], f["replicas"], f["nevts"]) for f in sample["files"]] == [
+        (f"{A}//store/x/1.root", [f"{B}//store/x/1.root"], 10),
+        (f"{B}//store/x/2.root", [], 20),
+    ]
+    (task, _) = dataset.tasks(spec)
+    assert task.replicas == (f"{B}//store/x/1.root",)
+
+    fileset = {"/TT/X/NANOAODSIM": {"rucio": "cms:/TT/X/NANOAODSIM", "metadata": {"kind": "mc"}}}
+    spec = replicas.resolve(fileset, lambda did: replicas.files_of(client, did, {"prefer": ["SITE_B"]}))
+    tasks = dataset.tasks(spec)
+    assert [(t.dataset, t.path, t.replicas, t.nevts, t.metadata) for t in tasks] == [
+        ("/TT/X/NANOAODSIM", f"{B}//store/x/1.root", (f"{A}//store/x/1.root",), 10, {"kind": "mc"}),
+        ("/TT/X/NANOAODSIM", f"{B}//store/x/2.root", (), 20, {"kind": "mc"}),
+    ]
+
+
+def test_what_cannot_be_resolved_is_named_with_its_fix():
+    client = FakeRucio(FILES)
+    with pytest.raises(replicas.ResolutionError, match=r"1 file\(s\) have no replica .*2\.root \(replicas: SITE_B\)"):
+        replicas.files_of(client, "cms:/TT/X/NANOAODSIM", {"block": ["SITE_B"]})
+    with pytest.raises(replicas.ResolutionError, match="not a Rucio DID: write <scope>:<name>"):
+        replicas.files_of(client, "/TT/X/NANOAODSIM", {})
+    unknown = FakeRucio({"/store/x/1.root": (["SITE_A"], None)})
+    agc = {"ttbar": {"nominal": {"rucio": "cms:/TT/X/NANOAODSIM"}}}
+    with pytest.raises(replicas.ResolutionError, match="does not know the events .* name the DID in a coffea fileset"):
+        replicas.resolve(agc, lambda did: replicas.files_of(unknown, did, {}))
+
+
+def test_the_resolution_is_kept_and_redone_only_when_the_spec_or_preferences_change(tmp_path, monkeypatch):
+    client = FakeRucio(FILES)
+    monkeypatch.setattr(replicas, "_client", lambda: client)
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"mc": {"rucio": "cms:/TT/X/NANOAODSIM"}}))
+    out = tmp_path / "rucio"
+    planned = replicas.resolved(str(spec), out, {}, refresh=False, may_ask=True)
+    assert planned == str(out / "dataset.json") and client.asked == 1
+    record = replicas.record(out)
+    assert record["dids"] == {
+        "cms:/TT/X/NANOAODSIM": {"files": 2, "bytes": 2000, "events": 30, "rses": ["SITE_A", "SITE_B"]}
+    }
+    assert record["server"] == "https://rucio.example" and record["resolved_at"].endswith("Z")
+    replicas.resolved(str(spec), out, {}, refresh=False, may_ask=True)
+    replicas.resolved(str(spec), out, {"prefer": ["SITE_B"]}, refresh=False, may_ask=False)  # a job: reads it
+    assert client.asked == 1
+    replicas.resolved(str(spec), out, {"prefer": ["SITE_B"]}, refresh=False, may_ask=True)
+    assert client.asked == 2
+    replicas.resolved(str(spec), out, {"prefer": ["SITE_B"]}, refresh=True, may_ask=True)
+    assert client.asked == 3
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps({"mc": {"files": {"/data/a.root": "Events"}}}))
+    assert replicas.resolved(str(plain), tmp_path / "other", {}, refresh=False, may_ask=True) == str(plain)
+
+
+def test_a_files_replicas_are_its_fail_overs(monkeypatch):
+    for key, value in {
+        "HEPVINE_XROOTD_ORIGIN": A,
+        "HEPVINE_XCACHE_RACK_A": "root://127.0.0.1:1001",
+        "HEPVINE_XCACHE_RACK_B": "root://127.0.0.1:1002",
+        "HEPVINE_XCACHE_RACK_A_DISK": "/srv/a",
+        "HEPVINE_XCACHE_RACK_B_DISK": "/srv/b",
+    }.items():
+        monkeypatch.setenv(key, value)
+    sandbox = site.load(REPO / "site-configs" / "sandbox.yaml")
+    assert sandbox.replicas == {"prefer": ["SANDBOX_ORIGIN", "SANDBOX_SITE_B"]}
+    # On the origin the caches front: the caches, the origin, then the other site.
+    route = sandbox.route(f"{A}//store/x/1.root", (f"{B}//store/x/1.root",))
+    assert [s.cache for s in route.sources] == [route.home.cache, route.sources[1].cache, None, None]
+    assert [s.url for s in route.sources[2:]] == [f"{A}//store/x/1.root", f"{B}//store/x/1.root"]
+    # Only at another site: read there, then at the next replica; no cache fronts it.
+    route = sandbox.route(f"{B}//store/x/2.root", (f"{A}//store/x/2.root",))
+    assert [(s.url, s.cache) for s in route.sources] == [(f"{B}//store/x/2.root", None), (f"{A}//store/x/2.root", None)]

@@ -1,0 +1,239 @@
+"""Samples named by a Rucio DID (``{"ttbar": {"nominal": {"rucio": "cms:/TT.../NANOAODSIM"}}}``, or a fileset's
+``{"/TT.../NANOAODSIM": {"rucio": "cms:/TT.../NANOAODSIM"}}``): resolved once, by the main process, into files with
+their replicas, and kept in the campaign so that a rerun neither asks Rucio again nor sees other files.
+
+``resolved`` returns the spec to plan the campaign from: the given one if it names no DID; else
+``results/<campaign>/rucio/dataset.json``, written at the first run (and again when the spec or the site's replica
+preferences change, or config ``rucio_refresh`` asks): each of the DID's files (Rucio expands containers and
+datasets) with its size, its events, its checksum, and its replicas ordered by the site's preferences — the first
+one's URL is the file's ``path`` (its identity, and what the caches are asked for), the others its ``replicas``,
+where a read fails over to when the first cannot be read (``hepvine.routing.site.Site.route``). Beside it,
+``resolution.json``: the DIDs, the server, when, and what they resolved to (the run's provenance records it).
+
+Preferences (site config ``replicas``): ``allow`` (storage elements to read from; absent: all), ``block`` (never),
+``regex`` (only those whose name matches), ``prefer`` (this order first; the rest after, by name). A file with no
+replica left is an error before any job, naming the file, its replicas and the preferences that ruled them out.
+
+Rucio's own client (``rucio-clients``, hepvine's extra ``rucio``) does the talking: it reads the user's rucio.cfg
+(``$RUCIO_CONFIG``) and authenticates as it says (userpass, X.509 proxy, token). It is imported only here and only
+when a spec names a DID.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from pathlib import Path
+from typing import Callable
+
+from hepvine.model import atomic
+from hepvine.model import dataset as hv_dataset
+from hepvine.model import fileset as hv_fileset
+
+KEY = "rucio"  # a sample's key that names its DID
+SCHEME = "root"
+
+
+class ResolutionError(ValueError):
+    """A DID that cannot be resolved into a campaign's files; the message names it and the fix."""
+
+
+def _names_at_top(spec: dict) -> bool:
+    """Whether SPEC names its DIDs as a fileset does (at the top: {dataset: {"rucio": DID}}), not as an AGC spec (a
+    process's variations: {process: {variation: {"rucio": DID}}})."""
+    return any(isinstance(v, dict) and KEY in v for v in spec.values())
+
+
+def dids(spec) -> list[str]:
+    """The DIDs SPEC names (a fileset's datasets or an AGC spec's samples), in spec order."""
+    if not isinstance(spec, dict):
+        return []
+    if _names_at_top(spec):
+        return [v[KEY] for v in spec.values() if isinstance(v, dict) and isinstance(v.get(KEY), str)]
+    return [
+        sample[KEY]
+        for variations in spec.values()
+        if isinstance(variations, dict)
+        for sample in variations.values()
+        if isinstance(sample, dict) and isinstance(sample.get(KEY), str)
+    ]
+
+
+def split_did(did: str) -> tuple[str, str]:
+    scope, sep, name = did.partition(":")
+    if not sep or not scope or not name:
+        raise ResolutionError(f"{did!r} is not a Rucio DID: write <scope>:<name> (e.g. cms:/TT.../NANOAODSIM)")
+    return scope, name
+
+
+def ordered(rses: list[str], preferences: dict) -> list[str]:
+    """RSES that PREFERENCES allow, the preferred first (in their order), then the others by name."""
+    allow, block = preferences.get("allow"), set(preferences.get("block") or ())
+    pattern = re.compile(preferences["regex"]) if preferences.get("regex") else None
+    kept = [
+        r
+        for r in rses
+        if (allow is None or r in allow) and r not in block and (pattern is None or pattern.fullmatch(r))
+    ]
+    prefer = list(preferences.get("prefer") or ())
+    return sorted(kept, key=lambda r: (prefer.index(r) if r in prefer else len(prefer), r))
+
+
+def files_of(client, did: str, preferences: dict) -> list[dict]:
+    """DID's files (a container's or a dataset's, expanded by Rucio), each {lfn, did, bytes, adler32, events, path,
+    replicas, rses}: its replicas' URLs ordered by PREFERENCES, the first as path. Raises ResolutionError naming
+    every file left with no replica."""
+    scope, name = split_did(did)
+    events = {(f["scope"], f["name"]): f.get("events") for f in client.list_files(scope, name)}
+    out, unreadable = [], []
+    for replica in client.list_replicas([{"scope": scope, "name": name}], schemes=[SCHEME]):
+        available = {rse for rse, state in (replica.get("states") or {}).items() if state == "AVAILABLE"}
+        rses = ordered(sorted(r for r in replica["rses"] if r in available and replica["rses"][r]), preferences)
+        if not rses:
+            unreadable.append(
+                f"{replica['scope']}:{replica['name']} (replicas: {', '.join(replica['rses']) or 'none'})"
+            )
+            continue
+        urls = [replica["rses"][rse][0] for rse in rses]
+        out.append(
+            {
+                "lfn": replica["name"],
+                "did": f"{replica['scope']}:{replica['name']}",
+                "bytes": replica["bytes"],
+                "adler32": replica.get("adler32"),
+                "events": events.get((replica["scope"], replica["name"])),
+                "path": urls[0],
+                "replicas": urls[1:],
+                "rses": rses,
+            }
+        )
+    if unreadable:
+        raise ResolutionError(
+            f"{did}: {len(unreadable)} file(s) have no replica the site's preferences allow "
+            f"({json.dumps(preferences, sort_keys=True)}): " + "; ".join(unreadable[:10])
+        )
+    if not out:
+        raise ResolutionError(f"{did}: Rucio lists no file in it; check the name (`rucio did list {scope}:*`)")
+    return sorted(out, key=lambda f: f["lfn"])
+
+
+def _entry(f: dict) -> dict:
+    """A resolved file as a spec's file entry keeps it."""
+    entry = {"path": f["path"], "bytes": f["bytes"], "replicas": f["replicas"], "lfn": f["lfn"]}
+    if f["adler32"]:
+        entry["adler32"] = f["adler32"]
+    return entry
+
+
+def resolve(spec: dict, files: Callable[[str], list[dict]]) -> dict:
+    """SPEC with each sample that names a DID replaced by its files (FILES(did), as ``files_of`` gives them): an AGC
+    sample's {nevts_total, files}, a fileset dataset's {files: {path: {object_path, num_entries, ...}}}."""
+    out = json.loads(json.dumps(spec))
+    if _names_at_top(spec):
+        for value in out.values():
+            if KEY in value:
+                did = value.pop(KEY)
+                tree = value.pop("treename", hv_fileset.DEFAULT_TREE)
+                value["files"] = {
+                    f["path"]: {
+                        "object_path": tree,
+                        **({"num_entries": f["events"]} if f["events"] else {}),
+                        **{k: v for k, v in _entry(f).items() if k != "path"},
+                    }
+                    for f in files(did)
+                }
+        return out
+    for process, variations in out.items():
+        for variation, sample in variations.items():
+            if isinstance(sample, dict) and KEY in sample:
+                did = sample.pop(KEY)
+                resolved = files(did)
+                missing = [f["did"] for f in resolved if not f["events"]]
+                if missing:
+                    raise ResolutionError(
+                        f"{process}/{variation}: {did}: Rucio does not know the events of {len(missing)} file(s) "
+                        f"(e.g. {missing[0]}), which an AGC spec needs; name the DID in a coffea fileset instead "
+                        '({"<dataset>": {"rucio": "' + did + '"}}), or register their events'
+                    )
+                sample["files"] = [{**_entry(f), "nevts": f["events"]} for f in resolved]
+                sample.setdefault("nevts_total", sum(f["events"] for f in resolved))
+    return out
+
+
+def _client():
+    try:
+        from rucio.client import Client
+    except ImportError as e:
+        raise ResolutionError(
+            "the spec names Rucio DIDs, but Rucio's client is not installed: pip install 'hepvine[rucio]' "
+            "(rucio-clients)"
+        ) from e
+    try:
+        return Client()
+    except Exception as e:  # the client raises its own exception types for config and authentication
+        raise ResolutionError(
+            f"cannot reach Rucio ({type(e).__name__}: {e}); check the rucio.cfg that $RUCIO_CONFIG names and your "
+            "credential (`rucio whoami` says who you are)"
+        ) from e
+
+
+def resolved(spec_path: str, directory: str | Path, preferences: dict | None, refresh: bool, may_ask: bool) -> str:
+    """The spec to plan from (see the module's text): SPEC_PATH if it names no DID, else DIRECTORY/dataset.json,
+    resolved now if it is missing, was resolved from another spec or other PREFERENCES, or REFRESH asks (only when
+    MAY_ASK: the main process; others read what it wrote)."""
+    raw = hv_dataset.read(Path(spec_path))
+    names = dids(raw)
+    if not names:
+        return spec_path
+    directory = Path(directory)
+    preferences = preferences or {}
+    key = hashlib.sha256(json.dumps({"spec": raw, "preferences": preferences}, sort_keys=True).encode()).hexdigest()
+    out, record = directory / "dataset.json", directory / "resolution.json"
+    if out.exists() and record.exists() and not refresh:
+        if json.loads(record.read_text()).get("key") == key or not may_ask:
+            return str(out)
+    if not may_ask:
+        raise ResolutionError(f"{spec_path} names Rucio DIDs, and {out} is not written yet: run the campaign again")
+    client = _client()
+    began = time.time()
+    counts: dict[str, dict] = {}
+
+    def files(did: str) -> list[dict]:
+        try:
+            found = files_of(client, did, preferences)
+        except ResolutionError:
+            raise
+        except Exception as e:  # Rucio's client raises its own types (DataIdentifierNotFound, ...)
+            raise ResolutionError(f"{did}: Rucio says {type(e).__name__}: {e}") from e
+        counts[did] = {
+            "files": len(found),
+            "bytes": sum(f["bytes"] for f in found),
+            "events": sum(f["events"] or 0 for f in found),
+            "rses": sorted({r for f in found for r in f["rses"]}),
+        }
+        return found
+
+    spec = resolve(raw, files)
+    atomic.write_json(out, spec, indent=None)
+    atomic.write_json(
+        record,
+        {
+            "key": key,
+            "spec": str(spec_path),
+            "server": getattr(client, "host", None),
+            "account": getattr(client, "account", None),
+            "resolved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(began)),
+            "seconds": round(time.time() - began, 3),
+            "preferences": preferences,
+            "dids": counts,
+        },
+    )
+    return str(out)
+
+
+def record(directory: str | Path) -> dict | None:
+    """What resolution.json in DIRECTORY says (for the run's provenance), or None."""
+    path = Path(directory) / "resolution.json"
+    return json.loads(path.read_text()) if path.exists() else None
