@@ -64,18 +64,24 @@ def test_an_agc_sample_and_a_fileset_dataset_resolve_to_files_with_their_replica
     sample = spec["ttbar"]["nominal"]
     assert sample["nevts_total"] == 30
     assert [(f["path"], f["replicas"], f["nevts"]) for f in sample["files"]] == [
-        (f"{A}//store/x/1.root", [f"{B}//store/x/1.root"], 10),
-        (f"{B}//store/x/2.root", [], 20),
+        (f"{A}//store/x/1.root", [f"{A}//store/x/1.root", f"{B}//store/x/1.root"], 10),
+        (f"{B}//store/x/2.root", [f"{B}//store/x/2.root"], 20),
     ]
     (task, _) = dataset.tasks(spec)
-    assert task.replicas == (f"{B}//store/x/1.root",)
+    assert task.replicas == (f"{A}//store/x/1.root", f"{B}//store/x/1.root")
 
     fileset = {"/TT/X/NANOAODSIM": {"rucio": "cms:/TT/X/NANOAODSIM", "metadata": {"kind": "mc"}}}
     spec = replicas.resolve(fileset, lambda did: replicas.files_of(client, did, {"prefer": ["SITE_B"]}))
     tasks = dataset.tasks(spec)
     assert [(t.dataset, t.path, t.replicas, t.nevts, t.metadata) for t in tasks] == [
-        ("/TT/X/NANOAODSIM", f"{B}//store/x/1.root", (f"{A}//store/x/1.root",), 10, {"kind": "mc"}),
-        ("/TT/X/NANOAODSIM", f"{B}//store/x/2.root", (), 20, {"kind": "mc"}),
+        (
+            "/TT/X/NANOAODSIM",
+            f"{B}//store/x/1.root",
+            (f"{B}//store/x/1.root", f"{A}//store/x/1.root"),
+            10,
+            {"kind": "mc"},
+        ),
+        ("/TT/X/NANOAODSIM", f"{B}//store/x/2.root", (f"{B}//store/x/2.root",), 20, {"kind": "mc"}),
     ]
 
 
@@ -128,9 +134,13 @@ def test_a_files_replicas_are_its_fail_overs(monkeypatch):
     sandbox = site.load(REPO / "site-configs" / "sandbox.yaml")
     assert sandbox.replicas == {"prefer": ["SANDBOX_ORIGIN", "SANDBOX_SITE_B"]}
     # On the origin the caches front: the caches, the origin, then the other site.
-    route = sandbox.route(f"{A}//store/x/1.root", (f"{B}//store/x/1.root",))
+    route = sandbox.route(f"{A}//store/x/1.root", (f"{A}//store/x/1.root", f"{B}//store/x/1.root"))
     assert [s.cache for s in route.sources] == [route.home.cache, route.sources[1].cache, None, None]
     assert [s.url for s in route.sources[2:]] == [f"{A}//store/x/1.root", f"{B}//store/x/1.root"]
-    # Only at another site: read there, then at the next replica; no cache fronts it.
-    route = sandbox.route(f"{B}//store/x/2.root", (f"{A}//store/x/2.root",))
+    # Preferred at another site: read there, then at the next replica; no cache fronts it.
+    route = sandbox.route(f"{B}//store/x/2.root", (f"{B}//store/x/2.root", f"{A}//store/x/2.root"))
     assert [(s.url, s.cache) for s in route.sources] == [(f"{B}//store/x/2.root", None), (f"{A}//store/x/2.root", None)]
+    # Only at another site: there, and nowhere else (even if the caches' origin has a file of that name).
+    assert sandbox.route(f"{B}//store/x/3.root", (f"{B}//store/x/3.root",)).sources == (
+        site.Source(url=f"{B}//store/x/3.root"),
+    )

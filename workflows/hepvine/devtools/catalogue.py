@@ -12,6 +12,11 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 ORIGIN, SITE_B = "SANDBOX_ORIGIN", "SANDBOX_SITE_B"
+# Rucio's XRootD protocol, readable and writable from anywhere: every reader of the sandbox is on loopback.
+DOMAINS = {
+    "lan": {"read": 1, "write": 1, "delete": 1},
+    "wan": {"read": 1, "write": 1, "delete": 1, "third_party_copy_read": 1, "third_party_copy_write": 1},
+}
 
 
 def adler32(path: Path) -> str:
@@ -21,6 +26,24 @@ def adler32(path: Path) -> str:
         while chunk := f.read(1 << 22):
             value = zlib.adler32(chunk, value)
     return f"{value & 0xFFFFFFFF:08x}"
+
+
+def add_storage(client, rse: str, port: int, site: str) -> None:
+    """A storage element RSE of SITE: the XRootD server on loopback PORT, not deterministic (each replica is
+    registered with its own URL, its path on that server)."""
+    client.add_rse(rse, deterministic=False)
+    client.add_protocol(
+        rse,
+        {
+            "scheme": "root",
+            "hostname": "127.0.0.1",
+            "port": port,
+            "prefix": "/",
+            "impl": "rucio.rse.protocols.xrootd.Default",
+            "domains": DOMAINS,
+        },
+    )
+    client.add_rse_attribute(rse, "site", site)
 
 
 def storage(services: dict) -> dict[str, dict]:
@@ -34,11 +57,13 @@ def register(
     container: str,
     datasets: dict[str, Iterable[tuple[str, int]]],
     rses_of: Callable[[str], Iterable[str]],
+    more_storage: dict[str, dict] | None = None,
 ) -> str:
     """Register DATASETS ({dataset name: [(lfn, events)]}, each file on the sandbox origin at its LFN) in
-    CONTAINER, each file with a replica at every RSE that RSES_OF(lfn) names; the container's DID."""
+    CONTAINER, each file with a replica at every RSE that RSES_OF(lfn) names (the sandbox's, or MORE_STORAGE's:
+    {RSE: {url, data_dir}}); the container's DID."""
     scope = services["rucio"]["scope"]
-    where = storage(services)
+    where = {**storage(services), **(more_storage or {})}
     origin_data = Path(where[ORIGIN]["data_dir"])
     for name, files in datasets.items():
         client.add_dataset(scope, name)

@@ -63,7 +63,7 @@ class FileTask:
     metadata: dict | None = None  # the dataset's metadata (in events.metadata beside coffea's own keys)
     uuid: str | None = None  # the file's uuid when a preprocessed fileset gives it (events.metadata["fileuuid"])
     steps: list | None = None  # its chunks ([start, stop] entry ranges) when a preprocessed fileset gives them
-    replicas: tuple[str, ...] = ()  # other URLs of the file, read when PATH cannot be (hepvine.routing.replicas)
+    replicas: tuple[str, ...] = ()  # a Rucio file's URLs, PATH first: its fail-overs (hepvine.routing.replicas)
 
 
 def read(path: Path):

@@ -60,8 +60,9 @@ class Retry:
 
 
 def local_route(path: str, replicas: tuple[str, ...] = ()) -> dict:
-    """The route of a file read where it is, then from its REPLICAS in order (with no site config)."""
-    return site.Route(lfn=path, sources=tuple(site.Source(url=u) for u in (path, *replicas))).as_dict()
+    """The route of a file read where it is, then at its other REPLICAS in order (with no site config)."""
+    urls = dict.fromkeys((path, *replicas))
+    return site.Route(lfn=path, sources=tuple(site.Source(url=u) for u in urls)).as_dict()
 
 
 def parse_route(text: str | None, path: str) -> dict:

@@ -5,10 +5,11 @@ their replicas, and kept in the campaign so that a rerun neither asks Rucio agai
 ``resolved`` returns the spec to plan the campaign from: the given one if it names no DID; else
 ``results/<campaign>/rucio/dataset.json``, written at the first run (and again when the spec or the site's replica
 preferences change, or config ``rucio_refresh`` asks): each of the DID's files (Rucio expands containers and
-datasets) with its size, its events, its checksum, and its replicas ordered by the site's preferences — the first
-one's URL is the file's ``path`` (its identity, and what the caches are asked for), the others its ``replicas``,
-where a read fails over to when the first cannot be read (``hepvine.routing.site.Site.route``). Beside it,
-``resolution.json``: the DIDs, the server, when, and what they resolved to (the run's provenance records it).
+datasets) with its size, its events, its checksum, and its replicas ordered by the site's preferences: the first
+one's URL is the file's ``path`` (its identity, and what the caches are asked for), and all of them, in that order,
+are its ``replicas``, where a read fails over to when one cannot be read (``hepvine.routing.site.Site.route``).
+Beside it, ``resolution.json``: the DIDs, the server, when, and what they resolved to (the run's provenance records
+it).
 
 Preferences (site config ``replicas``): ``allow`` (storage elements to read from; absent: all), ``block`` (never),
 ``regex`` (only those whose name matches), ``prefer`` (this order first; the rest after, by name). A file with no
@@ -83,7 +84,7 @@ def ordered(rses: list[str], preferences: dict) -> list[str]:
 
 def files_of(client, did: str, preferences: dict) -> list[dict]:
     """DID's files (a container's or a dataset's, expanded by Rucio), each {lfn, did, bytes, adler32, events, path,
-    replicas, rses}: its replicas' URLs ordered by PREFERENCES, the first as path. Raises ResolutionError naming
+    replicas, rses}: its replicas' URLs ordered by PREFERENCES, the first also as path. Raises ResolutionError naming
     every file left with no replica."""
     scope, name = split_did(did)
     events = {(f["scope"], f["name"]): f.get("events") for f in client.list_files(scope, name)}
@@ -105,7 +106,7 @@ def files_of(client, did: str, preferences: dict) -> list[dict]:
                 "adler32": replica.get("adler32"),
                 "events": events.get((replica["scope"], replica["name"])),
                 "path": urls[0],
-                "replicas": urls[1:],
+                "replicas": urls,
                 "rses": rses,
             }
         )

@@ -91,9 +91,9 @@ class Site:
     def route(self, path: str, replicas: tuple[str, ...] = ()) -> Route:
         """The route of the file at PATH. ``root://server//lfn`` URLs go through the file's home cache and fail over
         to the other caches by rendezvous rank, then the origin (with access ``direct``: the origin only); anything
-        else is a local file, read where it is. REPLICAS (other URLs of the same file, from Rucio: see
-        ``hepvine.routing.replicas``) come last, in their order; a file that has them goes through the caches only
-        if PATH is on one of the site's origins (the caches front those, not other sites)."""
+        else is a local file, read where it is. A file named through Rucio has REPLICAS (every URL of it that Rucio
+        lists, PATH first: see ``hepvine.routing.replicas``): it goes through the caches only if PATH is on one of
+        the site's origins (the caches front those, not other sites), and its other replicas come last, in order."""
         others = tuple(Source(url=url) for url in replicas if url != path)
         match = ROOT_URL.match(path)
         if not match:
