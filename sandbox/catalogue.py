@@ -1,7 +1,8 @@
 """The sandbox's Rucio: a real Rucio server (PyPI's ``rucio``, in a venv of its own: sandbox/rucio-server.lock) served
 by gunicorn on loopback as the analysis user, its database SQLite in the services' state, userpass authentication
-(a password made at each start, in the client configuration only its owner reads). At each start the database is made
-anew and the catalogue set up through the server's own REST API (``catalogue_setup.py``, run by the Rucio venv's
+(a password made with the database, in the client configuration only its owner reads). The database is kept from one
+start to the next (delete the state's rucio/ directory to start afresh); a new one is set up through the server's own
+REST API (``catalogue_setup.py``, run by the Rucio venv's
 client): the scope ``cms`` and two storage elements, each an XRootD server of the sandbox — SANDBOX_ORIGIN (the
 origin the caches front) and SANDBOX_SITE_B (a second origin on data of its own, standing for another site). What is
 registered in it (files, datasets, containers) is for the demo and the tests to say
@@ -109,17 +110,26 @@ def _as(user, argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> Non
         raise RuntimeError(f"{argv[0]} failed ({done.returncode}); see {log}")
 
 
-def start(base: Path, port: int, user, pidfile: Path) -> dict:
-    """Make the database anew in BASE (owned by USER, a pwd entry) and start the server on PORT as USER; what
-    services.json says of it (the client configuration is ``client_config``: a file only USER reads)."""
+def start(base: Path, port: int, user, pidfile: Path, storage: dict[str, dict]) -> dict:
+    """Start the server on PORT as USER (a pwd entry), its database in BASE (owned by USER): kept from the last start
+    (what was registered stays, as in a real catalogue) if its storage elements (STORAGE: RSE → {url, port, site,
+    data_dir}) are where they were, or made anew (then ``fresh`` is true: ``set_up`` adds the scope and storage
+    elements). What services.json says of it; its client configuration (``client.cfg``, the root account's login)
+    is a file only USER reads."""
     (base / "log").mkdir(parents=True, exist_ok=True)
-    for old in ("rucio.db", "server.log", "setup.log"):
+    for old in ("server.log", "setup.log"):
         (base / old).unlink(missing_ok=True)
-    password = secrets.token_urlsafe(24)
+    where = json.dumps(storage, sort_keys=True)
+    kept = all((base / f).exists() for f in ("rucio.db", "client.cfg", "storage.json"))
+    kept = kept and (base / "storage.json").read_text() == where
+    password = _password(base / "client.cfg") if kept else secrets.token_urlsafe(24)
+    if not kept:
+        (base / "rucio.db").unlink(missing_ok=True)
     files = {
         "rucio.cfg": server_config(base, port, password),
         "client.cfg": client_config(port, password),
         "alembic.ini": alembic_config(base),
+        "storage.json": where,
     }
     for name, text in files.items():
         path = base / name
@@ -133,7 +143,8 @@ def start(base: Path, port: int, user, pidfile: Path) -> dict:
         "from rucio.db.sqla.util import build_database, create_base_vo, create_root_account\n"
         "build_database(); create_base_vo(); create_root_account()\n"
     )
-    _as(user, [str(RUCIO_VENV / "bin" / "python"), "-c", bootstrap], env, base, base / "setup.log")
+    if not kept:
+        _as(user, [str(RUCIO_VENV / "bin" / "python"), "-c", bootstrap], env, base, base / "setup.log")
     _as(
         user,
         [
@@ -163,7 +174,18 @@ def start(base: Path, port: int, user, pidfile: Path) -> dict:
         "config": str(base / "client.cfg"),
         "log": str(base / "server.log"),
         "scope": SCOPE,
+        "fresh": not kept,
+        "storage": storage,
     }
+
+
+def _password(client_config_file: Path) -> str:
+    """The root account's password that CLIENT_CONFIG_FILE (written by client_config) holds."""
+    for line in client_config_file.read_text().splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "password":
+            return value.strip()
+    raise RuntimeError(f"{client_config_file} holds no password: remove it and rucio.db beside it to start afresh")
 
 
 def _environment(user, config: Path) -> dict[str, str]:
@@ -176,10 +198,11 @@ def _environment(user, config: Path) -> dict[str, str]:
     }
 
 
-def set_up(info: dict, user, storage: dict[str, dict]) -> None:
-    """Once the server listens: the scope and the storage elements (STORAGE: RSE → {url, port, site, data_dir})
-    through its REST API, as the root account; recorded in INFO."""
+def set_up(info: dict, user) -> None:
+    """Once the server listens, if its database is new: the scope and the storage elements through its REST API, as
+    the root account."""
+    if not info.pop("fresh"):
+        return
     base = Path(info["config"]).parent
-    argv = [str(RUCIO_VENV / "bin" / "python"), str(SETUP), json.dumps({"scope": SCOPE, "storage": storage})]
+    argv = [str(RUCIO_VENV / "bin" / "python"), str(SETUP), json.dumps({"scope": SCOPE, "storage": info["storage"]})]
     _as(user, argv, _environment(user, base / "client.cfg"), base, base / "setup.log")
-    info["storage"] = storage

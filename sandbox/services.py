@@ -725,8 +725,12 @@ def start_all() -> None:
         ),
     }
     analysis_user = pwd.getpwnam(ANALYSIS_USER)
+    storage = {
+        rse: {key: info["xrootd"][name.replace("-", "_")][key] for key in ("url", "port", "data_dir")} | {"site": name}
+        for rse, name in catalogue.STORAGE.items()
+    }
     info["rucio"] = catalogue.start(
-        owned_dir(STATE / "rucio", ANALYSIS_USER), ports["rucio"], analysis_user, pidfile("rucio")
+        owned_dir(STATE / "rucio", ANALYSIS_USER), ports["rucio"], analysis_user, pidfile("rucio"), storage
     )
 
     for port, what, log in [
@@ -741,11 +745,7 @@ def start_all() -> None:
     ]:
         wait_for(what, lambda p=port: port_open(p), log=log)
     wait_for(f"the HTCondor pool ({CONDOR_SLOTS} slots)", lambda: condor_slots(env) >= CONDOR_SLOTS, log=condor / "log")
-    storage = {
-        rse: {key: info["xrootd"][name.replace("-", "_")][key] for key in ("url", "port", "data_dir")} | {"site": name}
-        for rse, name in catalogue.STORAGE.items()
-    }
-    catalogue.set_up(info["rucio"], analysis_user, storage)
+    catalogue.set_up(info["rucio"], analysis_user)
 
     SERVICES_JSON.write_text(json.dumps(info, indent=2) + "\n")
     SERVICES_ENV.write_text(

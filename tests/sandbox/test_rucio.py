@@ -198,6 +198,27 @@ def test_a_fileset_of_rucio_dids_runs_as_coffea_would_read_each_file_where_the_s
     theirs = coffea_runner(reference, instance)
     assert_same(util.load(out / "output.coffea"), theirs)
 
+    # `hepvine datasets` finds both containers by pattern, with their files and where they are; its fileset of
+    # files is what the campaign resolved.
+    listed = subprocess.run(
+        ["hepvine", "datasets", f"cms:/HepvineTest/{tag}-*/NANOAODSIM", "--site", "site-configs/sandbox.yaml"]
+        + ["--json", "--write", f"results/{tag}/found.json", "--files"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert listed.returncode == 0, listed.stderr
+    rows = {r["did"]: r for r in json.loads(listed.stdout)}
+    assert rows[dids["higgs"]]["files"] == 2 and rows[dids["higgs"]]["rses"] == {ORIGIN: 1, SITE_B: 2}, rows
+    assert rows[dids["dy"]]["rses"] == {ORIGIN: 2, SITE_B: 1} and rows[dids["dy"]]["events"] == sum(
+        entries(NANOAOD / name) for name in PLACED["dy"]
+    )
+    found = json.loads((inputs / "found.json").read_text())
+    assert sorted(p for v in found.values() for p in v["files"]) == sorted(
+        p for v in resolved.values() for p in v["files"]
+    )
+
     # The same command again: nothing to do, Rucio not asked (the resolution kept as it was).
     before = (out / "rucio" / "resolution.json").read_bytes()
     again = campaign(tag, "run", REPO / "site-configs" / "sandbox.yaml", *config)

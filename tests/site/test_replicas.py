@@ -99,7 +99,7 @@ def test_what_cannot_be_resolved_is_named_with_its_fix():
 
 def test_the_resolution_is_kept_and_redone_only_when_the_spec_or_preferences_change(tmp_path, monkeypatch):
     client = FakeRucio(FILES)
-    monkeypatch.setattr(replicas, "_client", lambda: client)
+    monkeypatch.setattr(replicas, "client", lambda: client)
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"mc": {"rucio": "cms:/TT/X/NANOAODSIM"}}))
     out = tmp_path / "rucio"

@@ -87,6 +87,7 @@ WORKFLOW_LAYERS = (
             "commands.controller",
             "commands.submit",
             "commands.status",
+            "commands.datasets",
             "commands.cli",
         ),
     ),

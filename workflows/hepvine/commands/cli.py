@@ -3,14 +3,15 @@ campaign on the sandbox), ``hepvine plan`` (a campaign's data rate on a site, pe
 compare`` (are two campaigns' histograms byte-identical), ``hepvine pack-env`` (this environment packed into one
 file for workers that have nothing installed), ``hepvine recompress`` (one file, faithfully, to another
 codec), ``hepvine submit`` (a campaign as an HTCondor job that outlives the session), ``hepvine status`` (where a
-campaign stands). Each subcommand's own ``--help`` tells its options."""
+campaign stands), ``hepvine datasets`` (what Rucio lists for a name, and a fileset of it). Each subcommand's own
+``--help`` tells its options."""
 
 from __future__ import annotations
 
 import sys
 from typing import Callable
 
-COMMANDS = ("generate", "demo", "plan", "compare", "pack-env", "recompress", "submit", "status")
+COMMANDS = ("generate", "demo", "plan", "compare", "pack-env", "recompress", "submit", "status", "datasets")
 
 
 def command_main(name: str) -> Callable[[list[str]], int]:
@@ -32,6 +33,8 @@ def command_main(name: str) -> Callable[[list[str]], int]:
         from hepvine.commands.submit import main
     elif name == "status":
         from hepvine.commands.status import main
+    elif name == "datasets":
+        from hepvine.commands.datasets import main
     else:
         raise ValueError(f"unknown command {name!r}: choose one of {', '.join(COMMANDS)}")
     return main

@@ -17,6 +17,11 @@ cache's rack and recompressed to ZSTD, the analysis reading the verified copies 
 caches, which admit X.509 proxies of the sandbox's test grid only: the user's proxy goes with every task (one is made
 of the test grid's user certificate first if there is none); ``DEMO_SITE=sandbox-token`` over its token origin,
 with a bearer token of the sandbox's issuer.
+
+``make demo DEMO_RUCIO=1`` names the dataset through the sandbox's Rucio instead of listing its files
+(``demo-rucio``): each process's files are registered once as a container ``/HepvineDemo_<process>/Sandbox-v1/
+NANOAODSIM`` (``hepvine.devtools.catalogue``), a replica of every file on the origin the caches front and of every
+third file on the second site's origin too (of every sixth on that site only), and the spec names the containers.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from pathlib import Path
 import uproot
 
 import hepvine.devtools.services
-from hepvine.devtools import generate, tokens
+from hepvine.devtools import catalogue, generate, tokens
 from hepvine.reading import credentials
 from hepvine.routing import site
 
@@ -88,6 +93,32 @@ def ensure_dataset(services: dict, workers: int, origin: str | None = None) -> d
     return spec
 
 
+def demo_rse(index: int) -> tuple[str, ...]:
+    """Where the demo's file INDEX (of its process) has replicas in the sandbox's Rucio."""
+    if index % 6 == 5:
+        return (catalogue.SITE_B,)
+    return (catalogue.ORIGIN, catalogue.SITE_B) if index % 3 == 2 else (catalogue.ORIGIN,)
+
+
+def named_in_rucio(services: dict, spec: dict) -> dict:
+    """SPEC with each process's files registered in the sandbox's Rucio (once: Rucio keeps them while the services
+    run) and named by their container's DID."""
+    from rucio.client import Client
+
+    client = Client()
+    scope = services["rucio"]["scope"]
+    named = json.loads(json.dumps(spec))
+    for process, variations in spec.items():
+        container = f"/HepvineDemo_{process}/Sandbox-v1/NANOAODSIM"
+        files = [(site.ROOT_URL.match(f["path"]).group(2), f["nevts"]) for f in variations["nominal"]["files"]]
+        if not list(client.list_dids(scope, {"name": container}, did_type="container")):
+            print(f"demo: registering {len(files)} files of {process} in the sandbox's Rucio as {container}")
+            rses = {lfn: demo_rse(i) for i, (lfn, _) in enumerate(files)}
+            catalogue.register(client, services, container, {f"{container}/block-1": files}, rses.__getitem__)
+        named[process]["nominal"] = {"rucio": f"{scope}:{container}"}
+    return named
+
+
 def ensure_credential(services: dict, kind: str) -> None:
     """For a sandbox site that asks for a credential of KIND (x509, token): when the user has none valid for another
     hour where the grid tools look, make one of the sandbox's test grid or issuer there, as a user would
@@ -126,12 +157,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--site", default="site-configs/sandbox.yaml")
     parser.add_argument("--generate-workers", type=positive, default=2, help="processes generating the dataset")
     parser.add_argument("--recompress", default="zstd:5", help="codec for the copies the analysis reads, or off")
+    parser.add_argument(
+        "--rucio", action="store_true", help="name the dataset through the sandbox's Rucio (campaign demo-rucio)"
+    )
     args = parser.parse_args(argv)
     services, chosen = hepvine.devtools.services.load(), site.load(args.site)
-    args.campaign = args.campaign or ("demo" if chosen.name == "sandbox" else f"demo-{chosen.name}")
+    name = "demo" if chosen.name == "sandbox" else f"demo-{chosen.name}"
+    args.campaign = args.campaign or (f"{name}-rucio" if args.rucio else name)
     if chosen.credentials != "none":
         ensure_credential(services, chosen.credentials)
     spec = ensure_dataset(services, args.generate_workers, chosen.origins[0]["url"])
+    if args.rucio:
+        spec = named_in_rucio(services, spec)
     spec_path = Path("results") / f"{args.campaign}-input.json"
     spec_path.parent.mkdir(parents=True, exist_ok=True)
     spec_path.write_text(json.dumps(spec, indent=2) + "\n")

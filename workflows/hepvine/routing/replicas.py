@@ -87,9 +87,13 @@ def files_of(client, did: str, preferences: dict) -> list[dict]:
     replicas, rses}: its replicas' URLs ordered by PREFERENCES, the first also as path. Raises ResolutionError naming
     every file left with no replica."""
     scope, name = split_did(did)
-    events = {(f["scope"], f["name"]): f.get("events") for f in client.list_files(scope, name)}
+    try:
+        events = {(f["scope"], f["name"]): f.get("events") for f in client.list_files(scope, name)}
+        listed = list(client.list_replicas([{"scope": scope, "name": name}], schemes=[SCHEME]))
+    except Exception as e:  # Rucio's client raises its own types (DataIdentifierNotFound, AccessDenied, ...)
+        raise ResolutionError(f"{did}: Rucio says {type(e).__name__}: {e}") from e
     out, unreadable = [], []
-    for replica in client.list_replicas([{"scope": scope, "name": name}], schemes=[SCHEME]):
+    for replica in listed:
         available = {rse for rse, state in (replica.get("states") or {}).items() if state == "AVAILABLE"}
         rses = ordered(sorted(r for r in replica["rses"] if r in available and replica["rses"][r]), preferences)
         if not rses:
@@ -163,7 +167,8 @@ def resolve(spec: dict, files: Callable[[str], list[dict]]) -> dict:
     return out
 
 
-def _client():
+def client():
+    """Rucio's client, as the user's rucio.cfg configures it."""
     try:
         from rucio.client import Client
     except ImportError as e:
@@ -197,17 +202,12 @@ def resolved(spec_path: str, directory: str | Path, preferences: dict | None, re
             return str(out)
     if not may_ask:
         raise ResolutionError(f"{spec_path} names Rucio DIDs, and {out} is not written yet: run the campaign again")
-    client = _client()
+    rucio = client()
     began = time.time()
     counts: dict[str, dict] = {}
 
     def files(did: str) -> list[dict]:
-        try:
-            found = files_of(client, did, preferences)
-        except ResolutionError:
-            raise
-        except Exception as e:  # Rucio's client raises its own types (DataIdentifierNotFound, ...)
-            raise ResolutionError(f"{did}: Rucio says {type(e).__name__}: {e}") from e
+        found = files_of(rucio, did, preferences)
         counts[did] = {
             "files": len(found),
             "bytes": sum(f["bytes"] for f in found),
@@ -223,8 +223,8 @@ def resolved(spec_path: str, directory: str | Path, preferences: dict | None, re
         {
             "key": key,
             "spec": str(spec_path),
-            "server": getattr(client, "host", None),
-            "account": getattr(client, "account", None),
+            "server": getattr(rucio, "host", None),
+            "account": getattr(rucio, "account", None),
             "resolved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(began)),
             "seconds": round(time.time() - began, 3),
             "preferences": preferences,
