@@ -79,7 +79,7 @@ demo: sandbox
 		$(if $(DEMO_RUCIO),--rucio)
 
 bench: sandbox
-	@$(WITH_SERVICES) sh -c "python benchmarks/analysis.py && python benchmarks/processor.py && python benchmarks/recompress.py && python benchmarks/dispatch.py && python benchmarks/manager_rate.py && python benchmarks/many_workers.py"
+	@$(WITH_SERVICES) sh -c "python benchmarks/analysis.py && python benchmarks/processor.py && python benchmarks/recompress.py && python benchmarks/dispatch.py && python benchmarks/manager_rate.py && python benchmarks/many_workers.py && python benchmarks/resolution.py"
 
 clean-sandbox: services-stop
 	@$(SANDBOX)/clean.sh

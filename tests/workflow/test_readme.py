@@ -172,6 +172,11 @@ EXEMPT = {
     "make services-stop": f"would stop the services the rest of `make test` uses; tests/sandbox/test_services.py tests "
     f"the stop. Also: {HOST_MAKE}",
     "make services-status": HOST_MAKE,
+    "hepvine datasets 'cms:/HepvineDemo_*/Sandbox-v1/NANOAODSIM' --write results/demo-fileset.json": (
+        "lists the demo's containers, which `make demo DEMO_RUCIO=1` registers in the sandbox's Rucio (a whole demo "
+        "campaign); tests/sandbox/test_rucio.py runs `hepvine datasets --json --write --files` over containers of "
+        "its own on the same server"
+    ),
     "make clean-sandbox": f"deletes the sandbox the suite runs in. Also: {HOST_MAKE}",
     "hepvine submit --profile profiles/sandbox --config dataset=<spec> campaign=<name> "
     "site=site-configs/sandbox.yaml": SUBMITTED,

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 ORIGIN, SITE_B = "SANDBOX_ORIGIN", "SANDBOX_SITE_B"
+CHUNK = 500  # files per registration call (1,000 replicas at once failed on the sandbox's SQLite)
 # Rucio's XRootD protocol, readable and writable from anywhere: every reader of the sandbox is on loopback.
 DOMAINS = {
     "lan": {"read": 1, "write": 1, "delete": 1},
@@ -51,6 +52,39 @@ def storage(services: dict) -> dict[str, dict]:
     return services["rucio"]["storage"]
 
 
+def register_files(
+    client,
+    services: dict,
+    container: str,
+    datasets: dict[str, list[dict]],
+    rses_of: Callable[[str], Iterable[str]],
+    more_storage: dict[str, dict] | None = None,
+) -> str:
+    """Register DATASETS' files ({dataset name: [{name (its LFN), bytes, adler32, events}]}) in CONTAINER, each with a
+    replica at every RSE that RSES_OF(lfn) names (the sandbox's, or MORE_STORAGE's: {RSE: {url, data_dir}}), in
+    bulk calls of up to CHUNK files; the container's DID. Only the catalogue: the files' bytes are the caller's."""
+    scope = services["rucio"]["scope"]
+    where = {**storage(services), **(more_storage or {})}
+    for name, files in datasets.items():
+        client.add_dataset(scope, name)
+        for first in range(0, len(files), CHUNK):
+            chunk = files[first : first + CHUNK]
+            at: dict[str, list[dict]] = {}
+            for f in chunk:
+                for rse in rses_of(f["name"]):
+                    replica = {"scope": scope, "name": f["name"], "bytes": f["bytes"], "adler32": f["adler32"]}
+                    at.setdefault(rse, []).append({**replica, "pfn": f"{where[rse]['url']}/{f['name']}"})
+            for rse, replicas in at.items():
+                client.add_replicas(rse, replicas)
+            client.set_dids_metadata_bulk(
+                [{"scope": scope, "name": f["name"], "meta": {"events": f["events"]}} for f in chunk]
+            )
+            client.attach_dids(scope, name, [{"scope": scope, "name": f["name"]} for f in chunk])
+    client.add_container(scope, container)
+    client.attach_dids(scope, container, [{"scope": scope, "name": name} for name in datasets])
+    return f"{scope}:{container}"
+
+
 def register(
     client,
     services: dict,
@@ -60,26 +94,20 @@ def register(
     more_storage: dict[str, dict] | None = None,
 ) -> str:
     """Register DATASETS ({dataset name: [(lfn, events)]}, each file on the sandbox origin at its LFN) in
-    CONTAINER, each file with a replica at every RSE that RSES_OF(lfn) names (the sandbox's, or MORE_STORAGE's:
-    {RSE: {url, data_dir}}); the container's DID."""
-    scope = services["rucio"]["scope"]
+    CONTAINER as ``register_files`` does, each file copied first onto the disk of every other storage element that
+    RSES_OF(lfn) names; the container's DID."""
     where = {**storage(services), **(more_storage or {})}
     origin_data = Path(where[ORIGIN]["data_dir"])
+    described = {}
     for name, files in datasets.items():
-        client.add_dataset(scope, name)
-        dids = []
+        described[name] = []
         for lfn, events in files:
             source = origin_data / lfn.lstrip("/")
-            about = {"scope": scope, "name": lfn, "bytes": source.stat().st_size, "adler32": adler32(source)}
             for rse in rses_of(lfn):
                 at = Path(where[rse]["data_dir"]) / lfn.lstrip("/")
                 if rse != ORIGIN and not at.exists():
                     at.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(source, at)
-                client.add_replicas(rse, [{**about, "pfn": f"{where[rse]['url']}/{lfn}"}])
-            client.set_metadata(scope, lfn, "events", events)
-            dids.append({"scope": scope, "name": lfn})
-        client.attach_dids(scope, name, dids)
-    client.add_container(scope, container)
-    client.attach_dids(scope, container, [{"scope": scope, "name": name} for name in datasets])
-    return f"{scope}:{container}"
+            size = source.stat().st_size
+            described[name].append({"name": lfn, "bytes": size, "adler32": adler32(source), "events": events})
+    return register_files(client, services, container, described, rses_of, more_storage)
