@@ -28,7 +28,7 @@ if workflow.is_main_process:
             workflow_dir=Path(workflow.basedir),
             configfiles=workflow.config_settings.configfiles,
             credential=CREDENTIAL.provenance() if CREDENTIAL else None,
-            rucio=hv_replicas.record(RUCIO_DIR),
+            rucio=hv_replicas.record(RUCIO_DIR) if PLANNED != config["dataset"] else None,
         ),
         sys.argv,
     )

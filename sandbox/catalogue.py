@@ -1,8 +1,8 @@
 """The sandbox's Rucio: a real Rucio server (PyPI's ``rucio``, in a venv of its own: sandbox/rucio-server.lock) served
 by gunicorn on loopback as the analysis user, its database SQLite in the services' state, userpass authentication
 (a password made with the database, in the client configuration only its owner reads). The database is kept from one
-start to the next (delete the state's rucio/ directory to start afresh); a new one is set up through the server's own
-REST API (``catalogue_setup.py``, run by the Rucio venv's
+start to the next (delete the state's rucio/ directory to start afresh); at every start the catalogue is set up
+through the server's own REST API (``catalogue_setup.py``, run by the Rucio venv's
 client): the scope ``cms`` and two storage elements, each an XRootD server of the sandbox — SANDBOX_ORIGIN (the
 origin the caches front) and SANDBOX_SITE_B (a second origin on data of its own, standing for another site). What is
 registered in it (files, datasets, containers) is for the demo and the tests to say
@@ -25,6 +25,7 @@ SCOPE = "cms"
 # Storage element → the services' port name of its XRootD server.
 STORAGE = {"SANDBOX_ORIGIN": "origin", "SANDBOX_SITE_B": "origin-b"}
 SETUP = Path(__file__).with_name("catalogue_setup.py")
+BOOTSTRAPPED = "bootstrapped"  # made once Rucio's bootstrap has made the database whole
 # What the REST server serves: every endpoint but traces (they need a message broker) and the account limits that
 # moved into accounts.
 ENDPOINTS = (
@@ -112,24 +113,21 @@ def _as(user, argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> Non
 
 def start(base: Path, port: int, user, pidfile: Path, storage: dict[str, dict]) -> dict:
     """Start the server on PORT as USER (a pwd entry), its database in BASE (owned by USER): kept from the last start
-    (what was registered stays, as in a real catalogue) if its storage elements (STORAGE: RSE → {url, port, site,
-    data_dir}) are where they were, or made anew (then ``fresh`` is true: ``set_up`` adds the scope and storage
-    elements). What services.json says of it; its client configuration (``client.cfg``, the root account's login)
-    is a file only USER reads."""
+    (what was registered stays, as in a real catalogue) once it was made whole (BOOTSTRAPPED), else made anew.
+    What services.json says of it (STORAGE: RSE → {url, port, site, data_dir}, which ``set_up`` declares); its
+    client configuration (``client.cfg``, the root account's login) is a file only USER reads."""
     (base / "log").mkdir(parents=True, exist_ok=True)
     for old in ("server.log", "setup.log"):
         (base / old).unlink(missing_ok=True)
-    where = json.dumps(storage, sort_keys=True)
-    kept = all((base / f).exists() for f in ("rucio.db", "client.cfg", "storage.json"))
-    kept = kept and (base / "storage.json").read_text() == where
+    kept = all((base / f).exists() for f in ("rucio.db", "client.cfg", BOOTSTRAPPED))
     password = _password(base / "client.cfg") if kept else secrets.token_urlsafe(24)
     if not kept:
-        (base / "rucio.db").unlink(missing_ok=True)
+        for old in ("rucio.db", BOOTSTRAPPED):
+            (base / old).unlink(missing_ok=True)
     files = {
         "rucio.cfg": server_config(base, port, password),
         "client.cfg": client_config(port, password),
         "alembic.ini": alembic_config(base),
-        "storage.json": where,
     }
     for name, text in files.items():
         path = base / name
@@ -145,6 +143,7 @@ def start(base: Path, port: int, user, pidfile: Path, storage: dict[str, dict]) 
     )
     if not kept:
         _as(user, [str(RUCIO_VENV / "bin" / "python"), "-c", bootstrap], env, base, base / "setup.log")
+        (base / BOOTSTRAPPED).touch()
     _as(
         user,
         [
@@ -174,7 +173,6 @@ def start(base: Path, port: int, user, pidfile: Path, storage: dict[str, dict]) 
         "config": str(base / "client.cfg"),
         "log": str(base / "server.log"),
         "scope": SCOPE,
-        "fresh": not kept,
         "storage": storage,
     }
 
@@ -199,10 +197,8 @@ def _environment(user, config: Path) -> dict[str, str]:
 
 
 def set_up(info: dict, user) -> None:
-    """Once the server listens, if its database is new: the scope and the storage elements through its REST API, as
-    the root account."""
-    if not info.pop("fresh"):
-        return
+    """Once the server listens: the scope and the storage elements through its REST API, as the root account (added
+    if new, else pointed at their servers' ports again: a restart after ports.json was deleted moves them)."""
     base = Path(info["config"]).parent
     argv = [str(RUCIO_VENV / "bin" / "python"), str(SETUP), json.dumps({"scope": SCOPE, "storage": info["storage"]})]
     _as(user, argv, _environment(user, base / "client.cfg"), base, base / "setup.log")

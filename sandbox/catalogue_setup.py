@@ -1,7 +1,8 @@
-"""Run by the sandbox Rucio's own venv (sandbox/catalogue.py) once the server listens: the scope and the storage
-elements of the sandbox, added through the server's REST API as its root account, as hepvine's development tools
-add them (``hepvine.devtools.catalogue.add_storage``: read from this checkout, which needs nothing but the standard
-library of it). Argument: JSON ``{"scope": NAME, "storage": {RSE: {"port": P, "site": SITE}}}``."""
+"""Run by the sandbox Rucio's own venv (sandbox/catalogue.py) at every start, once the server listens: the scope and
+the storage elements of the sandbox, added (or pointed at their servers' ports again) through the server's REST API
+as its root account, as hepvine's development tools set them (``hepvine.devtools.catalogue.set_storage``: read from
+this checkout, which needs nothing but the standard library of it). Argument: JSON ``{"scope": NAME, "storage":
+{RSE: {"port": P, "site": SITE}}}``."""
 
 import json
 import sys
@@ -10,15 +11,16 @@ from pathlib import Path
 from rucio.client import Client
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflows"))
-from hepvine.devtools.catalogue import add_storage  # noqa: E402 (from this checkout, not an installed package)
+from hepvine.devtools.catalogue import set_storage  # noqa: E402 (from this checkout, not an installed package)
 
 
 def main(argv: list[str]) -> int:
     args = json.loads(argv[1])
     client = Client()
-    client.add_scope("root", args["scope"])
+    if args["scope"] not in client.list_scopes():
+        client.add_scope("root", args["scope"])
     for rse, where in args["storage"].items():
-        add_storage(client, rse, where["port"], where["site"])
+        set_storage(client, rse, where["port"], where["site"])
     return 0
 
 

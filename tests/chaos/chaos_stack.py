@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -32,6 +31,9 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "plugin"))  # the campaign helpers of the workflow's plugin tests, shared
 from campaign_runs import assert_exact as exact  # noqa: E402
 
+# XRootD servers a test runs itself (tests/servers.py; tests/ is on the path through tests/conftest.py).
+from servers import Server, free_port, origin_config, port_open, wait_until  # noqa: E402, F401  (re-exported)
+
 # The executor's tests' process helpers (their directory is on the path through tests/conftest.py).
 from snakemake_runs import alive, kill_all  # noqa: E402, F401  (re-exported to the chaos tests)
 
@@ -43,64 +45,6 @@ PROFILE = ("--profile", "profiles/sandbox")
 BASE_EVENTS = {"ttbar": (1500, 2000, 2500, 3000), "data": (1100, 1700)}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def port_open(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(1)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def wait_until(what: str, ready, timeout: float, poll: float = 0.5) -> float:
-    """Wait until READY() is true; seconds waited. Fails the test naming WHAT after TIMEOUT seconds."""
-    start = time.monotonic()
-    while not ready():
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"{what}: not within {timeout:.0f} s")
-        time.sleep(poll)
-    return time.monotonic() - start
-
-
-class Server:
-    """One xrootd daemon in the foreground (a child of the test, stopped by its pid) with CONFIG on PORT."""
-
-    def __init__(self, name: str, port: int, config: str, base: Path):
-        self.name, self.port, self.base = name, port, base
-        self.cfg = base / "xrootd.cfg"
-        base.mkdir(parents=True, exist_ok=True)
-        self.cfg.write_text(config)
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            ["xrootd", "-n", self.name, "-c", str(self.cfg), "-l", str(self.base / "log")],
-            cwd=self.base,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        wait_until(
-            f"xrootd {self.name} listening on {self.port} (log: {self.base / self.name})",
-            lambda: port_open(self.port) or self.proc.poll() is not None,
-            timeout=30,
-        )
-        assert self.proc.poll() is None, f"xrootd {self.name} exited at start; see its log under {self.base}"
-
-    def stop(self) -> None:
-        """Kill it outright (as a crash would) and wait for the port to close."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(30)
-        wait_until(f"port {self.port} of {self.name} closed", lambda: not port_open(self.port), timeout=30)
-
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-
 class Xrootd:
     """A private origin exporting /store from BASE/origin/data and one XCache per rack in front of it."""
 
@@ -108,18 +52,7 @@ class Xrootd:
         self.data = base / "origin" / "data"
         (self.data / "store").mkdir(parents=True)
         port = free_port()
-        self.origin = Server(
-            "origin",
-            port,
-            f"""all.export /store
-oss.localroot {self.data}
-xrd.port {port}
-all.adminpath {base / "origin" / "admin"}
-all.pidpath {base / "origin" / "admin"}
-xrd.allow host localhost
-""",
-            base / "origin",
-        )
+        self.origin = Server("origin", port, origin_config(port, self.data, base / "origin" / "admin"), base / "origin")
         self.cache_dirs = {rack: base / rack / "cache" for rack in RACKS}
         self.caches = {}
         for rack in RACKS:

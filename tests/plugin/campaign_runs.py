@@ -70,10 +70,10 @@ class Workers:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        for proc in self.procs:
+        for proc in running:  # (reaped just now: their pids cannot have been taken again yet)
             try:
                 os.killpg(proc.pid, signal.SIGKILL)  # start_new_session: the group is the worker's pid
-            except ProcessLookupError:
+            except (ProcessLookupError, PermissionError):
                 pass
         self.procs.clear()
 

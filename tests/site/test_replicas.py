@@ -13,7 +13,7 @@ from hepvine.model import dataset
 from hepvine.routing import replicas, site
 
 REPO = Path(__file__).resolve().parents[2]
-A, B = "root://a.example:1094", "root://b.example:1094"
+A, B = "root://a.example:1094", "root://b.example:1095"
 
 
 class FakeRucio:
@@ -30,8 +30,8 @@ class FakeRucio:
         self.asked += 1
         return [{"scope": scope, "name": n, "events": ev} for n, (_, ev) in self.files.items()]
 
-    def list_replicas(self, dids, schemes):
-        assert schemes == ["root"]
+    def list_replicas(self, dids, schemes, ignore_availability=True):
+        assert schemes == ["root"] and ignore_availability is False  # only what can be read now
         urls = {"SITE_A": A, "SITE_B": B}
         for n, (rses, _) in self.files.items():
             yield {
@@ -87,10 +87,22 @@ def test_an_agc_sample_and_a_fileset_dataset_resolve_to_files_with_their_replica
 
 def test_what_cannot_be_resolved_is_named_with_its_fix():
     client = FakeRucio(FILES)
-    with pytest.raises(replicas.ResolutionError, match=r"1 file\(s\) have no replica .*2\.root \(replicas: SITE_B\)"):
+    with pytest.raises(
+        replicas.ResolutionError, match=r"1 file\(s\) have no available replica .*2\.root \(replicas: SITE_B\)"
+    ):
         replicas.files_of(client, "cms:/TT/X/NANOAODSIM", {"block": ["SITE_B"]})
     with pytest.raises(replicas.ResolutionError, match="not a Rucio DID: write <scope>:<name>"):
         replicas.files_of(client, "/TT/X/NANOAODSIM", {})
+    both = {"ttbar": {"a": {"rucio": "cms:/TT/A/NANOAODSIM"}, "b": {"rucio": "cms:/TT/B/NANOAODSIM"}}}
+    with pytest.raises(replicas.ResolutionError, match="is in both cms:/TT/A/NANOAODSIM and cms:/TT/B/NANOAODSIM"):
+        replicas.resolve(both, lambda did: replicas.files_of(client, did, {}))
+    with pytest.raises(replicas.ResolutionError, match=r"beside xsec: .* name it in a variation"):
+        replicas.resolve({"ttbar": {"xsec": 1.0, "rucio": "cms:/TT/X/NANOAODSIM"}}, lambda did: [])
+    with pytest.raises(replicas.ResolutionError, match="names a DID .* and lists files: keep one of them"):
+        replicas.resolve({"tt": {"nominal": {"rucio": "cms:/TT/X/NANOAODSIM", "files": []}}}, lambda did: [])
+    empty = FakeRucio({"/store/x/0.root": (["SITE_A"], 0)})  # a file of no events is known, not unknown
+    spec = replicas.resolve({"tt": {"nominal": {"rucio": "cms:/E"}}}, lambda did: replicas.files_of(empty, did, {}))
+    assert spec["tt"]["nominal"]["nevts_total"] == 0
     unknown = FakeRucio({"/store/x/1.root": (["SITE_A"], None)})
     agc = {"ttbar": {"nominal": {"rucio": "cms:/TT/X/NANOAODSIM"}}}
     with pytest.raises(replicas.ResolutionError, match="does not know the events .* name the DID in a coffea fileset"):
@@ -107,7 +119,7 @@ def test_the_resolution_is_kept_and_redone_only_when_the_spec_or_preferences_cha
     assert planned == str(out / "dataset.json") and client.asked == 1
     record = replicas.record(out)
     assert record["dids"] == {
-        "cms:/TT/X/NANOAODSIM": {"files": 2, "bytes": 2000, "events": 30, "rses": ["SITE_A", "SITE_B"]}
+        "cms:/TT/X/NANOAODSIM": {"files": 2, "bytes": 2000, "events": 30, "rses": {"SITE_A": 1, "SITE_B": 2}}
     }
     assert record["server"] == "https://rucio.example" and record["resolved_at"].endswith("Z")
     replicas.resolved(str(spec), out, {}, refresh=False, may_ask=True)
@@ -115,7 +127,11 @@ def test_the_resolution_is_kept_and_redone_only_when_the_spec_or_preferences_cha
     assert client.asked == 1
     replicas.resolved(str(spec), out, {"prefer": ["SITE_B"]}, refresh=False, may_ask=True)
     assert client.asked == 2
+    before = (out / "dataset.json").stat().st_mtime_ns
     replicas.resolved(str(spec), out, {"prefer": ["SITE_B"]}, refresh=True, may_ask=True)
+    assert client.asked == 3 and (out / "dataset.json").stat().st_mtime_ns == before  # the same files: kept as is
+    # Snakemake's local jobs (may_ask False) read what the main process wrote, even when the config says refresh.
+    assert replicas.resolved(str(spec), out, {}, refresh=True, may_ask=False) == str(out / "dataset.json")
     assert client.asked == 3
     plain = tmp_path / "plain.json"
     plain.write_text(json.dumps({"mc": {"files": {"/data/a.root": "Events"}}}))
@@ -135,7 +151,7 @@ def test_a_files_replicas_are_its_fail_overs(monkeypatch):
     assert sandbox.replicas == {"prefer": ["SANDBOX_ORIGIN", "SANDBOX_SITE_B"]}
     # On the origin the caches front: the caches, the origin, then the other site.
     route = sandbox.route(f"{A}//store/x/1.root", (f"{A}//store/x/1.root", f"{B}//store/x/1.root"))
-    assert [s.cache for s in route.sources] == [route.home.cache, route.sources[1].cache, None, None]
+    assert {s.cache for s in route.sources[:2]} == {"xcache-a", "xcache-b"} and route.sources[2].cache is None
     assert [s.url for s in route.sources[2:]] == [f"{A}//store/x/1.root", f"{B}//store/x/1.root"]
     # Preferred at another site: read there, then at the next replica; no cache fronts it.
     route = sandbox.route(f"{B}//store/x/2.root", (f"{B}//store/x/2.root", f"{A}//store/x/2.root"))
@@ -144,3 +160,8 @@ def test_a_files_replicas_are_its_fail_overs(monkeypatch):
     assert sandbox.route(f"{B}//store/x/3.root", (f"{B}//store/x/3.root",)).sources == (
         site.Source(url=f"{B}//store/x/3.root"),
     )
+
+
+def test_an_origin_is_the_same_server_with_or_without_xrootds_default_port():
+    assert site.server("root://a.example") == site.server("root://a.example:1094//store/x.root") == "a.example:1094"
+    assert site.server("root://127.0.0.1:25503//store/x.root") == "127.0.0.1:25503"

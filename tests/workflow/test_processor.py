@@ -16,6 +16,7 @@ from coffea import processor as coffea_processor
 from coffea import util
 from processors import CHUNKSIZE, NEW_PROCESSOR, assert_same, coffea_runner, fileset_in
 
+from hepvine.model import dataset
 from hepvine.work import processor
 
 NANOAOD = Path(__file__).resolve().parents[3] / "shared" / "nanoaod"
@@ -198,3 +199,31 @@ def test_the_dimuon_example_on_every_file_with_muons_equals_coffeas_runner():
     theirs = coffea_runner(doc, processor.load("hepvine.examples.dimuon:DimuonProcessor").instance, chunksize)
     assert_same(analysis.postprocess(ours), theirs)
     assert ours["data"]["pairs"] > 0 and ours["mc"]["pairs"] > 0  # a spectrum, not two empty histograms
+
+
+# Refuses to run on an empty chunk: every way coffea traces fails, so its chunks are read lazily.
+UNTRACEABLE = """
+def f(events):
+    if events.metadata["entrystop"] == events.metadata["entrystart"]:
+        raise RuntimeError("not on an empty chunk")
+    return {"n": len(events)}
+"""
+
+
+def test_the_branches_an_analysis_reads_are_traced_once_and_preloaded_without_changing_its_output(tmp_path):
+    (tmp_path / "mine.py").write_text(NEW_PROCESSOR)
+    (tmp_path / "untraceable.py").write_text(UNTRACEABLE)
+    path = str(NANOAOD / "ttH_M125_2017.root")
+    task = next(t for t in dataset.tasks({DAS: {"files": {path: "Events"}}}) if t.path == path)
+    traced = processor.load(f"{tmp_path}/mine.py:JetsAndMuons", {"pt_min": 25.0}, chunksize=CHUNKSIZE)
+    ours, events, _ = processor.run_file(path, task, traced)
+    columns = traced.traced[(task.dataset, "Events")]
+    assert {"nJet", "Jet_pt", "Jet_eta", "Jet_phi", "nMuon"} <= columns and len(columns) < 20, columns
+    lazy = processor.load(f"{tmp_path}/mine.py:JetsAndMuons", {"pt_min": 25.0}, chunksize=CHUNKSIZE)
+    lazy.traced[(task.dataset, "Events")] = None  # as if the trace had failed: every column read as touched
+    theirs, lazy_events, _ = processor.run_file(path, task, lazy)
+    assert events == lazy_events > CHUNKSIZE  # several chunks, each preloaded
+    assert_same(ours, theirs)
+    untraceable = processor.load(f"{tmp_path}/untraceable.py:f", chunksize=CHUNKSIZE)
+    out, n, _ = processor.run_file(path, task, untraceable)
+    assert untraceable.traced == {(task.dataset, "Events"): None} and out["n"] == n == events

@@ -92,8 +92,10 @@ def checked_credential(site, files):
 
 SPEC = SITE = CREDENTIAL = None
 BATCHES, BATCH, BATCH_RETRY, BATCH_FIXED, LFNS = [], {}, {}, {}, []
-# The files the main process reads to plan the campaign; inputs of the rules that re-read them.
+# The files the main process reads to plan the campaign; inputs of the rules that re-read them. PLANNED: the spec it
+# plans from (what the spec's Rucio DIDs resolved to, if it names some).
 PARSED = [config["dataset"]] + ([config["site"]] if HAS_SITE else [])
+PLANNED = config["dataset"]
 if not workflow.remote_exec:
     try:
         SITE = hv_site.load(config["site"]) if HAS_SITE else None

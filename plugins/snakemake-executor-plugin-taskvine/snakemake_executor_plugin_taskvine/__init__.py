@@ -233,14 +233,14 @@ class Executor(RemoteExecutor):
         self.most_worker = provision.most_worker(settings, self.run_dir)
         self.dispatcher: Optional[Dispatcher] = None
         self.provisioned: list = []
-        # Snakemake calls shutdown() only when it scheduled something: a run with nothing to do ends without it, and
-        # the workers and factories started here would outlive it (seen: a factory for ~1.5 min). Shut down at exit.
-        atexit.register(self.shutdown)
         try:
             self._start(settings)
         except BaseException:  # stop what was started and remove the secrets, then let the error through
             self.stop_workers()
             raise
+        # Snakemake calls shutdown() only when it scheduled something: a run with nothing to do ends without it, and
+        # the workers and factories started here would outlive it (seen: a factory for ~1.5 min). Shut down at exit.
+        atexit.register(self.shutdown)
 
     def credential_files(self, setting: str | None) -> dict[str, str]:
         """{variable: absolute path} of each variable SETTING names that names a file here; one that names no file

@@ -124,6 +124,7 @@ def test_a_run_with_nothing_to_do_leaves_nothing_running(workflow):
     again = wf.run(*ARGS, check=True)
     assert "Nothing to be done" in again.stderr, again.stderr[-3000:]
     port = re.search(r"TaskVine manager listening on port (\d+); run directory (\S+)", again.stderr)
+    assert port, f"the run did not say where its manager listens:\n{again.stderr[-3000:]}"
     assert (Path(port.group(2)) / "factory").is_dir(), "no factory was started: nothing to check"
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and of_manager(int(port.group(1))):

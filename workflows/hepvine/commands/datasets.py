@@ -3,7 +3,8 @@ its files, size, events and the storage elements that hold them (and how many of
 dataset discovery shows them. ``--write FILE`` writes a coffea fileset that names them
 (``{"<name>": {"rucio": "<did>"}}``: a campaign over it resolves them once and keeps what they resolved to);
 with ``--files`` it lists their files instead, each at its preferred replica (a plain fileset, which coffea's own
-Runner reads too). ``--site`` takes the replica preferences of a site config (its ``replicas`` key)."""
+Runner reads too; it keeps no other replica to fail over to). ``--site`` takes the replica preferences of a site
+config (its ``replicas`` key)."""
 
 from __future__ import annotations
 
@@ -16,22 +17,8 @@ from hepvine.model import atomic
 from hepvine.routing import replicas, site
 
 
-def summary(did: str, files: list[dict]) -> dict:
-    """What the table shows of DID, from its FILES (``replicas.files_of``)."""
-    holding: dict[str, int] = {}
-    for f in files:
-        for rse in f["rses"]:
-            holding[rse] = holding.get(rse, 0) + 1
-    return {
-        "did": did,
-        "files": len(files),
-        "bytes": sum(f["bytes"] for f in files),
-        "events": sum(f["events"] or 0 for f in files) if all(f["events"] for f in files) else None,
-        "rses": dict(sorted(holding.items())),
-    }
-
-
 def table(rows: list[dict]) -> str:
+    """ROWS (each a DID and its ``replicas.summary``) as the text table the command prints."""
     lines = [f"{'files':>7} {'GB':>9} {'events':>13}  {'DID':<60} storage elements (files held)"]
     for r in rows:
         events = f"{r['events']:,}" if r["events"] is not None else "?"
@@ -64,10 +51,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--site", help="a site config whose `replicas` preferences order and filter the replicas")
     parser.add_argument("--write", metavar="FILE", help="write a coffea fileset of what was found to FILE (JSON)")
     parser.add_argument(
-        "--files", action="store_true", help="with --write: list the files at their preferred replicas, not the DIDs"
+        "--files",
+        action="store_true",
+        help="with --write: list the files at their preferred replicas, not the DIDs (a fileset for coffea itself: "
+        "it keeps no other replica to fail over to)",
     )
     parser.add_argument("--json", action="store_true", help="print the table as JSON")
     args = parser.parse_args(argv)
+    if args.files and not args.write:
+        parser.error("--files says what --write writes: give --write FILE too")
     try:
         preferences = site.load(args.site).replicas if args.site else {}
         scope, pattern = replicas.split_did(args.query)
@@ -80,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     except (replicas.ResolutionError, site.SiteError) as e:
         print(f"hepvine datasets: {e}", file=sys.stderr)
         return 2
-    rows = [summary(did, files) for did, files in found.items()]
+    rows = [{"did": did, **replicas.summary(files)} for did, files in found.items()]
     print(json.dumps(rows, indent=1) if args.json else table(rows))
     if not rows:
         print(f"hepvine datasets: Rucio lists no {args.type} matching {args.query}", file=sys.stderr)

@@ -29,10 +29,15 @@ def adler32(path: Path) -> str:
     return f"{value & 0xFFFFFFFF:08x}"
 
 
-def add_storage(client, rse: str, port: int, site: str) -> None:
-    """A storage element RSE of SITE: the XRootD server on loopback PORT, not deterministic (each replica is
-    registered with its own URL, its path on that server)."""
-    client.add_rse(rse, deterministic=False)
+def set_storage(client, rse: str, port: int, site: str) -> None:
+    """Storage element RSE of SITE: the XRootD server on loopback PORT, not deterministic (each replica is
+    registered with its own URL, its path on that server). Added if new, else its protocol pointed at PORT (what
+    was registered on it stays)."""
+    if rse in {r["rse"] for r in client.list_rses()}:
+        if any(p["scheme"] == "root" for p in client.get_rse(rse).get("protocols", [])):
+            client.delete_protocols(rse, "root")
+    else:
+        client.add_rse(rse, deterministic=False)
     client.add_protocol(
         rse,
         {

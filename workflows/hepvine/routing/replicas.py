@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -35,6 +36,7 @@ from hepvine.model import fileset as hv_fileset
 
 KEY = "rucio"  # a sample's key that names its DID
 SCHEME = "root"
+FILESET_KEYS = {KEY, "metadata", "treename"}  # what a fileset's dataset that names a DID may hold
 
 
 class ResolutionError(ValueError):
@@ -43,8 +45,17 @@ class ResolutionError(ValueError):
 
 def _names_at_top(spec: dict) -> bool:
     """Whether SPEC names its DIDs as a fileset does (at the top: {dataset: {"rucio": DID}}), not as an AGC spec (a
-    process's variations: {process: {variation: {"rucio": DID}}})."""
-    return any(isinstance(v, dict) and KEY in v for v in spec.values())
+    process's variations: {process: {variation: {"rucio": DID}}}). A top-level entry that names a DID beside keys a
+    fileset's dataset does not have (an AGC process's xsec, its files) is refused, naming it."""
+    top = [(name, v) for name, v in spec.items() if isinstance(v, dict) and KEY in v]
+    for name, value in top:
+        if set(value) - FILESET_KEYS:
+            raise ResolutionError(
+                f"{name}: names a DID ({value[KEY]}) beside {', '.join(sorted(set(value) - FILESET_KEYS))}: a "
+                "fileset's dataset naming a DID holds only rucio, metadata and treename; in an AGC spec, name it "
+                'in a variation ({"' + name + '": {"xsec": ..., "nominal": {"rucio": "..."}}})'
+            )
+    return bool(top)
 
 
 def dids(spec) -> list[str]:
@@ -89,7 +100,10 @@ def files_of(client, did: str, preferences: dict) -> list[dict]:
     scope, name = split_did(did)
     try:
         events = {(f["scope"], f["name"]): f.get("events") for f in client.list_files(scope, name)}
-        listed = list(client.list_replicas([{"scope": scope, "name": name}], schemes=[SCHEME]))
+        # Only replicas Rucio says can be read now (not on a storage element blocked for reading, not lost).
+        listed = list(
+            client.list_replicas([{"scope": scope, "name": name}], schemes=[SCHEME], ignore_availability=False)
+        )
     except Exception as e:  # Rucio's client raises its own types (DataIdentifierNotFound, AccessDenied, ...)
         raise ResolutionError(f"{did}: Rucio says {type(e).__name__}: {e}") from e
     out, unreadable = [], []
@@ -97,9 +111,8 @@ def files_of(client, did: str, preferences: dict) -> list[dict]:
         available = {rse for rse, state in (replica.get("states") or {}).items() if state == "AVAILABLE"}
         rses = ordered(sorted(r for r in replica["rses"] if r in available and replica["rses"][r]), preferences)
         if not rses:
-            unreadable.append(
-                f"{replica['scope']}:{replica['name']} (replicas: {', '.join(replica['rses']) or 'none'})"
-            )
+            listed_at = ", ".join(sorted(replica["rses"])) or "none available"
+            unreadable.append(f"{replica['scope']}:{replica['name']} (replicas: {listed_at})")
             continue
         urls = [replica["rses"][rse][0] for rse in rses]
         out.append(
@@ -116,7 +129,7 @@ def files_of(client, did: str, preferences: dict) -> list[dict]:
         )
     if unreadable:
         raise ResolutionError(
-            f"{did}: {len(unreadable)} file(s) have no replica the site's preferences allow "
+            f"{did}: {len(unreadable)} file(s) have no available replica that the site's preferences allow "
             f"({json.dumps(preferences, sort_keys=True)}): " + "; ".join(unreadable[:10])
         )
     if not out:
@@ -134,36 +147,53 @@ def _entry(f: dict) -> dict:
 
 def resolve(spec: dict, files: Callable[[str], list[dict]]) -> dict:
     """SPEC with each sample that names a DID replaced by its files (FILES(did), as ``files_of`` gives them): an AGC
-    sample's {nevts_total, files}, a fileset dataset's {files: {path: {object_path, num_entries, ...}}}."""
+    sample's {nevts_total, files}, a fileset dataset's {files: {path: {object_path, num_entries, ...}}}. A file that
+    two DIDs both hold is refused, naming both (it would be counted twice)."""
     out = json.loads(json.dumps(spec))
+    holder: dict[str, str] = {}  # a file's DID → the DID the spec named that holds it
+
+    def resolved(did: str) -> list[dict]:
+        found = files(did)
+        for f in found:
+            if holder.setdefault(f["did"], did) != did:
+                raise ResolutionError(
+                    f"{f['did']} is in both {holder[f['did']]} and {did}, which the spec names: it would be counted "
+                    "twice; name only one of them"
+                )
+        return found
+
     if _names_at_top(spec):
         for value in out.values():
-            if KEY in value:
+            if isinstance(value, dict) and KEY in value:
                 did = value.pop(KEY)
                 tree = value.pop("treename", hv_fileset.DEFAULT_TREE)
                 value["files"] = {
                     f["path"]: {
                         "object_path": tree,
-                        **({"num_entries": f["events"]} if f["events"] else {}),
+                        **({"num_entries": f["events"]} if f["events"] is not None else {}),
                         **{k: v for k, v in _entry(f).items() if k != "path"},
                     }
-                    for f in files(did)
+                    for f in resolved(did)
                 }
         return out
     for process, variations in out.items():
-        for variation, sample in variations.items():
+        for variation, sample in variations.items() if isinstance(variations, dict) else ():
             if isinstance(sample, dict) and KEY in sample:
+                if "files" in sample:
+                    raise ResolutionError(
+                        f"{process}/{variation}: names a DID ({sample[KEY]}) and lists files: keep one of them"
+                    )
                 did = sample.pop(KEY)
-                resolved = files(did)
-                missing = [f["did"] for f in resolved if not f["events"]]
+                found = resolved(did)
+                missing = [f["did"] for f in found if f["events"] is None]
                 if missing:
                     raise ResolutionError(
                         f"{process}/{variation}: {did}: Rucio does not know the events of {len(missing)} file(s) "
                         f"(e.g. {missing[0]}), which an AGC spec needs; name the DID in a coffea fileset instead "
                         '({"<dataset>": {"rucio": "' + did + '"}}), or register their events'
                     )
-                sample["files"] = [{**_entry(f), "nevts": f["events"]} for f in resolved]
-                sample.setdefault("nevts_total", sum(f["events"] for f in resolved))
+                sample["files"] = [{**_entry(f), "nevts": f["events"]} for f in found]
+                sample.setdefault("nevts_total", sum(f["events"] for f in found))
     return out
 
 
@@ -195,10 +225,16 @@ def resolved(spec_path: str, directory: str | Path, preferences: dict | None, re
         return spec_path
     directory = Path(directory)
     preferences = preferences or {}
-    key = hashlib.sha256(json.dumps({"spec": raw, "preferences": preferences}, sort_keys=True).encode()).hexdigest()
+    # What decides the resolution: the spec, the preferences, and which Rucio (and as whom) the user's setup names.
+    asked = {name: os.environ.get(name, "") for name in ("RUCIO_CONFIG", "RUCIO_HOME", "RUCIO_ACCOUNT")}
+    key = hashlib.sha256(
+        json.dumps({"spec": raw, "preferences": preferences, "rucio": asked}, sort_keys=True).encode()
+    ).hexdigest()
     out, record = directory / "dataset.json", directory / "resolution.json"
-    if out.exists() and record.exists() and not refresh:
-        if json.loads(record.read_text()).get("key") == key or not may_ask:
+    if out.exists() and record.exists():
+        # Snakemake's local jobs (run: rules, in subprocesses) plan from what the main process resolved, whatever
+        # the config says (rucio_refresh among it).
+        if not may_ask or (not refresh and json.loads(record.read_text()).get("key") == key):
             return str(out)
     if not may_ask:
         raise ResolutionError(f"{spec_path} names Rucio DIDs, and {out} is not written yet: run the campaign again")
@@ -208,16 +244,12 @@ def resolved(spec_path: str, directory: str | Path, preferences: dict | None, re
 
     def files(did: str) -> list[dict]:
         found = files_of(rucio, did, preferences)
-        counts[did] = {
-            "files": len(found),
-            "bytes": sum(f["bytes"] for f in found),
-            "events": sum(f["events"] or 0 for f in found),
-            "rses": sorted({r for f in found for r in f["rses"]}),
-        }
+        counts[did] = summary(found)
         return found
 
     spec = resolve(raw, files)
-    atomic.write_json(out, spec, indent=None)
+    # Unchanged if Rucio lists the same (a refresh that finds nothing new reruns nothing downstream).
+    atomic.write_if_changed(out, json.dumps(spec) + "\n")
     atomic.write_json(
         record,
         {
@@ -232,6 +264,21 @@ def resolved(spec_path: str, directory: str | Path, preferences: dict | None, re
         },
     )
     return str(out)
+
+
+def summary(files: list[dict]) -> dict:
+    """What a DID's FILES (``files_of``) amount to: how many, bytes, events (None if Rucio does not know them all),
+    and how many of them each storage element holds."""
+    holding: dict[str, int] = {}
+    for f in files:
+        for rse in f["rses"]:
+            holding[rse] = holding.get(rse, 0) + 1
+    return {
+        "files": len(files),
+        "bytes": sum(f["bytes"] for f in files),
+        "events": sum(f["events"] for f in files) if all(f["events"] is not None for f in files) else None,
+        "rses": dict(sorted(holding.items())),
+    }
 
 
 def record(directory: str | Path) -> dict | None:

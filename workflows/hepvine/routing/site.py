@@ -26,6 +26,7 @@ SCHEMA = importlib.resources.files("hepvine.model") / "schemas" / "site.schema.y
 SCHEMA_NAME = "hepvine/model/schemas/site.schema.yaml"
 VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 ROOT_URL = re.compile(r"^(root://[^/]+)/(/.*)$")
+XROOTD_PORT = 1094
 
 
 class SiteError(ValueError):
@@ -99,7 +100,7 @@ class Site:
         if not match:
             return Route(lfn=path, sources=(Source(url=path), *others))
         origin, lfn = match.group(1), match.group(2)
-        fronted = not replicas or origin in {o["url"].rstrip("/") for o in self.origins}
+        fronted = not replicas or server(origin) in {server(o["url"]) for o in self.origins}
         if self.access == "direct" or not fronted:
             return Route(lfn=lfn, sources=(Source(url=path), *others))
         by_name = {c["name"]: c for c in self.caches}
@@ -113,6 +114,12 @@ class Site:
         if self.access == "forward-proxy":
             return f"{cache_url.rstrip('/')}//{origin}/{lfn}"
         return f"{cache_url.rstrip('/')}/{lfn}"
+
+
+def server(url: str) -> str:
+    """The ``host:port`` of a root:// URL, with XRootD's default port (1094) when it names none."""
+    host = url.removeprefix("root://").split("/", 1)[0]
+    return host if ":" in host.rsplit("]", 1)[-1] else f"{host}:{XROOTD_PORT}"
 
 
 def _expand(value, where: str, source: Path):

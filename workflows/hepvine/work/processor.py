@@ -8,6 +8,14 @@ the steps of a preprocessed fileset), each chunk becomes NanoEvents exactly as t
 ``dataset``, ``filename``, ``treename``, ``entrystart``, ``entrystop``, ``fileuuid`` plus the dataset's own), and the
 chunks' outputs are added with ``coffea.processor.accumulate`` in chunk order. TTree and RNTuple alike.
 
+The columns a chunk needs are read in bulk: the first time a job meets a dataset, the analysis is traced on an empty
+chunk of its file (``coffea.nanoevents.trace.trace``: awkward's typetracer, as coffea's Runner does with ``trace=``),
+and every chunk of that dataset then preloads those branches with one ``tree.arrays`` call (one vector read over
+XRootD) instead of one read per branch as the analysis touches them. What a trace cannot see (a column touched only
+for some events) is still read lazily; a trace that fails leaves the chunks lazy. It changes what is read when,
+never what the analysis computes. ``Analysis.traced`` keeps the traces (a file's own process sends its trace back:
+hepvine.jobs.driver).
+
 What goes wrong is said per file: a file that NanoEvents cannot read is a permanent ``not-nanoevents`` failure; an
 exception raised by the user's code is an ``records.AnalysisError`` naming the user's frame (file:line), which
 ``failures.classify`` makes the file's permanent ``analysis-error`` — unless it is a read failure (an XRootD error
@@ -23,7 +31,8 @@ import math
 import sys
 import traceback
 import uuid
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from hepvine.model.records import AnalysisError, FileProblem
@@ -46,6 +55,8 @@ class Analysis:
     source: str | None  # the file that defines it (its frames are the user's)
     schema: type
     chunksize: int
+    # The branches the analysis reads, by (dataset, tree): traced once per job (None: the trace failed; read lazily).
+    traced: dict = field(default_factory=dict)
 
     @property
     def is_processor(self) -> bool:
@@ -169,6 +180,34 @@ def _user_frame(exc: BaseException, source: str | None) -> str:
     return f"{frame.filename}:{frame.lineno} in {frame.name}"
 
 
+def preload(analysis: Analysis, opened, task, metadata: dict) -> frozenset | None:
+    """The branches of TASK's tree (in the file OPENED) that ANALYSIS reads, traced on an empty chunk the first time
+    the job meets TASK's dataset and tree (then kept in ``analysis.traced``); None when the trace fails (or finds
+    nothing)."""
+    key = (task.dataset, task.treename)
+    if key not in analysis.traced:
+        from coffea.nanoevents import NanoEventsFactory
+        from coffea.nanoevents.trace import trace
+
+        try:
+            with warnings.catch_warnings():  # coffea warns of each way of tracing it tries
+                warnings.simplefilter("ignore")
+                empty = NanoEventsFactory.from_root(
+                    file=opened,
+                    treepath=task.treename,
+                    schemaclass=analysis.schema,
+                    metadata={**metadata, "entrystart": 0, "entrystop": 0},
+                    mode="virtual",
+                    entry_start=0,
+                    entry_stop=0,
+                ).events()
+                # coffea's trace gives an empty set when every way of tracing failed: nothing to preload.
+                analysis.traced[key] = frozenset(trace(analysis.process, empty)) or None
+        except Exception:  # whatever the user's code does on a typetracer: the chunks are then read lazily
+            analysis.traced[key] = None
+    return analysis.traced[key]
+
+
 def file_uuid(opened) -> str:
     """The UUID ROOT gave the file OPENED (by uproot) when it wrote it, as coffea reads it; '' where it has none."""
     return str(uuid.UUID(bytes=opened.file.fUUID)) if len(opened.file.fUUID) else ""
@@ -206,6 +245,7 @@ def run_file(url: str, task, analysis: Analysis) -> tuple[object, int, int]:
                     mode="virtual",
                     entry_start=start,
                     entry_stop=stop,
+                    preload=preload(analysis, f, task, metadata),
                 ).events()
             except Exception as e:
                 if failures.classify(e) is not None:
