@@ -115,27 +115,36 @@ def test_the_resolution_is_kept_and_redone_only_when_the_spec_or_preferences_cha
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"mc": {"rucio": "cms:/TT/X/NANOAODSIM"}}))
     out = tmp_path / "rucio"
-    planned = replicas.resolved(str(spec), out, {}, refresh=False, may_ask=True)
+    planned, doc = resolved(spec, out, {}, refresh=False, may_ask=True)
     assert planned == str(out / "dataset.json") and client.asked == 1
+    assert doc == json.loads((out / "dataset.json").read_text())
     record = replicas.record(out)
     assert record["dids"] == {
         "cms:/TT/X/NANOAODSIM": {"files": 2, "bytes": 2000, "events": 30, "rses": {"SITE_A": 1, "SITE_B": 2}}
     }
     assert record["server"] == "https://rucio.example" and record["resolved_at"].endswith("Z")
-    replicas.resolved(str(spec), out, {}, refresh=False, may_ask=True)
-    replicas.resolved(str(spec), out, {"prefer": ["SITE_B"]}, refresh=False, may_ask=False)  # a job: reads it
+    resolved(spec, out, {}, refresh=False, may_ask=True)
+    resolved(spec, out, {"prefer": ["SITE_B"]}, refresh=False, may_ask=False)  # a job: reads it
     assert client.asked == 1
-    replicas.resolved(str(spec), out, {"prefer": ["SITE_B"]}, refresh=False, may_ask=True)
+    resolved(spec, out, {"prefer": ["SITE_B"]}, refresh=False, may_ask=True)
     assert client.asked == 2
     before = (out / "dataset.json").stat().st_mtime_ns
-    replicas.resolved(str(spec), out, {"prefer": ["SITE_B"]}, refresh=True, may_ask=True)
+    resolved(spec, out, {"prefer": ["SITE_B"]}, refresh=True, may_ask=True)
     assert client.asked == 3 and (out / "dataset.json").stat().st_mtime_ns == before  # the same files: kept as is
     # Snakemake's local jobs (may_ask False) read what the main process wrote, even when the config says refresh.
-    assert replicas.resolved(str(spec), out, {}, refresh=True, may_ask=False) == str(out / "dataset.json")
+    assert resolved(spec, out, {}, refresh=True, may_ask=False)[0] == str(out / "dataset.json")
     assert client.asked == 3
     plain = tmp_path / "plain.json"
     plain.write_text(json.dumps({"mc": {"files": {"/data/a.root": "Events"}}}))
-    assert replicas.resolved(str(plain), tmp_path / "other", {}, refresh=False, may_ask=True) == str(plain)
+    assert resolved(plain, tmp_path / "other", {}, refresh=False, may_ask=True) == (
+        str(plain),
+        json.loads(plain.read_text()),
+    )
+
+
+def resolved(spec: Path, *args, **kwargs):
+    """replicas.resolved of the spec file SPEC, read as the workflow reads it."""
+    return replicas.resolved(str(spec), dataset.read(spec), *args, **kwargs)
 
 
 def test_a_files_replicas_are_its_fail_overs(monkeypatch):

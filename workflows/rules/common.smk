@@ -102,14 +102,15 @@ if not workflow.remote_exec:
     except hv_site.SiteError as e:
         raise WorkflowError(f"{e}\nFix the site config given as --config site=... and run again.")
     try:
-        PLANNED = hv_replicas.resolved(
+        PLANNED, SPEC = hv_replicas.resolved(
             config["dataset"],
+            hv_dataset.read(Path(config["dataset"])),
             RUCIO_DIR,
             SITE.replicas if SITE else None,
             refresh=config["rucio_refresh"],
             may_ask=workflow.is_main_process,
         )
-        SPEC = hv_dataset.load(PLANNED)
+        SPEC = hv_dataset.validated(SPEC, PLANNED)
     except hv_dataset.DatasetError as e:
         raise WorkflowError(f"{e}\nFix the spec given as --config dataset=... and run again.")
     except hv_replicas.ResolutionError as e:

@@ -202,8 +202,12 @@ def problems(spec) -> list[str]:
 
 def load(path: str | Path) -> dict:
     """The validated spec at PATH (JSON, or YAML by its suffix)."""
-    path = Path(path)
-    spec = read(path)
+    return validated(read(Path(path)), path)
+
+
+def validated(spec, path: str | Path) -> dict:
+    """SPEC (read from PATH) if it is a valid fileset or AGC spec; else a DatasetError naming PATH and every
+    problem."""
     if hv_fileset.is_fileset(spec):
         found = hv_fileset.problems(spec)
         if found:

@@ -215,14 +215,15 @@ def client():
         ) from e
 
 
-def resolved(spec_path: str, directory: str | Path, preferences: dict | None, refresh: bool, may_ask: bool) -> str:
-    """The spec to plan from (see the module's text): SPEC_PATH if it names no DID, else DIRECTORY/dataset.json,
-    resolved now if it is missing, was resolved from another spec or other PREFERENCES, or REFRESH asks (only when
-    MAY_ASK: the main process; others read what it wrote)."""
-    raw = hv_dataset.read(Path(spec_path))
-    names = dids(raw)
-    if not names:
-        return spec_path
+def resolved(
+    spec_path: str, raw, directory: str | Path, preferences: dict | None, refresh: bool, may_ask: bool
+) -> tuple[str, dict]:
+    """(where the spec to plan from is, that spec; see the module's text): SPEC_PATH and RAW (the document read from
+    it, not validated) if it names no DID, else DIRECTORY/dataset.json, resolved now if it is missing, was resolved
+    from another spec or other PREFERENCES, or REFRESH asks (only when MAY_ASK: the main process; others read what it
+    wrote). Each document is read once."""
+    if not dids(raw):
+        return spec_path, raw
     directory = Path(directory)
     preferences = preferences or {}
     # What decides the resolution: the spec, the preferences, and which Rucio (and as whom) the user's setup names.
@@ -235,7 +236,7 @@ def resolved(spec_path: str, directory: str | Path, preferences: dict | None, re
         # Snakemake's local jobs (run: rules, in subprocesses) plan from what the main process resolved, whatever
         # the config says (rucio_refresh among it).
         if not may_ask or (not refresh and json.loads(record.read_text()).get("key") == key):
-            return str(out)
+            return str(out), hv_dataset.read(out)
     if not may_ask:
         raise ResolutionError(f"{spec_path} names Rucio DIDs, and {out} is not written yet: run the campaign again")
     rucio = client()
@@ -263,7 +264,7 @@ def resolved(spec_path: str, directory: str | Path, preferences: dict | None, re
             "dids": counts,
         },
     )
-    return str(out)
+    return str(out), spec
 
 
 def summary(files: list[dict]) -> dict:
