@@ -1,8 +1,9 @@
 """A user's processor on the real stack: the sandbox profile (TaskVine workers that HTCondor runs, one per rack),
 a coffea fileset of real NanoAOD files served by the XRootD origin and read through the racks' XCaches, the
-processor's file shipped to workers without a shared filesystem, each file recompressed to ZSTD first — and
-``output.coffea`` equal to coffea's own ``processor.Runner`` reading the same URLs, with the one file that is not ROOT
-named as failed; then a later campaign over the copies (``dataset.zstd.json``) equal to the Runner over them."""
+processor's file and the user's package it imports (hepvine.model.sources) shipped to workers without a shared
+filesystem, each file recompressed to ZSTD first — and ``output.coffea`` equal to coffea's own ``processor.Runner``
+reading the same URLs, with the one file that is not ROOT named as failed; then a later campaign over the copies
+(``dataset.zstd.json``) equal to the Runner over them."""
 
 from __future__ import annotations
 
@@ -91,7 +92,20 @@ def test_a_users_processor_on_taskvine_workers_equals_coffeas_runner(served):
     fileset, bad, tag = served
     inputs = REPO / "results" / tag
     inputs.mkdir(parents=True)
-    (inputs / "my_analysis.py").write_text(NEW_PROCESSOR)
+    # The processor's file imports a package of the user's beside it (with a data file it reads): both are shipped.
+    cut = "jets = events.Jet[events.Jet.pt > self.pt_min]"
+    assert cut in NEW_PROCESSOR
+    (inputs / "my_analysis.py").write_text(
+        "from my_cuts.jets import good_jets\n" + NEW_PROCESSOR.replace(cut, "jets = good_jets(events.Jet, self.pt_min)")
+    )
+    (inputs / "my_cuts").mkdir()
+    (inputs / "my_cuts" / "__init__.py").write_text("")
+    (inputs / "my_cuts" / "scale.json").write_text("1.0")
+    (inputs / "my_cuts" / "jets.py").write_text(
+        "import json\nfrom pathlib import Path\n\n"
+        "SCALE = json.loads((Path(__file__).parent / 'scale.json').read_text())\n\n\n"
+        "def good_jets(jets, pt_min):\n    return jets[jets.pt * SCALE > pt_min]\n"
+    )
     # As coffea's dataset_tools write it (preprocessed: each file's tree and entries): a recompressing job asks its
     # worker for disk by its files' sizes, which a plain fileset of remote files does not give (4 GB a file is
     # assumed, more than the sandbox's workers have: the job would fail at once saying so).

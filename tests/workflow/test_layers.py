@@ -37,6 +37,7 @@ WORKFLOW_LAYERS = (
             "model.eras",
             "model.fileset",
             "model.dataset",
+            "model.sources",
         ),
     ),
     (

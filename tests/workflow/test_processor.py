@@ -154,12 +154,27 @@ def test_an_exception_in_process_is_that_files_analysis_error_and_the_fix_reruns
     assert fixed.returncode == 0, fixed.stderr[-3000:]
     report = json.loads((work / "results" / "broken" / "report.json").read_text())
     assert report["complete"] and report["files"]["ok"] == 6
+    fixed_output = util.load(str(work / "results" / "broken" / "output.coffea"))
     # Unchanged: nothing to do. A changed analysis file: the analysis jobs run again.
     dry = subprocess.run([*cmd[:-1], "campaign=broken", "-n"], capture_output=True, text=True, timeout=600)
     assert "Nothing to be done" in dry.stdout + dry.stderr
     (work / "my_analysis.py").write_text(NEW_PROCESSOR + "\n# changed\n")
     dry = subprocess.run([*cmd[:-1], "campaign=broken", "-n"], capture_output=True, text=True, timeout=600)
     assert "analyse" in dry.stdout and "reason: Updated input files: my_analysis.py" in dry.stdout, dry.stdout
+
+    # The same processor in a package of the working directory, named <module>:<Name>: the same output; the
+    # package's files are the jobs' inputs (hepvine.model.sources), so a change of a module it imports reruns them.
+    (work / "mypkg").mkdir()
+    (work / "mypkg" / "__init__.py").write_text("")
+    (work / "mypkg" / "proc.py").write_text("from mypkg.helpers import unused  # noqa: F401\n" + NEW_PROCESSOR)
+    (work / "mypkg" / "helpers.py").write_text("unused = 1\n")
+    as_module = [c.replace("my_analysis.py:", "mypkg.proc:") for c in cmd[:-1]] + ["campaign=pkg"]
+    run = subprocess.run(as_module, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert_same(util.load(str(work / "results" / "pkg" / "output.coffea")), fixed_output)
+    (work / "mypkg" / "helpers.py").write_text("unused = 2\n")
+    dry = subprocess.run([*as_module, "-n"], capture_output=True, text=True, timeout=600)
+    assert "reason: Updated input files: mypkg/helpers.py" in dry.stdout, dry.stdout
 
 
 @pytest.mark.slow

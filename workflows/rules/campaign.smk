@@ -69,7 +69,7 @@ if RECOMPRESS:
 rule analyse:
     input:
         shard=f"{INDEX}/{{batch}}.json",
-        analysis=ANALYSIS_FILE,
+        analysis=ANALYSIS_FILES,
     output:
         **ANALYSE_OUTPUTS,
     log:
@@ -136,7 +136,7 @@ rule report:
         # reaches a report job on a worker, and a changed command line, profile, config or checkout remakes the report.
         run=f"{INDEX}/run.json",
         # Its postprocess runs here, once, on the merged output.
-        analysis=ANALYSIS_FILE,
+        analysis=ANALYSIS_FILES,
     output:
         # What coffea's processor.Runner returns for the same analysis and dataset (coffea.util.load reads it).
         output=f"{OUT}/output.coffea",

@@ -18,6 +18,7 @@ from hepvine.reading import fetch as hv_fetch
 from hepvine.routing import index as hv_index
 from hepvine.routing import replicas as hv_replicas
 from hepvine.model import limits as hv_limits
+from hepvine.model import sources as hv_sources
 from hepvine.products import retries as hv_retries
 from hepvine.routing import site as hv_site
 
@@ -31,11 +32,11 @@ CACHE_STATS = f"{OUT}/cache-stats"
 # Each file's transient failures so far (written when a run ends): a batch's sum is a parameter of its job, so a
 # new run reruns exactly the batches that had a transient failure (Snakemake reruns jobs whose parameters changed).
 RETRIES_FILE = f"{OUT}/retries.json"
-# The analysis (hepvine.work.processor loads it in the jobs; never imported here: every job parses this file). A file of
-# the user's is an input of the jobs that run it: shipped to workers without a shared filesystem, and a change of it
-# reruns them. Its arguments are a parameter (a change reruns them too).
+# The analysis (hepvine.work.processor loads it in the jobs; never imported here: every job parses this file). Its local
+# files (the user's file, what it imports from beside it, a package in the working directory: hepvine.model.sources)
+# are inputs of the jobs that run it: shipped to workers without a shared filesystem, and a change of one reruns them.
+# Its arguments are a parameter (a change reruns them too).
 ANALYSIS = config["analysis"]
-ANALYSIS_FILE = [ANALYSIS.rpartition(":")[0]] if ANALYSIS.rpartition(":")[0].endswith(".py") else []
 
 
 def typed(value):
@@ -51,11 +52,20 @@ def typed(value):
 ANALYSIS_ARGS = json.dumps(typed(config["analysis_args"]), sort_keys=True, separators=(",", ":"))
 # (Rules that use it have the parameter analysis_args = ANALYSIS_ARGS.)
 ANALYSIS_OPTIONS = f"--analysis {shlex.quote(ANALYSIS)} --analysis-args {{params.analysis_args:q}}"
-if ANALYSIS_FILE and not Path(ANALYSIS_FILE[0]).is_file() and not workflow.remote_exec:
+# (A job's parse on a worker without a shared filesystem has the files only when it is a job that runs the analysis.)
+if (
+    ANALYSIS.rpartition(":")[0].endswith(".py")
+    and not Path(ANALYSIS.rpartition(":")[0]).is_file()
+    and not workflow.remote_exec
+):
     raise WorkflowError(
-        f"analysis={ANALYSIS}: no such file {ANALYSIS_FILE[0]} (relative to {Path.cwd()}); give "
+        f"analysis={ANALYSIS}: no such file {ANALYSIS.rpartition(':')[0]} (relative to {Path.cwd()}); give "
         "<file.py>:<Name> or <module>:<Name>"
     )
+try:
+    ANALYSIS_FILES = hv_sources.local_sources(ANALYSIS)
+except hv_sources.SourcesError as e:
+    raise WorkflowError(str(e)) from None
 # A spec that names Rucio DIDs is planned from what they resolved to, kept here (hepvine.routing.replicas).
 RUCIO_DIR = f"{OUT}/rucio"
 

@@ -1,0 +1,79 @@
+"""The local files of a user's analysis (hepvine.model.sources): what is shipped with the jobs that run it."""
+
+from __future__ import annotations
+
+import pytest
+
+from hepvine.model import sources
+
+
+def write(path, text=""):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_a_file_ships_with_what_it_imports_from_beside_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write(
+        tmp_path / "ana" / "mine.py",
+        "import numpy as np\nimport helpers.cuts\nfrom weights import table\nfrom . import nothing\n"
+        "def f():\n    import lazy\n",
+    )
+    write(tmp_path / "ana" / "helpers" / "__init__.py")
+    write(tmp_path / "ana" / "helpers" / "cuts.py", "from calib import k\n")
+    write(tmp_path / "ana" / "helpers" / "data" / "sf.json", "{}")
+    write(tmp_path / "ana" / "helpers" / "__pycache__" / "cuts.cpython-313.pyc", "x")
+    write(tmp_path / "ana" / "helpers" / ".hidden", "x")
+    write(tmp_path / "ana" / "weights.py")
+    write(tmp_path / "ana" / "lazy.py")
+    write(tmp_path / "ana" / "calib.py")
+    write(tmp_path / "ana" / "unrelated.py")
+    write(tmp_path / "ana" / "notapackage" / "x.py")  # no __init__.py: never a local import
+    write(tmp_path / "numpy.py")  # beside the working directory, not beside the file: not its import path
+
+    assert sources.local_sources("ana/mine.py:Proc") == [
+        "ana/mine.py",
+        "ana/helpers/__init__.py",
+        "ana/helpers/cuts.py",
+        "ana/helpers/data/sf.json",
+        "ana/lazy.py",
+        "ana/weights.py",
+        "ana/calib.py",
+    ]
+
+
+def test_a_module_in_the_working_directory_ships_whole_and_an_installed_one_not_at_all(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "mypkg" / "__init__.py")
+    write(tmp_path / "mypkg" / "proc.py", "from mypkg import sel\nimport shared_cuts\n")
+    write(tmp_path / "mypkg" / "sel.py")
+    write(tmp_path / "shared_cuts.py")
+    write(tmp_path / "single.py")
+    assert sources.local_sources("mypkg.proc:Proc") == [
+        "mypkg/__init__.py",
+        "mypkg/proc.py",
+        "mypkg/sel.py",
+        "shared_cuts.py",
+    ]
+    assert sources.local_sources("single:f") == ["single.py"]
+    assert sources.local_sources("hepvine.examples.agc:TtbarProcessor") == []
+    assert sources.local_sources("coffea.processor:Nothing") == []
+
+
+def test_a_missing_file_ships_nothing_more_and_a_broken_one_just_itself(tmp_path, monkeypatch):
+    """A merge job's parse on a worker that was not sent the analysis; a syntax error is the job's to name."""
+    monkeypatch.chdir(tmp_path)
+    assert sources.local_sources("gone.py:Proc") == ["gone.py"]
+    write(tmp_path / "broken.py", "def (:\n")
+    assert sources.local_sources("broken.py:Proc") == ["broken.py"]
+
+
+def test_too_much_to_ship_says_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "big" / "__init__.py")
+    for i in range(5):
+        write(tmp_path / "big" / f"m{i}.py")
+    monkeypatch.setattr(sources, "MAX_FILES", 4)
+    with pytest.raises(sources.SourcesError, match=r"big.*6 files.*install the package"):
+        sources.local_sources("big.m0:Proc")
