@@ -1,8 +1,10 @@
 """TaskVine on the sandbox: a manager runs 20 tasks on workers that ``vine_factory -T condor`` submitted to the pool,
-the workers are gone once the factory stops, and a worker without the manager's password is refused."""
+the workers are gone once the factory stops (removed together by their tag), and a worker without the manager's
+password is refused."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import time
 
@@ -73,8 +75,21 @@ def test_condor_factory_runs_20_tasks(services, condor_env, tmp_path):
         assert {r.output.split()[1] for r in results} == {"hepvine"}
         assert manager.workers_joined() >= 1
         assert queued_jobs(condor_env, tmp_path / "factory"), "the factory's workers should be HTCondor jobs"
+        # Each carries the factory's tag, by which its stop removes them all in one condor_rm.
+        tagged = subprocess.run(
+            ["condor_q", "-constraint", f'{taskvine.FACTORY_JOB_TAG} == "{factory.job_tag}"', "-af", "ClusterId"],
+            capture_output=True,
+            text=True,
+            env=condor_env,
+            check=True,
+        ).stdout.split()
+        assert len(tagged) == len(queued_jobs(condor_env, tmp_path / "factory")) >= 1, tagged
     finally:
+        began = time.monotonic()
         factory.stop()
+        print(f"\nfactory with its jobs stopped in {time.monotonic() - began:.2f} s")
+    # Its jobs were removed at once, and then it was ended (it had only their removal one by one left to do).
+    assert factory.proc.returncode == -signal.SIGKILL, factory.proc.returncode
     gone = wait_until(lambda: queued_jobs(condor_env, tmp_path / "factory") == [], timeout_s=60)
     assert gone, f"workers still queued after the factory stopped: {queued_jobs(condor_env, tmp_path / 'factory')}"
 

@@ -28,6 +28,8 @@ LOOPBACK_CATALOG = "127.0.0.1:9097"
 # TaskVine's scheduling modes (VINE_SCHEDULE_<NAME>): files = where the task's input files already are.
 SCHEDULERS = ("files", "time", "fcfs", "rand", "worst")
 STOP_TIMEOUT_S = 30.0
+# The job attribute that tags the HTCondor jobs of one vine_factory (stopping it removes them in one condor_rm).
+FACTORY_JOB_TAG = "HepvineFactoryTag"
 WORKER_STOP_GRACE_S = 5.0
 WORKER_IDLE_S = 300  # a worker with nothing to do for this long ends
 LIBRARY_NAME = "snakemake-jobs"
@@ -652,6 +654,7 @@ class _Process:
     def __init__(self, argv: list[str], log: Path, env: dict[str, str] | None = None):
         self.argv = argv
         self.log = log
+        self.env = env
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -662,16 +665,31 @@ class _Process:
         stop_all([self])
         return self.proc.returncode
 
+    def after_sigterm(self) -> None:
+        """What ``stop_all`` does for it right after the SIGTERM, before waiting out its grace: nothing here."""
+
+    def kill_group(self) -> None:
+        """SIGKILL to it (if it still runs) and to what is left of its process group."""
+        self.proc.kill()
+        self.proc.wait()
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the group keeps the leader's pid, which was ours
+        except ProcessLookupError:
+            pass  # nothing of the group is left
+
 
 def stop_all(processes: Sequence[_Process]) -> None:
     """Stop PROCESSES together, in a bounded time whatever their number or state (connected, still connecting,
     busy): SIGTERM to each at once, then SIGKILL to each still running after its grace (a vine_worker in the middle
     of connecting may not heed SIGTERM), then SIGKILL to what is left of each one's process group once it has ended
     (what it started and did not end: a vine_worker's forked helpers, which do not heed SIGTERM either; a local
-    factory's workers)."""
+    factory's workers). Right after the SIGTERM each does what it must at once (``after_sigterm``: an HTCondor
+    factory's jobs removed together)."""
     for process in processes:
         if process.proc.poll() is None:
             process.proc.send_signal(signal.SIGTERM)
+    for process in processes:
+        process.after_sigterm()
     signalled = time.monotonic()
     for process in sorted(processes, key=lambda p: p.stop_grace_s):
         try:
@@ -679,11 +697,7 @@ def stop_all(processes: Sequence[_Process]) -> None:
         except subprocess.TimeoutExpired:
             process.proc.kill()
     for process in processes:
-        process.proc.wait()
-        try:
-            os.killpg(process.proc.pid, signal.SIGKILL)  # the group keeps the leader's pid, which was ours
-        except ProcessLookupError:
-            pass  # nothing of the group is left
+        process.kill_group()
 
 
 def still_running(processes: Sequence[_Process]) -> int:
@@ -780,8 +794,14 @@ class Factory(_Process):
                     "without $, \\, ', ` or ;"
                 )
             argv.append(f"--condor-requirements={condor_requirements}")
-        if batch_type == "condor":
-            argv.append(f"--batch-options=getenv = {_worker_env_list(worker_env_allow, worker_env)}")
+        # Its HTCondor jobs carry a tag of their own, so that stopping it removes them all in one condor_rm.
+        self.job_tag = secrets.token_hex(8) if batch_type == "condor" else None
+        if self.job_tag:
+            # vine_factory writes --batch-options into each submit description, \n read as a line break.
+            argv.append(
+                f"--batch-options=getenv = {_worker_env_list(worker_env_allow, worker_env)}"
+                f'\\n+{FACTORY_JOB_TAG} = "{self.job_tag}"'
+            )
         # Workers report to the same loopback catalog as the factory.
         argv += [f"--env={key}={value}" for key, value in _catalog_env().items()]
         if worker_env:  # the factory's --env does not reach workers of the local batch type; a wrapper does
@@ -791,6 +811,31 @@ class Factory(_Process):
         own = CONDOR_CLIENT_ENV if batch_type == "condor" else ()
         env = {**allowed_environment([*worker_env_allow, *own]), **_catalog_env()}
         super().__init__(argv, log or scratch_dir / "factory.log", env=env)
+
+    def _remove_jobs(self) -> bool:
+        """Remove every HTCondor job of this factory with one condor_rm (one transaction of the schedd, whatever their
+        number); whether any was found and removed."""
+        try:
+            done = subprocess.run(
+                ["condor_rm", "-constraint", f'{FACTORY_JOB_TAG} == "{self.job_tag}"'],
+                env=self.env,
+                capture_output=True,
+                text=True,
+                timeout=STOP_TIMEOUT_S,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+        return done.returncode == 0
+
+    def after_sigterm(self) -> None:
+        """An HTCondor factory's jobs are removed at once, here: vine_factory would remove them one condor_rm at a
+        time on its way out (~0.3 s each: its whole grace at 100 jobs), which is then all it had left to do, so it
+        is killed at once; a job it submitted in the meantime is removed by a second condor_rm. A factory whose
+        jobs cannot be removed so (no schedd answers, none found) is left its grace to remove them itself."""
+        if self.job_tag is None or self.proc.poll() is not None or not self._remove_jobs():
+            return
+        self.kill_group()
+        self._remove_jobs()
 
 
 class Worker(_Process):
