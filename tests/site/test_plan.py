@@ -147,3 +147,25 @@ def test_a_local_bench_result_takes_precedence(tmp_path):
         cwd=tmp_path,
     )
     assert broken.returncode == 2 and "not a `make bench` result" in broken.stderr, broken.stderr
+
+
+def test_a_campaigns_length_is_estimated_from_the_model(uchicago, tmp_path):
+    """What a first run's credential check is told (hepvine.commands.plan.estimated_seconds): the bytes over the
+    affinity policy's rate where the caches' capacities are known, else over the cores at the per-core rate."""
+    site, files, _ = uchicago
+    seconds, how = plan.estimated_seconds(site, files, "lzma")
+    calib = plan.calibration(None, "lzma")
+    rate = plan.best(
+        "affinity", plan.shares("affinity", files, site), plan.capacities(site, calib.per_core_gbps), False
+    )
+    assert seconds == pytest.approx(17e12 * 8 / 1e9 / rate.gbps, rel=1e-6)
+    assert "20,000 files, 17,000.0 GB" in how and "with affinity" in how
+    bare = tmp_path / "bare.yaml"
+    text = UCHICAGO.read_text()
+    bare.write_text(text.replace(", gbps: 50}", "}"))  # caches without capacities: the cores alone
+    cores_only = hv_site.load(bare)
+    seconds, how = plan.estimated_seconds(cores_only, files, "lzma")
+    cores = sum(cores_only.rack_cores().values())
+    assert seconds == pytest.approx(17e12 * 8 / 1e9 / (cores * calib.per_core_gbps), rel=1e-6)
+    assert f"{cores} cores at" in how
+    assert plan.estimated_seconds(site, [], "lzma") is None

@@ -200,6 +200,10 @@ def test_the_check_refuses_an_expired_or_too_short_credential_naming_the_renewal
         credentials.check(cred, needed_s=None, margin_s=0, now=now + 3 * 3600)
     (warning,) = credentials.check(cred, needed_s=None, margin_s=3 * 3600, now=now)
     assert "length is not known yet" in warning
+    # A first run's length as a model estimates it only warns: 2 h left, about 90 min planned, 1 h to spare.
+    (warning,) = credentials.check(cred, needed_s=None, margin_s=3600, now=now, planned=(5400, "the model's words"))
+    assert "estimated to need about 90 min (the model's words)" in warning and "voms-proxy-init -voms" in warning
+    assert credentials.check(cred, needed_s=None, margin_s=3600, now=now, planned=(1800, "-")) == []
     assert credentials.check(None, needed_s=10**6, margin_s=0) == []
     with pytest.raises(CredentialError, match="not one of none, x509, token"):
         credentials.find("kerberos")
@@ -257,6 +261,18 @@ def test_a_site_that_asks_for_a_proxy_is_checked_before_the_first_job(campaign_d
     assert json.loads(run)["credential"]["subject"] == "/DC=org/DC=example/CN=Jane Doe"
     for block in credentials.PEM_CERTIFICATE.findall(proxy.read_bytes()):
         assert block.decode().splitlines()[1] not in run + done.stderr  # no line of the proxy anywhere
+    assert "estimated to need" not in done.stderr  # 3,000 events: minutes at most
+
+    # A first run that hepvine plan's model says would outlast the proxy (3 x 10^12 events, ~10^16 bytes: days on
+    # the site's 2,504 cores) is warned of, with the estimate and how it was made, and still runs.
+    for f in files:
+        f["nevts"] = 10**12
+    spec["ttbar"]["nominal"]["nevts_total"] = 3 * 10**12
+    (REPO / "results" / tag / "spec.json").write_text(json.dumps(spec))
+    long = dry_run(proxy)
+    assert long.returncode == 0, long.stderr[-3000:]
+    assert "a first run of this campaign is estimated to need about" in long.stderr, long.stderr[-3000:]
+    assert "3 files" in long.stderr and "hepvine plan's model" in long.stderr and "voms-proxy-init" in long.stderr
 
 
 def test_a_token_given_as_a_value_becomes_a_private_file(monkeypatch):

@@ -72,21 +72,39 @@ RUCIO_DIR = f"{OUT}/rucio"
 LIMITS = hv_limits.Limits(config["rate_floor_mb_s"], config["file_time_base_s"], config["bytes_per_event"])
 
 
-def checked_credential(site, files):
+def planned_seconds(site, batches):
+    """A first run's length as `hepvine plan` estimates it for SITE (hepvine.commands.plan.estimated_seconds) from
+    the files of BATCHES whose size is known (the spec's bytes or events); None if none is."""
+    from hepvine.commands import plan as hv_plan  # only here: a first run with a credential to check
+
+    files = [
+        (url.group(2) if (url := hv_site.ROOT_URL.match(f.path)) else f.path, LIMITS.file_bytes(f.nevts, f.bytes))
+        for batch in batches
+        for f in batch.files
+        if f.bytes or f.nevts is not None
+    ]
+    return hv_plan.estimated_seconds(site, files) if files else None
+
+
+def checked_credential(site, batches):
     """The credential SITE asks for (site config key credentials), checked before the first job against the time the
-    campaign is expected to need (the last run's time per file times the files not yet analysed; not known on a first
-    run) plus config credential_margin_h: described in the run's first lines (never the secret), warnings shown; a
-    WorkflowError naming the renewal command when it is missing, expired or too short."""
+    campaign is expected to need (the last run's time per file times the files not yet analysed; on a first run,
+    hepvine plan's estimate, which only warns) plus config credential_margin_h: described in the run's first lines
+    (never the secret), warnings shown; a WorkflowError naming the renewal command when it is missing, expired or
+    too short."""
+    files = sum(len(b.files) for b in batches)
     try:
         credential = hv_credentials.find(site.credentials)
         if credential is None:
             return None
-        needed_s = None
+        needed_s, planned = None, None
         if Path(f"{OUT}/report.json").exists():
             last = json.loads(Path(f"{OUT}/report.json").read_text())
             if last["files"]["total"]:
                 needed_s = last["wall_seconds"] / last["files"]["total"] * max(0, files - last["files"]["ok"])
-        warnings = hv_credentials.check(credential, needed_s, config["credential_margin_h"] * 3600)
+        else:
+            planned = planned_seconds(site, batches)
+        warnings = hv_credentials.check(credential, needed_s, config["credential_margin_h"] * 3600, planned=planned)
     except hv_credentials.CredentialError as e:
         raise WorkflowError(
             f"{e}\n(the site config {config['site']} says credentials: {site.credentials}; no job was run)"
@@ -135,7 +153,7 @@ if not workflow.remote_exec:
 
     BATCHES = hv_index.plan(hv_dataset.tasks(SPEC), config["files_per_job"], route_of)
     if workflow.is_main_process:
-        CREDENTIAL = checked_credential(SITE, sum(len(b.files) for b in BATCHES)) if SITE else None
+        CREDENTIAL = checked_credential(SITE, BATCHES) if SITE else None
         hv_index.write(INDEX, BATCHES, SITE.xrootd_client if SITE else {})
         MERGE_NODES, MERGE_ROOT = hv_index.merge_tree(
             [f"{OUT}/files/{b.id}.pkl" for b in BATCHES], config["merge_fan_in"], f"{OUT}/merge"

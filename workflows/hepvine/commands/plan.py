@@ -195,6 +195,28 @@ def calibration(path: Path | None, codec: str) -> Calibration:
     return Calibration(hz * per_event * 8 / 1e9, per_event, f"local bench {path}")
 
 
+def estimated_seconds(
+    site: hv_site.Site, files: list[tuple[str, float]], codec: str = "lzma"
+) -> tuple[float, str] | None:
+    """How long reading FILES ((logical name, bytes) pairs) takes on SITE, by this model with the per-core rate on
+    CODEC (``calibration``): the affinity policy's rate where the site config gives its caches' capacities, else all
+    its cores at the per-core rate; and how it was estimated. None when the site gives no cores (or FILES no bytes)."""
+    total = sum(size for _, size in files)
+    cores = sum(site.rack_cores().values())
+    if not total or not cores:
+        return None
+    calib = calibration(None, codec)
+    try:
+        outcome = best("affinity", shares("affinity", files, site), capacities(site, calib.per_core_gbps), cold=False)
+        gbps, how = outcome.gbps, f"hepvine plan's model: {outcome.gbps:g} Gbps with affinity ({outcome.bottleneck})"
+    except PlanError:  # no cache capacities: the cores alone
+        gbps = cores * calib.per_core_gbps
+        how = f"hepvine plan's per-core rate: {cores} cores at {calib.per_core_gbps:.3f} Gbps"
+    if not gbps:
+        return None
+    return total * 8 / 1e9 / gbps, f"{len(files):,} files, {total / 1e9:,.1f} GB at {how}, {codec} inputs"
+
+
 def plot(outcomes_by_scale: dict[float, list[Outcome]], cores: int, title: str, path: Path) -> None:
     """The sustained rate of each policy against the number of cores (the site's pools scaled)."""
     import matplotlib

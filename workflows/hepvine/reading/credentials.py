@@ -243,11 +243,17 @@ def read_token(text: str, path: Path | None, source: str) -> Credential:
 
 
 def check(
-    credential: Credential | None, needed_s: float | None, margin_s: float, now: float | None = None
+    credential: Credential | None,
+    needed_s: float | None,
+    margin_s: float,
+    now: float | None = None,
+    planned: tuple[float, str] | None = None,
 ) -> list[str]:
     """Warnings about CREDENTIAL for a campaign expected to run NEEDED_S more seconds (None: not known) with
     MARGIN_S to spare; CredentialError when it has expired, or will before the campaign's expected end (plus the
-    margin). The words name the file and the command that renews it."""
+    margin). Without a NEEDED_S (a first run), PLANNED — (seconds, how) as a model estimates them — warns when the
+    credential would not last them: an estimate, not a measure, so it never refuses. The words name the file and
+    the command that renews it."""
     if credential is None:
         return []
     left = credential.time_left_s(now)
@@ -260,7 +266,13 @@ def check(
             f"{duration(margin_s)} to spare): renew it for longer first: {renew}"
         )
     warnings = [f"{credential.describe(now)}: {note}" for note in credential.notes]
-    if needed_s is None and left < margin_s:
+    if planned is not None and needed_s is None and left < planned[0] + margin_s:
+        warnings.append(
+            f"{credential.describe(now)}, but a first run of this campaign is estimated to need about "
+            f"{duration(planned[0])} ({planned[1]}), and {duration(margin_s)} to spare: renew it for longer "
+            f"to be safe: {renew}"
+        )
+    elif needed_s is None and left < margin_s:
         warnings.append(
             f"{credential.describe(now)}: less than the {duration(margin_s)} margin, and the campaign's length is not "
             f"known yet; renew it now to be safe: {renew}"
