@@ -149,23 +149,46 @@ def test_a_local_bench_result_takes_precedence(tmp_path):
     assert broken.returncode == 2 and "not a `make bench` result" in broken.stderr, broken.stderr
 
 
-def test_a_campaigns_length_is_estimated_from_the_model(uchicago, tmp_path):
-    """What a first run's credential check is told (hepvine.commands.plan.estimated_seconds): the bytes over the
-    affinity policy's rate where the caches' capacities are known, else over the cores at the per-core rate."""
-    site, files, _ = uchicago
+def test_a_campaigns_length_is_estimated_from_the_model(tmp_path):
+    """What a first run's credential check is told (hepvine.commands.plan.estimated_seconds): the bytes its events
+    read over the affinity policy's rate where the caches' capacities are known, else over the cores at the per-core
+    rate; no estimate rather than an error where the model has nothing to go on."""
+    site = hv_site.load(UCHICAGO)
+    files = [(f"/store/plan/file_{i:05d}.root", 1e6) for i in range(20000)]  # 2 x 10^10 events
     seconds, how = plan.estimated_seconds(site, files, "lzma")
     calib = plan.calibration(None, "lzma")
-    rate = plan.best(
-        "affinity", plan.shares("affinity", files, site), plan.capacities(site, calib.per_core_gbps), False
-    )
-    assert seconds == pytest.approx(17e12 * 8 / 1e9 / rate.gbps, rel=1e-6)
-    assert "20,000 files, 17,000.0 GB" in how and "with affinity" in how
+    read = [(name, n * calib.bytes_per_event) for name, n in files]
+    rate = plan.best("affinity", plan.shares("affinity", read, site), plan.capacities(site, calib.per_core_gbps), False)
+    assert seconds == pytest.approx(2e10 * calib.bytes_per_event * 8 / 1e9 / rate.gbps, rel=1e-6)
+    assert "20,000 files, 20,000,000,000 events" in how and "with affinity" in how and "lzma inputs" in how
+    # No rate can beat the cores: at most all of them at the per-core rate, i.e. events / (cores x events/s a core).
+    cores = sum(site.rack_cores().values())
+    assert seconds >= 2e10 * calib.bytes_per_event * 8 / 1e9 / (cores * calib.per_core_gbps) * (1 - 1e-9)
     bare = tmp_path / "bare.yaml"
-    text = UCHICAGO.read_text()
-    bare.write_text(text.replace(", gbps: 50}", "}"))  # caches without capacities: the cores alone
-    cores_only = hv_site.load(bare)
-    seconds, how = plan.estimated_seconds(cores_only, files, "lzma")
-    cores = sum(cores_only.rack_cores().values())
-    assert seconds == pytest.approx(17e12 * 8 / 1e9 / (cores * calib.per_core_gbps), rel=1e-6)
+    bare.write_text(UCHICAGO.read_text().replace(", gbps: 50}", "}"))  # caches without capacities: the cores alone
+    seconds, how = plan.estimated_seconds(hv_site.load(bare), files, "lzma")
+    assert seconds == pytest.approx(2e10 * calib.bytes_per_event * 8 / 1e9 / (cores * calib.per_core_gbps), rel=1e-6)
     assert f"{cores} cores at" in how
+    # A site with no caches at all (access direct), no events, a bench result that cannot be read: no estimate.
+    direct = tmp_path / "direct.yaml"
+    direct.write_text(
+        "\n".join(
+            "access: direct" if line.startswith("access:") else line
+            for line in UCHICAGO.read_text().splitlines()
+            if not line.startswith(("caches:", "  - {name: xcache"))
+        )
+    )
+    no_caches = hv_site.load(direct)
+    assert not no_caches.caches
+    assert plan.estimated_seconds(no_caches, files, "lzma")[0] == pytest.approx(seconds, rel=1e-6)
     assert plan.estimated_seconds(site, [], "lzma") is None
+    (tmp_path / "results" / "bench").mkdir(parents=True)
+    (tmp_path / "results" / "bench" / "analysis.json").write_text("{not json")
+    cwd = Path.cwd()
+    try:
+        import os
+
+        os.chdir(tmp_path)
+        assert plan.estimated_seconds(site, files, "lzma") is None
+    finally:
+        os.chdir(cwd)

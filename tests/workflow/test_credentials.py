@@ -263,11 +263,11 @@ def test_a_site_that_asks_for_a_proxy_is_checked_before_the_first_job(campaign_d
         assert block.decode().splitlines()[1] not in run + done.stderr  # no line of the proxy anywhere
     assert "estimated to need" not in done.stderr  # 3,000 events: minutes at most
 
-    # A first run that hepvine plan's model says would outlast the proxy (3 x 10^12 events, ~10^16 bytes: days on
-    # the site's 2,504 cores) is warned of, with the estimate and how it was made, and still runs.
+    # A first run that hepvine plan's model says would outlast the proxy (3 x 10^14 events: days on the site's 2,504
+    # cores at the per-core rate) is warned of, with the estimate and how it was made, and still runs.
     for f in files:
-        f["nevts"] = 10**12
-    spec["ttbar"]["nominal"]["nevts_total"] = 3 * 10**12
+        f["nevts"] = 10**14
+    spec["ttbar"]["nominal"]["nevts_total"] = 3 * 10**14
     (REPO / "results" / tag / "spec.json").write_text(json.dumps(spec))
     long = dry_run(proxy)
     assert long.returncode == 0, long.stderr[-3000:]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from hepvine.model import sources
@@ -29,8 +31,13 @@ def test_a_file_ships_with_what_it_imports_from_beside_it(tmp_path, monkeypatch)
     write(tmp_path / "ana" / "lazy.py")
     write(tmp_path / "ana" / "calib.py")
     write(tmp_path / "ana" / "unrelated.py")
-    write(tmp_path / "ana" / "notapackage" / "x.py")  # no __init__.py: never a local import
-    write(tmp_path / "numpy.py")  # beside the working directory, not beside the file: not its import path
+    write(tmp_path / "ana" / "helpers" / "cuts.py~", "x")  # an editor's backup
+    write(tmp_path / "ana" / "notimported" / "x.py")
+    write(tmp_path / "ana" / "json" / "x.py")  # a directory named as the standard library's json: not the import
+    write(tmp_path / "shared.py")  # in the working directory, where the job's `python -m` imports from too
+    write(tmp_path / "ana" / "nspkg" / "mod.py")  # a namespace package (no __init__.py): nothing installed is nspkg
+    write(tmp_path / "ana" / "more.py", "import json\nimport shared\nfrom nspkg import mod\n")
+    write(tmp_path / "ana" / "mine2.py", "import more\n")
 
     assert sources.local_sources("ana/mine.py:Proc") == [
         "ana/mine.py",
@@ -41,6 +48,7 @@ def test_a_file_ships_with_what_it_imports_from_beside_it(tmp_path, monkeypatch)
         "ana/weights.py",
         "ana/calib.py",
     ]
+    assert sources.local_sources("ana/mine2.py:f") == ["ana/mine2.py", "ana/more.py", "ana/nspkg/mod.py", "shared.py"]
 
 
 def test_a_module_in_the_working_directory_ships_whole_and_an_installed_one_not_at_all(tmp_path, monkeypatch):
@@ -57,6 +65,9 @@ def test_a_module_in_the_working_directory_ships_whole_and_an_installed_one_not_
         "shared_cuts.py",
     ]
     assert sources.local_sources("single:f") == ["single.py"]
+    write(tmp_path / "analyses" / "ttbar.py")  # a namespace package: no __init__.py
+    write(tmp_path / "analyses" / "common" / "cuts.py")
+    assert sources.local_sources("analyses.ttbar:Proc") == ["analyses/common/cuts.py", "analyses/ttbar.py"]
     assert sources.local_sources("hepvine.examples.agc:TtbarProcessor") == []
     assert sources.local_sources("coffea.processor:Nothing") == []
 
@@ -67,6 +78,19 @@ def test_a_missing_file_ships_nothing_more_and_a_broken_one_just_itself(tmp_path
     assert sources.local_sources("gone.py:Proc") == ["gone.py"]
     write(tmp_path / "broken.py", "def (:\n")
     assert sources.local_sources("broken.py:Proc") == ["broken.py"]
+
+
+def test_a_package_that_imports_itself_everywhere_is_walked_once(tmp_path, monkeypatch):
+    """Absolute self-imports (`from mypkg import x` in each of its modules) do not walk the package again each."""
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "mypkg" / "__init__.py")
+    for i in range(150):
+        write(tmp_path / "mypkg" / f"m{i}.py", "import mypkg\nfrom mypkg import m0\n")
+    walks = []
+    original = sources._package_files
+    monkeypatch.setattr(sources, "_package_files", lambda d: walks.append(d) or original(d))
+    assert len(sources.local_sources("mypkg.m1:Proc")) == 151
+    assert walks == [Path("mypkg")]
 
 
 def test_too_much_to_ship_says_what_to_do(tmp_path, monkeypatch):

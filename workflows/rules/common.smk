@@ -74,14 +74,15 @@ LIMITS = hv_limits.Limits(config["rate_floor_mb_s"], config["file_time_base_s"],
 
 def planned_seconds(site, batches):
     """A first run's length as `hepvine plan` estimates it for SITE (hepvine.commands.plan.estimated_seconds) from
-    the files of BATCHES whose size is known (the spec's bytes or events); None if none is."""
+    the events of BATCHES' files where known (the spec's events, or its bytes over config bytes_per_event); None if
+    none is."""
     from hepvine.commands import plan as hv_plan  # only here: a first run with a credential to check
 
     files = [
-        (url.group(2) if (url := hv_site.ROOT_URL.match(f.path)) else f.path, LIMITS.file_bytes(f.nevts, f.bytes))
+        (hv_site.lfn(f.path), f.nevts if f.nevts is not None else f.bytes / LIMITS.bytes_per_event)
         for batch in batches
         for f in batch.files
-        if f.bytes or f.nevts is not None
+        if f.nevts is not None or f.bytes
     ]
     return hv_plan.estimated_seconds(site, files) if files else None
 
@@ -172,7 +173,7 @@ if not workflow.remote_exec:
             BATCH_FIXED[b.id] = changed
     if SITE:
         LFNS = sorted(
-            {m.group(2) if (m := hv_site.ROOT_URL.match(t.path)) else t.path for b in BATCHES for t in b.files}
+            {hv_site.lfn(t.path) for b in BATCHES for t in b.files}
         )
 
 

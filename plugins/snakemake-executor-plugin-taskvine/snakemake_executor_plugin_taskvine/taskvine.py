@@ -6,6 +6,7 @@ Everything points at a catalog on loopback unless told otherwise: TaskVine's def
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import fnmatch
 import os
@@ -28,6 +29,7 @@ LOOPBACK_CATALOG = "127.0.0.1:9097"
 # TaskVine's scheduling modes (VINE_SCHEDULE_<NAME>): files = where the task's input files already are.
 SCHEDULERS = ("files", "time", "fcfs", "rand", "worst")
 STOP_TIMEOUT_S = 30.0
+REMOVE_TIMEOUT_S = 10.0  # for one condor_rm of a factory's jobs
 # The job attribute that tags the HTCondor jobs of one vine_factory (stopping it removes them in one condor_rm).
 FACTORY_JOB_TAG = "HepvineFactoryTag"
 WORKER_STOP_GRACE_S = 5.0
@@ -655,6 +657,7 @@ class _Process:
         self.argv = argv
         self.log = log
         self.env = env
+        self.group_killed = False
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -669,13 +672,58 @@ class _Process:
         """What ``stop_all`` does for it right after the SIGTERM, before waiting out its grace: nothing here."""
 
     def kill_group(self) -> None:
-        """SIGKILL to it (if it still runs) and to what is left of its process group."""
+        """SIGKILL to it (if it still runs) and to what is left of its process group; once (its pid, reaped, is
+        not ours any more after that)."""
+        if self.group_killed:
+            return
         self.proc.kill()
         self.proc.wait()
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)  # the group keeps the leader's pid, which was ours
         except ProcessLookupError:
             pass  # nothing of the group is left
+        self.group_killed = True
+
+
+def _process_table() -> dict[int, tuple[int, int]]:
+    """Every process of this machine as pid -> (parent pid, start time in clock ticks), from /proc."""
+    table = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry.name}/stat").read_text()
+        except OSError:
+            continue  # ended meanwhile
+        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state, ppid, ... starttime (22nd)
+        table[int(entry.name)] = (int(fields[1]), int(fields[19]))
+    return table
+
+
+def _descendants(roots: set[int]) -> dict[int, int]:
+    """The processes descended from ROOTS now, as pid -> start time (which tells a pid reused later apart)."""
+    table = _process_table()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found, stack = {}, list(roots)
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            if child not in found:
+                found[child] = table[child][1]
+                stack.append(child)
+    return found
+
+
+def _kill_left(known: dict[int, int]) -> None:
+    """SIGKILL to each of KNOWN (pid -> start time) still running as the same process, and to what it started."""
+    table = _process_table()
+    alive = {pid for pid, start in known.items() if table.get(pid, (0, -1))[1] == start}
+    for pid in alive | set(_descendants(alive)):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def stop_all(processes: Sequence[_Process]) -> None:
@@ -683,14 +731,18 @@ def stop_all(processes: Sequence[_Process]) -> None:
     busy): SIGTERM to each at once, then SIGKILL to each still running after its grace (a vine_worker in the middle
     of connecting may not heed SIGTERM), then SIGKILL to what is left of each one's process group once it has ended
     (what it started and did not end: a vine_worker's forked helpers, which do not heed SIGTERM either; a local
-    factory's workers). Right after the SIGTERM each does what it must at once (``after_sigterm``: an HTCondor
-    factory's jobs removed together)."""
+    factory's workers), and to what each had started at the SIGTERM, wherever its group (a worker's tasks run in
+    groups of their own: a worker killed before it ended them would leave them running, reparented). Right after the
+    SIGTERM each does what it must at once (``after_sigterm``: an HTCondor factory's jobs removed together)."""
+    started = _descendants({p.proc.pid for p in processes if p.proc.poll() is None})
     for process in processes:
         if process.proc.poll() is None:
             process.proc.send_signal(signal.SIGTERM)
-    for process in processes:
-        process.after_sigterm()
     signalled = time.monotonic()
+    acting = [p for p in processes if type(p).after_sigterm is not _Process.after_sigterm]
+    if acting:  # together: each may wait on a batch system
+        with concurrent.futures.ThreadPoolExecutor(len(acting)) as pool:
+            list(pool.map(lambda p: p.after_sigterm(), acting))
     for process in sorted(processes, key=lambda p: p.stop_grace_s):
         try:
             process.proc.wait(max(0.0, signalled + process.stop_grace_s - time.monotonic()))
@@ -698,6 +750,7 @@ def stop_all(processes: Sequence[_Process]) -> None:
             process.proc.kill()
     for process in processes:
         process.kill_group()
+    _kill_left(started)
 
 
 def still_running(processes: Sequence[_Process]) -> int:
@@ -821,7 +874,7 @@ class Factory(_Process):
                 env=self.env,
                 capture_output=True,
                 text=True,
-                timeout=STOP_TIMEOUT_S,
+                timeout=REMOVE_TIMEOUT_S,
             )
         except (OSError, subprocess.TimeoutExpired):
             return False
@@ -830,9 +883,10 @@ class Factory(_Process):
     def after_sigterm(self) -> None:
         """An HTCondor factory's jobs are removed at once, here: vine_factory would remove them one condor_rm at a
         time on its way out (~0.3 s each: its whole grace at 100 jobs), which is then all it had left to do, so it
-        is killed at once; a job it submitted in the meantime is removed by a second condor_rm. A factory whose
-        jobs cannot be removed so (no schedd answers, none found) is left its grace to remove them itself."""
-        if self.job_tag is None or self.proc.poll() is not None or not self._remove_jobs():
+        is killed at once; a job it submitted in the meantime is removed by a second condor_rm. The jobs of a
+        factory that had ended already (crashed) are removed too. A factory whose jobs cannot be removed so (no
+        schedd answers in REMOVE_TIMEOUT_S, none found) is left the rest of its grace to remove them itself."""
+        if self.job_tag is None or not self._remove_jobs() or self.proc.poll() is not None:
             return
         self.kill_group()
         self._remove_jobs()

@@ -155,8 +155,7 @@ def files_of(text: str, bytes_per_event: float | None) -> list[tuple[str, float]
                 f"{text}: {task.path} has no event count (a plain coffea fileset); give the preprocessed "
                 "fileset (coffea.dataset_tools.preprocess: num_entries) or COUNT:SIZE"
             )
-        url = hv_site.ROOT_URL.match(task.path)
-        out.append((url.group(2) if url else task.path, task.nevts * bytes_per_event))
+        out.append((hv_site.lfn(task.path), task.nevts * bytes_per_event))
     return out
 
 
@@ -198,23 +197,29 @@ def calibration(path: Path | None, codec: str) -> Calibration:
 def estimated_seconds(
     site: hv_site.Site, files: list[tuple[str, float]], codec: str = "lzma"
 ) -> tuple[float, str] | None:
-    """How long reading FILES ((logical name, bytes) pairs) takes on SITE, by this model with the per-core rate on
-    CODEC (``calibration``): the affinity policy's rate where the site config gives its caches' capacities, else all
-    its cores at the per-core rate; and how it was estimated. None when the site gives no cores (or FILES no bytes)."""
-    total = sum(size for _, size in files)
+    """How long analysing FILES ((logical name, events) pairs) takes on SITE by this model, with the per-core rate
+    and bytes read per event on CODEC (``calibration``): the affinity policy's rate where the site config gives its
+    caches' capacities, else all its cores at the per-core rate; and how it was estimated. None when the site gives no
+    cores, FILES no events, or the calibration cannot be read."""
+    events = sum(n for _, n in files)
     cores = sum(site.rack_cores().values())
-    if not total or not cores:
+    if not events or not cores:
         return None
-    calib = calibration(None, codec)
     try:
-        outcome = best("affinity", shares("affinity", files, site), capacities(site, calib.per_core_gbps), cold=False)
-        gbps, how = outcome.gbps, f"hepvine plan's model: {outcome.gbps:g} Gbps with affinity ({outcome.bottleneck})"
-    except PlanError:  # no cache capacities: the cores alone
-        gbps = cores * calib.per_core_gbps
-        how = f"hepvine plan's per-core rate: {cores} cores at {calib.per_core_gbps:.3f} Gbps"
-    if not gbps:
+        calib = calibration(None, codec)
+    except PlanError:  # a local bench result that cannot be read: no estimate rather than a failed run
         return None
-    return total * 8 / 1e9 / gbps, f"{len(files):,} files, {total / 1e9:,.1f} GB at {how}, {codec} inputs"
+    read = [(name, n * calib.bytes_per_event) for name, n in files]
+    total = events * calib.bytes_per_event
+    gbps, how = cores * calib.per_core_gbps, f"{cores} cores at {calib.per_core_gbps:.3f} Gbps"
+    if site.caches and all("gbps" in c for c in site.caches):
+        outcome = best("affinity", shares("affinity", read, site), capacities(site, calib.per_core_gbps), cold=False)
+        if outcome.gbps:
+            gbps, how = outcome.gbps, f"{outcome.gbps:g} Gbps with affinity ({outcome.bottleneck})"
+    return total * 8 / 1e9 / gbps, (
+        f"hepvine plan's model: {len(files):,} files, {events:,.0f} events, {total / 1e9:,.1f} GB read at {how}, "
+        f"{codec} inputs, {calib.source}"
+    )
 
 
 def plot(outcomes_by_scale: dict[float, list[Outcome]], cores: int, title: str, path: Path) -> None:

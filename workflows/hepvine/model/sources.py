@@ -1,25 +1,31 @@
 """The local files a user's analysis is made of: an input of every job that runs it, so they are shipped to workers
 that share no filesystem with the login node, and a change of any of them reruns those jobs.
 
-An analysis named ``<file.py>:<Name>`` is that file plus what it imports from beside it — a module ``x.py`` or a
-package directory ``x/`` (with ``__init__.py``) in the file's directory, which is where ``hepvine.work.processor``
-lets its imports look first, as they would for the user. An analysis named ``<module>:<Name>`` whose top-level
-package (or module) is in the directory Snakemake runs in is that package, whole. A package is shipped with every
-file in it (its data files too: a package may read a correction or a model beside its code), ``__pycache__`` and
-hidden entries left out; what a shipped module imports from beside it is followed the same way. Anything else
-(the standard library, coffea, an installed package) is not shipped: it comes with the environment.
+Names are looked up where the job's Python looks them up: for an analysis named ``<file.py>:<Name>``, the file's
+directory first (``hepvine.work.processor`` puts it on the job's import path), then the directory Snakemake runs in
+(the job's ``python -m`` puts it there); for ``<module>:<Name>``, that directory. A name found there as a module
+``x.py`` or a package directory ``x/`` (with ``__init__.py``, or without one — a namespace package — when nothing
+installed provides the name) is local: the analysis is its file, then the local modules and packages it imports,
+and what those import, followed the same way. A package is shipped with every file in it (its data files too: a
+package may read a correction or a model beside its code), ``__pycache__``, hidden entries, compiled and backup files
+left out. Anything else (the standard library, coffea, an installed package) is not shipped: it comes with the
+environment.
 
 Imports are read from the source (``ast``), never executed: the workflow's parse must not import the user's code.
-An import made only at run time (``importlib.import_module(name)``) is not seen: keep such modules in the package.
+An import made only at run time (``importlib.import_module(name)``) is not seen: keep such modules in a package.
+Every job that runs the analysis has each of these files as an input, so what is shipped is capped (MAX_FILES,
+MAX_BYTES): a larger package belongs in the jobs' environment.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.util
 from pathlib import Path
 
-MAX_FILES = 2000
-MAX_BYTES = 200 * 2**20
+MAX_FILES = 200
+MAX_BYTES = 50 * 2**20
+LEFT_OUT_SUFFIXES = (".pyc", ".pyo", "~", ".swp", ".bak")
 
 
 class SourcesError(ValueError):
@@ -45,51 +51,71 @@ def _imported_top_names(path: Path) -> set[str]:
 
 
 def _package_files(directory: Path) -> list[Path]:
-    """Every file of the package DIRECTORY, sorted; ``__pycache__`` and hidden entries left out."""
+    """Every file of the package DIRECTORY, sorted; ``__pycache__``, hidden entries, compiled and backup files left
+    out."""
     return sorted(
         p
         for p in directory.rglob("*")
         if p.is_file()
+        and not p.name.endswith(LEFT_OUT_SUFFIXES)
         and not any(part == "__pycache__" or part.startswith(".") for part in p.relative_to(directory).parts)
     )
 
 
-def _local(name: str, base: Path) -> list[Path]:
-    """The files of the module or package NAME when it is local to BASE (a directory on the analysis's import
-    path): the package ``BASE/NAME/`` (it has ``__init__.py``) or the module ``BASE/NAME.py``; [] otherwise."""
-    package = base / name
-    if (package / "__init__.py").is_file():
-        return _package_files(package)
-    module = base / f"{name}.py"
-    return [module] if module.is_file() else []
+def _installed(name: str) -> bool:
+    """Whether NAME is a module or regular package that the environment provides (found without importing it)."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return False
+    return spec is not None and spec.origin not in (None, "namespace")
 
 
-def local_sources(spec: str, root: Path = Path(".")) -> list[str]:
-    """The local files of the analysis SPEC (``<file.py>:<Name>`` or ``<module>:<Name>``) as paths relative to ROOT
-    (the directory Snakemake runs in) or as given: its file first, then what it imports from beside it, in the order
-    met. Raises SourcesError when they are more than MAX_FILES or MAX_BYTES."""
+def _local(name: str, bases: list[Path]) -> list[Path]:
+    """The files of the module or package NAME as the first of BASES (directories on the job's import path) that
+    has it provides it: the package ``BASE/NAME/`` (a namespace package, without ``__init__.py``, only when nothing
+    installed provides NAME) or the module ``BASE/NAME.py``; [] when none does."""
+    for base in bases:
+        package = base / name
+        if (package / "__init__.py").is_file():
+            return _package_files(package)
+        module = base / f"{name}.py"
+        if module.is_file():
+            return [module]
+        if package.is_dir() and name.isidentifier() and not _installed(name):
+            return _package_files(package)
+    return []
+
+
+def local_sources(spec: str) -> list[str]:
+    """The local files of the analysis SPEC (``<file.py>:<Name>`` or ``<module>:<Name>``), as paths relative to the
+    directory Snakemake runs in (or as the spec gives the file): the file (or the module's package) first, then what
+    it imports locally, in the order met. Raises SourcesError when they are more than MAX_FILES or MAX_BYTES."""
     where = spec.rpartition(":")[0]
+    here = Path(".")
     if where.endswith(".py"):
-        first = Path(where)
-        base, found = first.parent, [first]
+        bases = [Path(where).parent, here] if Path(where).parent != here else [here]
+        found, names = [Path(where)], set()
     else:
-        base = root
-        found = _local(where.split(".")[0], root)
+        bases = [here]
+        found, names = _local(where.split(".")[0], bases), {where.split(".")[0]}
     seen = set(found)
-    for path in found:  # grows as it goes: what each local module imports from beside it, once
+    for path in found:  # grows as it goes: what each local module imports, each name looked up once
         if path.suffix != ".py":
             continue
-        for name in sorted(_imported_top_names(path)):
-            for more in _local(name, base):
+        for name in sorted(_imported_top_names(path) - names):
+            names.add(name)
+            for more in _local(name, bases):
                 if more not in seen:
                     seen.add(more)
                     found.append(more)
     size = sum(p.stat().st_size for p in found if p.exists())
     if len(found) > MAX_FILES or size > MAX_BYTES:
         raise SourcesError(
-            f"analysis={spec}: its local files ({len(found)} files, {size / 2**20:.0f} MB, from {base}) are shipped "
-            f"with every job, and are more than {MAX_FILES} files or {MAX_BYTES // 2**20} MB; install the package "
-            "in the jobs' environment (pip install; --taskvine-environment) and name it as <module>:<Name> from a "
-            "directory without it, or keep large data out of the package"
+            f"analysis={spec}: its local files ({len(found)} files, {size / 2**20:.0f} MB, from "
+            f"{', '.join(map(str, bases))}) are an input of every job that runs it, and are more than {MAX_FILES} "
+            f"files or {MAX_BYTES // 2**20} MB; install the package in the jobs' environment (pip install; "
+            "--taskvine-environment) and name it as <module>:<Name> from a directory without it, or keep large "
+            "data out of the package"
         )
     return [str(p) for p in found]

@@ -29,6 +29,13 @@ ROOT_URL = re.compile(r"^(root://[^/]+)/(/.*)$")
 XROOTD_PORT = 1094
 
 
+def lfn(path: str) -> str:
+    """The logical file name of PATH: the path part of a ``root://server//lfn`` URL (what placement hashes, the same
+    on every server), else PATH itself."""
+    url = ROOT_URL.match(path)
+    return url.group(2) if url else path
+
+
 class SiteError(ValueError):
     """A site config that cannot be used; the message names the file, the key and the fix."""
 

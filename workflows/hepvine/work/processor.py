@@ -93,11 +93,12 @@ def _import(spec: str):
         loader = importlib.util.spec_from_file_location(module_name, path)
         module = importlib.util.module_from_spec(loader)
         sys.modules[module_name] = module  # dataclasses and pickling look their module up here
-        sys.path.insert(0, str(path.resolve().parent))  # its sibling modules import as they would for the user
-        try:
-            loader.loader.exec_module(module)
-        finally:
-            sys.path.remove(str(path.resolve().parent))
+        # Its sibling modules import as they would for the user, for as long as the job runs (an import inside a
+        # function happens at its call): the directory as the spec names it (hepvine.model.sources ships from there).
+        beside = str(path.absolute().parent)
+        if beside not in sys.path:
+            sys.path.insert(0, beside)
+        loader.loader.exec_module(module)
     else:
         try:
             module = importlib.import_module(where)
