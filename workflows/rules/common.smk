@@ -172,9 +172,7 @@ if not workflow.remote_exec:
         if changed := " ".join(f"{t.fid}={fixed[t.fid]}" for t in b.files if t.fid in fixed):
             BATCH_FIXED[b.id] = changed
     if SITE:
-        LFNS = sorted(
-            {hv_site.lfn(t.path) for b in BATCHES for t in b.files}
-        )
+        LFNS = sorted({hv_site.lfn(t.path) for b in BATCHES for t in b.files})
 
 
 def home_rack(wildcards):
