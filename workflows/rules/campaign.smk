@@ -110,23 +110,26 @@ if RECOMPRESS:
 rule merge:
     input:
         unpack(lambda wildcards: node_inputs(f"{INDEX}/merge/{wildcards.level}/{wildcards.index}.json")),
+        # Outputs may hold instances of the analysis's own classes: its module is imported before they are read.
+        analysis=ANALYSIS_FILES,
     output:
         f"{OUT}/merge/{{level}}/{{index}}.pkl",
     log:
         f"{OUT}/logs/merge/{{level}}/{{index}}.log",
     shell:
-        "python -m hepvine.jobs.merge --output {output:q} {input.results:q} 2> {log:q}"
+        f"python -m hepvine.jobs.merge {ANALYSIS_MODULE} --output {{output:q}} {{input.results:q}} 2> {{log:q}}"
 
 
 rule merge_root:
     input:
         unpack(lambda wildcards: node_inputs(f"{INDEX}/merge/root.json")),
+        analysis=ANALYSIS_FILES,
     output:
         MERGED,
     log:
         f"{OUT}/logs/merge/root.log",
     shell:
-        "python -m hepvine.jobs.merge --output {output:q} {input.results:q} 2> {log:q}"
+        f"python -m hepvine.jobs.merge {ANALYSIS_MODULE} --output {{output:q}} {{input.results:q}} 2> {{log:q}}"
 
 
 rule report:
@@ -163,6 +166,7 @@ rule plots:
     input:
         merged=MERGED,
         output=rules.report.output.output,
+        analysis=ANALYSIS_FILES,
     output:
         plots=report(
             directory(f"{OUT}/plots"), patterns=["{name}.png"], category="Plots", caption="../report/plots.rst"
@@ -172,4 +176,5 @@ rule plots:
     params:
         histograms=lambda wildcards, input: f"--output {shlex.quote(input.output)}" if config["plots"] else "",
     shell:
-        "python -m hepvine.products.plots --merged {input.merged:q} {params.histograms} --outdir {output.plots:q} 2> {log:q}"
+        f"python -m hepvine.products.plots {ANALYSIS_MODULE} --merged {{input.merged:q}}"
+        " {params.histograms} --outdir {output.plots:q} 2> {log:q}"

@@ -52,6 +52,9 @@ def typed(value):
 ANALYSIS_ARGS = json.dumps(typed(config["analysis_args"]), sort_keys=True, separators=(",", ":"))
 # (Rules that use it have the parameter analysis_args = ANALYSIS_ARGS.)
 ANALYSIS_OPTIONS = f"--analysis {shlex.quote(ANALYSIS)} --analysis-args {{params.analysis_args:q}}"
+# What the jobs that read its outputs (merges, plots) are told of it: they import its module, so that instances of the
+# user's own classes in the outputs unpickle (its files are their inputs too).
+ANALYSIS_MODULE = f"--analysis {shlex.quote(ANALYSIS)}"
 # (A job's parse on a worker without a shared filesystem has the files only when it is a job that runs the analysis.)
 if (
     ANALYSIS.rpartition(":")[0].endswith(".py")

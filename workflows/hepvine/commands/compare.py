@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hepvine.jobs.merge import read_counts
+
 
 class CompareError(ValueError):
     """A product that cannot be compared; the message names the file and what to pass instead."""
@@ -109,8 +111,7 @@ def _from_root(path: Path) -> dict[str, Histogram]:
 
 def _from_pickle(path: Path) -> dict[str, Histogram]:
     try:
-        with open(path, "rb") as f:
-            result = pickle.load(f)
+        result = read_counts(path)
     except (OSError, pickle.UnpicklingError, EOFError) as e:
         raise CompareError(f"{path}: cannot be unpickled ({e})") from e
     if not isinstance(result, dict) or "output" not in result:

@@ -1,7 +1,7 @@
 """One node of the merge tree: the analysis's outputs of several batch (or already merged) results added with
 coffea's own ``processor.accumulate`` (dicts key by key, histograms added, sets united, numbers summed), their event
 counts summed and every file's record kept. The tree (fan-in ``merge_fan_in``) is laid out by the workflow; this
-merges one group."""
+merges one group. The analysis's module is imported first, for outputs that hold instances of the user's classes."""
 
 from __future__ import annotations
 
@@ -30,6 +30,34 @@ class OldResult(Exception):
     """A batch result written by an hepvine from before analyses were plug-ins (it holds no "output")."""
 
 
+class _Unknown:
+    """What an instance of a class that cannot be imported here (the analysis's own) is read as by ``read_counts``."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __setstate__(self, state):
+        pass
+
+
+class _Lenient(pickle.Unpickler):
+    """An unpickler that reads an instance of a class it cannot import as an ``_Unknown``."""
+
+    def find_class(self, module: str, name: str):
+        try:
+            return super().find_class(module, name)
+        except (ImportError, AttributeError):
+            return _Unknown
+
+
+def read_counts(path: Path) -> dict:
+    """A batch or merged result at PATH for its records and counts, in a process that has not imported the analysis
+    (the main process's progress, ``hepvine compare``): an instance of the analysis's own classes in its output is
+    read as a placeholder, whatever else it holds as it is."""
+    with open(path, "rb") as f:
+        return _Lenient(f).load()
+
+
 def load(path: Path) -> dict:
     with open(path, "rb") as f:
         result = pickle.load(f)
@@ -45,11 +73,18 @@ def load(path: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output", required=True, type=Path)
+    parser.add_argument(
+        "--analysis", help="<file.py>:<Name> or <module>:<Name>: its module is imported first (its classes unpickle)"
+    )
     parser.add_argument("inputs", nargs="+", type=Path)
     args = parser.parse_args(argv)
+    from hepvine.work import processor  # here: the readers of counts import this module without the analysis's
+
     try:
+        if args.analysis:
+            processor.make_importable(args.analysis)
         results = [load(p) for p in args.inputs]
-    except OldResult as e:
+    except (OldResult, processor.AnalysisSpecError) as e:
         print(f"hepvine.jobs.merge: {e}", file=sys.stderr)
         return 1
     atomic.write_pickle(args.output, merge(results))

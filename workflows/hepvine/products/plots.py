@@ -87,8 +87,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--merged", required=True, type=Path, help="the merged result (its records: the timeline)")
     parser.add_argument("--output", type=Path, help="output.coffea: one plot per 1-D/2-D histogram")
     parser.add_argument("--outdir", required=True, type=Path)
+    parser.add_argument(
+        "--analysis", help="<file.py>:<Name> or <module>:<Name>: its module is imported first (its classes unpickle)"
+    )
     args = parser.parse_args(argv)
     args.outdir.mkdir(parents=True, exist_ok=True)
+    if args.analysis:
+        from hepvine.work import processor
+
+        processor.make_importable(args.analysis)
     if args.output is not None:
         from coffea.util import load as coffea_load
 

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from hepvine.jobs.merge import read_counts
 from hepvine.model import atomic
 from hepvine.model.limits import duration
 
@@ -78,8 +79,7 @@ def _load_state(path: Path) -> dict:
 
 def _batch_counts(result_file: Path) -> list[int]:
     """[files ok, files failed, events] of one batch's result (the driver's pickle)."""
-    with open(result_file, "rb") as f:
-        result = pickle.load(f)
+    result = read_counts(result_file)
     ok = [r for r in result["records"] if r["failure"] is None]
     return [len(ok), len(result["records"]) - len(ok), sum(r["events"] for r in ok)]
 

@@ -327,6 +327,11 @@ def main(argv: list[str] | None = None) -> int:
         "this process knows",
     )
     args = parser.parse_args(argv)
+    try:  # first: the merged output may hold instances of the analysis's own classes
+        analysis = processor.load(args.analysis, json.loads(args.analysis_args))
+    except processor.AnalysisSpecError as e:
+        print(f"hepvine.products.report: {e}", file=sys.stderr)
+        return 2
     merged = load(args.merged)
     expected = hv_index.expected(args.expected)
     report = summarise(merged["records"], expected, str(args.report.parent))
@@ -336,11 +341,6 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.merged} counts {analysed} events, the ok records {report['events']}: the merge "
             "lost or doubled a result; this is a bug in hepvine, please report it"
         )
-    try:
-        analysis = processor.load(args.analysis, json.loads(args.analysis_args))
-    except processor.AnalysisSpecError as e:
-        print(f"hepvine.products.report: {e}", file=sys.stderr)
-        return 2
     result = merged["output"] if merged["output"] is None else analysis.postprocess(merged["output"])
     output.save(result, args.output)
     report["histograms"] = output.write_root(result, args.histograms)

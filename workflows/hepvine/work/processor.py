@@ -112,6 +112,13 @@ def _import(spec: str):
     return getattr(module, name), getattr(module, "__file__", None)
 
 
+def make_importable(spec: str) -> None:
+    """Import the module of the analysis SPEC (without instantiating anything), so that what its jobs pickled unpickles
+    here: the outputs a merge, the report or the plots read may hold instances of the user's own classes (an
+    accumulator of their own), pickled by reference to its module."""
+    _import(spec)
+
+
 def schema_class(name: str) -> type:
     """The NanoEvents schema called NAME (``NanoAODSchema``, ``BaseSchema``, ``PHYSLITESchema``, ...)."""
     from coffea.nanoevents import schemas

@@ -1,0 +1,78 @@
+"""Outputs that hold instances of the analysis's own classes: a merge job imports the analysis's module before it
+reads them (``--analysis``), and the main process's readers of counts (progress, ``hepvine compare``) read them
+without it (``merge.read_counts``: a placeholder for what cannot be imported)."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+
+from hepvine.jobs import merge
+from hepvine.model import atomic
+
+ANALYSIS = """
+class Tally:
+    def __init__(self, n=0):
+        self.n = n
+
+    def __add__(self, other):
+        return Tally(self.n + other.n)
+
+
+def analysis(events):
+    return {"tally": Tally(len(events))}
+"""
+
+
+def batch_results(tmp_path):
+    """Two batch results as the driver pickles them, written by another process that loaded the analysis file."""
+    (tmp_path / "mine.py").write_text(ANALYSIS)
+    code = (
+        "import sys; from hepvine.work import processor; from hepvine.model import atomic\n"
+        f"a = processor.load('{tmp_path}/mine.py:analysis')\n"
+        "for i in (1, 2):\n"
+        "    record = {'failure': None, 'events': 10 * i}\n"
+        "    out = a.process([0] * (10 * i))\n"
+        f"    atomic.write_pickle(sys.argv[1] + f'/b{{i}}.pkl', "
+        "{'records': [record], 'output': out, 'events': {'d': 10 * i}})\n"
+    )
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True)
+    return [tmp_path / "b1.pkl", tmp_path / "b2.pkl"]
+
+
+def test_a_merge_imports_the_analysis_module_before_it_reads_the_outputs(tmp_path):
+    inputs = batch_results(tmp_path)
+    out = tmp_path / "merged.pkl"
+    without = subprocess.run(
+        [sys.executable, "-m", "hepvine.jobs.merge", "--output", str(out), *map(str, inputs)],
+        capture_output=True,
+        text=True,
+    )
+    assert without.returncode != 0 and "No module named 'hepvine_analysis_mine'" in without.stderr
+    done = subprocess.run(
+        [sys.executable, "-m", "hepvine.jobs.merge", "--analysis", f"{tmp_path}/mine.py:analysis", "--output", str(out)]
+        + list(map(str, inputs)),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    check = (
+        "from hepvine.jobs import merge; from hepvine.work import processor\n"
+        f"processor.make_importable('{tmp_path}/mine.py:analysis')\n"
+        f"r = merge.load({str(out)!r})\n"
+        "print(r['output']['tally'].n, r['events'])"
+    )
+    said = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True).stdout
+    assert said == "30 {'d': 30}\n"
+
+
+def test_counts_are_read_without_the_analysis(tmp_path):
+    first, _ = batch_results(tmp_path)
+    assert "hepvine_analysis_mine" not in sys.modules
+    result = merge.read_counts(first)
+    assert result["records"] == [{"failure": None, "events": 10}] and result["events"] == {"d": 10}
+    assert type(result["output"]["tally"]).__name__ == "_Unknown"
+    plain = tmp_path / "plain.pkl"
+    atomic.write_pickle(plain, {"records": [], "output": {"n": 1}, "events": {}})
+    assert merge.read_counts(plain) == pickle.loads(plain.read_bytes())
