@@ -260,6 +260,8 @@ USE_PID_NAMESPACES = False
 # Quick cycles, for tests and demos.
 NEGOTIATOR_INTERVAL = 2
 NEGOTIATOR_MIN_INTERVAL = 1
+# HTCondor starts a negotiation cycle at most this often (default 20 s: a worker job waited 16-20 s to be matched).
+NEGOTIATOR_CYCLE_DELAY = 1
 SCHEDD_INTERVAL = 2
 UPDATE_INTERVAL = 2
 STARTER_UPDATE_INTERVAL = 2
