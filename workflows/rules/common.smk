@@ -37,6 +37,7 @@ RETRIES_FILE = f"{OUT}/retries.json"
 # are inputs of the jobs that run it: shipped to workers without a shared filesystem, and a change of one reruns them.
 # Its arguments are a parameter (a change reruns them too).
 ANALYSIS = config["analysis"]
+ANALYSIS_WHERE = ANALYSIS.rpartition(":")[0]  # its file (<file.py>:<Name>) or module (<module>:<Name>)
 
 
 def typed(value):
@@ -51,18 +52,14 @@ def typed(value):
 
 ANALYSIS_ARGS = json.dumps(typed(config["analysis_args"]), sort_keys=True, separators=(",", ":"))
 # (Rules that use it have the parameter analysis_args = ANALYSIS_ARGS.)
-ANALYSIS_OPTIONS = f"--analysis {shlex.quote(ANALYSIS)} --analysis-args {{params.analysis_args:q}}"
 # What the jobs that read its outputs (merges, plots) are told of it: they import its module, so that instances of the
 # user's own classes in the outputs unpickle (its files are their inputs too).
 ANALYSIS_MODULE = f"--analysis {shlex.quote(ANALYSIS)}"
+ANALYSIS_OPTIONS = f"{ANALYSIS_MODULE} --analysis-args {{params.analysis_args:q}}"
 # (A job's parse on a worker without a shared filesystem has the files only when it is a job that runs the analysis.)
-if (
-    ANALYSIS.rpartition(":")[0].endswith(".py")
-    and not Path(ANALYSIS.rpartition(":")[0]).is_file()
-    and not workflow.remote_exec
-):
+if ANALYSIS_WHERE.endswith(".py") and not Path(ANALYSIS_WHERE).is_file() and not workflow.remote_exec:
     raise WorkflowError(
-        f"analysis={ANALYSIS}: no such file {ANALYSIS.rpartition(':')[0]} (relative to {Path.cwd()}); give "
+        f"analysis={ANALYSIS}: no such file {ANALYSIS_WHERE} (relative to {Path.cwd()}); give "
         "<file.py>:<Name> or <module>:<Name>"
     )
 try:

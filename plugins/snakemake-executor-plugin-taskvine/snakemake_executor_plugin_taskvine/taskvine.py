@@ -700,9 +700,10 @@ def _process_table() -> dict[int, tuple[int, int]]:
     return table
 
 
-def _descendants(roots: set[int]) -> dict[int, int]:
-    """The processes descended from ROOTS now, as pid -> start time (which tells a pid reused later apart)."""
-    table = _process_table()
+def _descendants(roots: set[int], table: dict[int, tuple[int, int]] | None = None) -> dict[int, int]:
+    """The processes descended from ROOTS now (in TABLE, else read afresh), as pid -> start time (which tells a pid
+    reused later apart)."""
+    table = _process_table() if table is None else table
     children: dict[int, list[int]] = {}
     for pid, (ppid, _) in table.items():
         children.setdefault(ppid, []).append(pid)
@@ -719,7 +720,7 @@ def _kill_left(known: dict[int, int]) -> None:
     """SIGKILL to each of KNOWN (pid -> start time) still running as the same process, and to what it started."""
     table = _process_table()
     alive = {pid for pid, start in known.items() if table.get(pid, (0, -1))[1] == start}
-    for pid in alive | set(_descendants(alive)):
+    for pid in alive | set(_descendants(alive, table)):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
