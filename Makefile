@@ -5,6 +5,10 @@ ENTER := $(SANDBOX)/enter.sh
 SERVICES := python3 $(SANDBOX)/services.py
 WITH_SERVICES := $(SANDBOX)/with-services.sh
 PYTEST_ARGS ?=
+# make test TEST_WORKERS=N: pytest-xdist workers for the tests that may run beside others (0: every pass one after
+# another). The tests mostly wait on the services; beside these run the `pool` tests one by one and the `root` tests,
+# then the `alone` tests (sandbox/with-services.sh).
+TEST_WORKERS ?= 2
 CMD ?=
 # make demo DEMO_SITE=sandbox-gsi (or sandbox-token): the demo over the sandbox's GSI (or token) services: a profile
 # and a site config of that name.
@@ -26,7 +30,8 @@ help:
 	@echo "make check           the fast check (~2 min, no services): ruff, snakefmt, snakemake --lint, and every"
 	@echo "                     test that needs neither the services nor root"
 	@echo "make test            the tests (tests/ and the executor plugin's own) on the sandbox's real services"
-	@echo "                     (PYTEST_ARGS='-k ...'), then those marked root as root"
+	@echo "                     (PYTEST_ARGS='-k ...'), TEST_WORKERS=2 at once, beside them those marked pool one"
+	@echo "                     by one and those marked root as root; then those marked alone, one by one"
 	@echo "make chaos           the slow fault tests (tests/chaos: workers killed, caches down) on the sandbox"
 	@echo "make bench           benchmarks on the sandbox; results in results/bench/"
 	@echo "make shell           interactive shell in the sandbox as the analysis user, services up"
@@ -63,10 +68,10 @@ run: sandbox
 # on the workflow among them (tests/workflow/test_lint.py). No service starts; the userland is built or reused.
 check: sandbox
 	@$(ENTER) -- sh -c 'ruff format --check . && ruff check . && snakefmt --check Snakefile workflows/rules \
-		&& python -m pytest -q -m "not sandbox and not root and not slow" $(PYTEST_ARGS)'
+		&& python -m pytest -q -n 2 --dist loadfile -m "not sandbox and not root and not slow" $(PYTEST_ARGS)'
 
 test: sandbox
-	@$(WITH_SERVICES) --pytest-root-pass python -m pytest --durations=30 $(PYTEST_ARGS)
+	@$(WITH_SERVICES) --pytest-passes $(TEST_WORKERS) python -m pytest --durations=30 $(PYTEST_ARGS)
 
 # The slow fault tests (marked `chaos`: tests/chaos and a few plugin tests): not part of `make test` (the tests'
 # pytest plugin, plugins/snakemake-executor-plugin-taskvine/tests/taskvine_fixtures.py, deselects them without

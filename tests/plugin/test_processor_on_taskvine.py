@@ -86,6 +86,7 @@ def campaign(tag: str, *config: str) -> Path:
     return REPO / "results" / next(c.split("=", 1)[1] for c in config if c.startswith("campaign="))
 
 
+@pytest.mark.pool
 def test_a_users_processor_on_taskvine_workers_equals_coffeas_runner(served):
     """Recompressed to ZSTD on the workers first (the analysis reads each copy as the file the fileset names), then
     a later campaign over the copies (dataset.zstd.json) on the same profile: both equal coffea's Runner."""

@@ -17,6 +17,7 @@ def test_pool_has_two_slots(condor_env):
     assert len(slots) >= 2, out
 
 
+@pytest.mark.pool
 def test_vanilla_job_completes(condor_env, tmp_path):
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/sh\necho hello from $(hostname)\nid -un\n")

@@ -33,7 +33,7 @@ from servers import Server, free_port, origin_config, wait_until
 from hepvine.devtools import catalogue
 from hepvine.work import processor
 
-pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
+pytestmark = [pytest.mark.sandbox, pytest.mark.slow, pytest.mark.pool]
 
 REPO = Path(__file__).resolve().parents[2]
 NANOAOD = REPO.parent / "shared" / "nanoaod"

@@ -28,7 +28,7 @@ import uproot
 from coffea import util
 from credentialed import grid_proxy
 
-pytestmark = pytest.mark.sandbox
+pytestmark = [pytest.mark.sandbox, pytest.mark.pool]
 
 REPO = Path(__file__).resolve().parents[2]
 NANOAOD = REPO.parent / "shared" / "nanoaod"
@@ -240,6 +240,7 @@ def test_campaigns_submitted_from_a_killed_session_finish_complete_and_exact(cam
         assert (out / "submit" / "campaign.sub").read_text().count(f"campaign={name}") == 1
 
 
+@pytest.mark.alone
 def test_a_campaign_held_released_removed_and_submitted_again_counts_each_file_once(campaigns, condor_env):
     tag, fileset = campaigns
     name = f"{tag}-c"

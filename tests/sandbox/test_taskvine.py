@@ -45,6 +45,7 @@ def run_all(manager, specs, timeout_s):
     return results
 
 
+@pytest.mark.pool
 def test_condor_factory_runs_20_tasks(services, condor_env, tmp_path):
     password = taskvine.write_password_file(tmp_path)
     manager = taskvine.Manager(port=0, password_file=password, run_info_dir=tmp_path / "run-info")

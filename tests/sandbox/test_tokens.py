@@ -35,7 +35,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from hepvine.devtools import tokens
 
-pytestmark = pytest.mark.sandbox
+pytestmark = [pytest.mark.sandbox, pytest.mark.pool]
 
 REPO = Path(__file__).resolve().parents[2]
 NANOAOD = REPO.parent / "shared" / "nanoaod"

@@ -23,7 +23,7 @@ from kept import generated_file
 
 from hepvine.routing import site
 
-pytestmark = pytest.mark.sandbox
+pytestmark = [pytest.mark.sandbox, pytest.mark.pool]
 
 REPO = Path(__file__).resolve().parents[2]
 SANDBOX_SITE = REPO / "site-configs" / "sandbox.yaml"

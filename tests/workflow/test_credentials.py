@@ -219,6 +219,7 @@ def campaign_dir():
         shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.mark.pool
 def test_a_site_that_asks_for_a_proxy_is_checked_before_the_first_job(campaign_dir):
     """Dry runs of a small campaign on a site whose storage asks for an X.509 proxy: without one the run stops
     before planning any job, naming the renewal command; with one it says whose it is and how long it has left, and

@@ -29,6 +29,8 @@ SITES = sorted(p.stem for p in (REPO / "site-configs").glob("*.yaml"))
 PROFILES = sorted(p.parent.name for p in (REPO / "profiles").glob("*/config.yaml"))
 # The sandbox site config names the services' addresses as ${VARIABLES}: set only where the services run.
 NEEDS_SERVICES = {"sandbox", "sandbox-gsi", "sandbox-token"}
+# Snakemake runs from the checkout here (profiles are used from it), in its .snakemake/ as other `pool` tests do.
+pytestmark = pytest.mark.pool
 
 
 def profile(name: str) -> dict:

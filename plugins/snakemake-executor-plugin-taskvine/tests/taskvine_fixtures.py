@@ -1,6 +1,6 @@
 """The pytest plugin of the executor's tests, loaded by their conftest.py and by the workflow's tests/conftest.py
-(`pytest_plugins`): the markers `sandbox`, `root` and `chaos`, the --chaos option, and the fixtures `workflow` and
-`condor_env`. Nothing HEP in it."""
+(`pytest_plugins`): the markers `sandbox`, `root`, `chaos`, `pool` and `alone`, the --chaos option, and the fixtures
+`workflow` and `condor_env`. Nothing HEP in it."""
 
 from __future__ import annotations
 
@@ -32,10 +32,21 @@ def pytest_configure(config):
     )
     config.addinivalue_line(
         "markers",
-        "root: must run as root inside the sandbox (mount namespaces); `make test` runs these in a second pass as root",
+        "root: must run as root inside the sandbox (mount namespaces); `make test` runs these in a pass of their own, "
+        "as root",
     )
     config.addinivalue_line(
         "markers", "chaos: a slow fault test on the real stack; run by `make chaos`, not by `make test`"
+    )
+    config.addinivalue_line(
+        "markers",
+        "pool: uses the sandbox's whole HTCondor pool (or a directory other `pool` tests use too): `make test` runs "
+        "these one at a time, beside the others",
+    )
+    config.addinivalue_line(
+        "markers",
+        "alone: must run with no other test at once (it looks at every process, job or run directory of the "
+        "machine, or loads it fully); `make test` runs these in a pass of their own after the others",
     )
 
 

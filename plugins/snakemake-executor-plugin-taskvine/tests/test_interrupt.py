@@ -115,6 +115,7 @@ def test_ctrl_c_leaves_nothing_running_and_rerun_resumes(workflow):
     assert_rerun_finishes(wf, ARGS, timeout=300, why=why)
 
 
+@pytest.mark.alone
 def test_a_run_with_nothing_to_do_leaves_nothing_running(workflow):
     """Snakemake ends a run that has nothing to do without calling the executor's shutdown: the factory, its
     workers and the manager process started for it end with it all the same (issue 36: a factory and its worker
@@ -148,6 +149,7 @@ def of_manager(port: int) -> list[psutil.Process]:
 MANY = 100
 
 
+@pytest.mark.alone
 def test_ctrl_c_with_a_hundred_local_workers_leaves_nothing_within_30_s(workflow):
     """Issue 36: a run with 100 local workers (the factory's), some busy, some idle, some still connecting, is
     interrupted: within 30 s of Ctrl-C nothing of it is left (snakemake, factory, every worker, every job)."""

@@ -31,7 +31,8 @@ from snakemake_executor_plugin_taskvine.tasks import call_fits
 
 pytestmark = pytest.mark.sandbox
 
-MARKER = "/tmp/taskvine-hostile-marker"
+# One per pytest worker (-n): a test clears it before and checks it after.
+MARKER = f"/tmp/taskvine-hostile-marker-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
 # Each would create MARKER if it reached a shell (or the submit file's macro expansion) unquoted.
 HOSTILE = [
     f"a; touch {MARKER}",
@@ -230,6 +231,7 @@ def _private_dirs() -> set[str]:
     return {name for name in os.listdir(tempfile.gettempdir()) if name.startswith(taskvine.PRIVATE_PREFIX)}
 
 
+@pytest.mark.alone  # it lists every run directory under /tmp before and after
 @pytest.mark.parametrize("library", [False, True], ids=["processes-ssl", "library"])
 def test_secrets_private_never_logged_and_removed_token_off_command_lines(workflow, library):
     wf = workflow(SECRETS_SNAKEFILE)
@@ -354,6 +356,7 @@ def _ads(command: list[str], condor_env: dict) -> str:
     return done.stdout
 
 
+@pytest.mark.pool
 def test_workers_get_only_the_allowed_environment(workflow, condor_env, marker):
     wf = workflow(ENV_SNAKEFILE)
     canary, allowed = "canary-" + os.urandom(6).hex(), "allowed-" + os.urandom(6).hex()

@@ -39,6 +39,7 @@ class TestLocalWorkersNoSharedFS(TaskVineSuite):
         return False
 
 
+@pytest.mark.pool
 class TestCondorWorkersNoSharedFS(TaskVineSuite):
     __test__ = True
     workers = "condor"

@@ -70,12 +70,17 @@ def load(path: Path) -> dict:
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--output", required=True, type=Path)
+def add_analysis_option(parser: argparse.ArgumentParser) -> None:
+    """--analysis, for the programs that read the analysis's outputs (this merge, the plots)."""
     parser.add_argument(
         "--analysis", help="<file.py>:<Name> or <module>:<Name>: its module is imported first (its classes unpickle)"
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--output", required=True, type=Path)
+    add_analysis_option(parser)
     parser.add_argument("inputs", nargs="+", type=Path)
     args = parser.parse_args(argv)
     from hepvine.work import processor  # here: the readers of counts import this module without the analysis's

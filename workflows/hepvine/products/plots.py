@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402 (the backend is chosen first)
 import mplhep  # noqa: E402
 import numpy as np  # noqa: E402
 
-from hepvine.jobs.merge import load  # noqa: E402
+from hepvine.jobs.merge import add_analysis_option, load  # noqa: E402
 from hepvine.products import output as hv_output  # noqa: E402
 
 
@@ -87,9 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--merged", required=True, type=Path, help="the merged result (its records: the timeline)")
     parser.add_argument("--output", type=Path, help="output.coffea: one plot per 1-D/2-D histogram")
     parser.add_argument("--outdir", required=True, type=Path)
-    parser.add_argument(
-        "--analysis", help="<file.py>:<Name> or <module>:<Name>: its module is imported first (its classes unpickle)"
-    )
+    add_analysis_option(parser)
     args = parser.parse_args(argv)
     args.outdir.mkdir(parents=True, exist_ok=True)
     if args.analysis:
