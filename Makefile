@@ -5,9 +5,9 @@ ENTER := $(SANDBOX)/enter.sh
 SERVICES := python3 $(SANDBOX)/services.py
 WITH_SERVICES := $(SANDBOX)/with-services.sh
 PYTEST_ARGS ?=
-# make test TEST_WORKERS=N: pytest-xdist workers for the tests that may run beside others (0: every pass one after
-# another). The tests mostly wait on the services; beside these run the `pool` tests one by one and the `root` tests,
-# then the `alone` tests (sandbox/with-services.sh).
+# make test TEST_WORKERS=N (and make check): pytest-xdist workers for the tests that may run beside others (0: in one
+# process; make test then runs its passes one after another). The tests mostly wait on the services; beside these run
+# the `pool` tests one by one and the `root` tests, then the `alone` tests (sandbox/with-services.sh).
 TEST_WORKERS ?= 2
 CMD ?=
 # make demo DEMO_SITE=sandbox-gsi (or sandbox-token): the demo over the sandbox's GSI (or token) services: a profile
@@ -27,7 +27,7 @@ help:
 	@echo "                     its GSI origin and caches, reading with an X.509 proxy; sandbox-token: over its"
 	@echo "                     token origin, reading with a bearer token; DEMO_RUCIO=1: the dataset named"
 	@echo "                     through the sandbox's Rucio)"
-	@echo "make check           the fast check (~2 min, no services): ruff, snakefmt, snakemake --lint, and every"
+	@echo "make check           the fast check (~1.5 min, no services): ruff, snakefmt, snakemake --lint, and every"
 	@echo "                     test that needs neither the services nor root"
 	@echo "make test            the tests (tests/ and the executor plugin's own) on the sandbox's real services"
 	@echo "                     (PYTEST_ARGS='-k ...'), TEST_WORKERS=2 at once, beside them those marked pool one"
@@ -68,7 +68,7 @@ run: sandbox
 # on the workflow among them (tests/workflow/test_lint.py). No service starts; the userland is built or reused.
 check: sandbox
 	@$(ENTER) -- sh -c 'ruff format --check . && ruff check . && snakefmt --check Snakefile workflows/rules \
-		&& python -m pytest -q -n 2 --dist loadfile -m "not sandbox and not root and not slow" $(PYTEST_ARGS)'
+		&& python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not sandbox and not root and not slow" $(PYTEST_ARGS)'
 
 test: sandbox
 	@$(WITH_SERVICES) --pytest-passes $(TEST_WORKERS) python -m pytest --durations=30 $(PYTEST_ARGS)
