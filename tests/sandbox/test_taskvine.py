@@ -78,7 +78,7 @@ def test_condor_factory_runs_20_tasks(services, condor_env, tmp_path):
         assert queued_jobs(condor_env, tmp_path / "factory"), "the factory's workers should be HTCondor jobs"
         # Each carries the factory's tag, by which its stop removes them all in one condor_rm.
         tagged = subprocess.run(
-            ["condor_q", "-constraint", f'{taskvine.FACTORY_JOB_TAG} == "{factory.job_tag}"', "-af", "ClusterId"],
+            ["condor_q", "-constraint", f'{taskvine.JOB_TAG} == "{factory.job_tag}"', "-af", "ClusterId"],
             capture_output=True,
             text=True,
             env=condor_env,

@@ -306,6 +306,24 @@ def test_the_plugins_own_tests_import_nothing_of_hepvine():
     assert not found, "\n".join(found)
 
 
+def test_the_plugin_names_nothing_of_hepvine():
+    """The plugin stands alone (issue 33): no file of its distribution (code, tests, docs, metadata) says
+    "hepvine", in any case: no name, module, config key, ClassAd attribute or pointer to the workflow's files."""
+    kept = [
+        path
+        for path in sorted(PLUGIN_DISTRIBUTION.rglob("*"))
+        if path.is_file() and not {"__pycache__", ".pytest_cache"} & set(path.parts) and ".egg-info" not in str(path)
+    ]
+    assert len(kept) > 20, "the plugin's files were not found"
+    found = [
+        f"{path.relative_to(REPO)}:{i}: {line.strip()}"
+        for path in kept
+        for i, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        if "hepvine" in line.lower()
+    ]
+    assert not found, "\n".join(found)
+
+
 def documented_layers(text: str, heading: str) -> list[tuple[str, tuple[str, ...]]]:
     """The numbered list after the line starting HEADING in docs/architecture.md's Layers section: (layer, modules),
     the modules being the back-quoted (dotted) names outside parentheses."""

@@ -116,7 +116,9 @@ def test_profile_passes_the_executors_checks_and_its_jobs_fit_its_workers(name):
 
     settings = executor_settings(name)
     assert validation.problems(settings) == [], name
-    cores, memory_mb, _ = provision.largest_worker(settings)
+    sizes = list(provision.group_sizes(settings).values())
+    cores = max(s[0] for s in sizes)
+    memory_mb = 0 if any(s[1] == 0 for s in sizes) else max(s[1] for s in sizes)
     groups, _ = provision.worker_groups(settings)
     assert cores >= 1 and memory_mb > 0 and all(g.disk_mb > 0 for g in groups), name
     for rule, asked in resources(name).items():

@@ -85,16 +85,21 @@ class ExecutorSettings(ExecutorSettingsBase):
     worker_disk_mb: int = _setting(8192, "Disk (MB) of each worker the plugin starts; 0 lets TaskVine decide.")
     worker_max_cores: int = _setting(
         0,
-        "Local workers without --taskvine-worker-groups grow to fit: a job that needs more than the workers have "
-        "(cores: its threads; memory: mem_mb; disk: disk_mb) gets a local worker of its size, with at most this "
-        "many cores; 0: this machine's cores. A job above the most fails at once naming its rule and resource. "
-        "(HTCondor workers and worker groups are the size their settings say.)",
+        "Workers grow to fit: a job that needs more than the workers have (cores: its threads; memory: mem_mb; disk: "
+        "disk_mb) gets a worker of its size (local, or an HTCondor job of its own; with worker groups, of the "
+        "largest group that has the features it needs), with at most this many cores; 0: this machine's cores "
+        "(local), the most cores a slot of the pool has (condor). A job above the most fails at once naming its "
+        "rule and resource.",
     )
     worker_max_memory_mb: int = _setting(
-        0, "The most memory (MB) of a local worker started for a larger job; 0: this machine's memory."
+        0,
+        "The most memory (MB) of a worker started for a larger job; 0: this machine's memory (local), the most "
+        "a slot of the pool has (condor).",
     )
     worker_max_disk_mb: int = _setting(
-        0, "The most disk (MB) of a local worker started for a larger job; 0: the free disk of the run directory."
+        0,
+        "The most disk (MB) of a worker started for a larger job; 0: the free disk of the run directory (local), "
+        "the most a slot of the pool has (condor).",
     )
     condor_requirements: Optional[str] = _setting(
         None,
@@ -229,8 +234,10 @@ class Executor(RemoteExecutor):
         # A status check here is a lookup in memory, not a query to a batch system: poll often.
         self.next_seconds_between_status_checks = STATUS_POLL_S
         self.call_memory_mb = provision.call_memory_mb(settings)
-        self.largest_worker = provision.largest_worker(settings)
-        self.most_worker = provision.most_worker(settings, self.run_dir)
+        # Per worker group, the size of its largest worker (grown when a worker is started for a larger job); and
+        # the most a worker may grow to, asked (of the machine or the pool) at the first job that needs it.
+        self.sizes = provision.group_sizes(settings)
+        self._most_worker: Optional[tuple[int, int, int]] = None
         self.dispatcher: Optional[Dispatcher] = None
         self.provisioned: list = []
         try:
@@ -312,11 +319,12 @@ class Executor(RemoteExecutor):
             self._sources = sorted(self.workflow.dag.get_sources())
         return self._sources
 
-    def too_large(self, job: JobExecutorInterface, spec, size, flags) -> Optional[str]:
-        """Why a worker of SIZE (cores, memory MB, disk MB; 0: TaskVine decides) cannot take JOB's task SPEC, or
-        None; FLAGS (provision.SIZE_FLAGS or MOST_FLAGS) say what the size is and what raises it."""
+    def too_large(self, job: JobExecutorInterface, spec, size) -> Optional[str]:
+        """Why no worker of at most SIZE (cores, memory MB, disk MB: the most a worker may grow to) can take JOB's task
+        SPEC, naming the resource and the flag that raises it; or None."""
         needs = provision.needs(spec)
-        for need, most, (unit, worker_unit, lower), (what, flag) in zip(needs, size, provision.RESOURCES, flags):
+        limits = zip(needs, size, provision.RESOURCES, provision.MOST_FLAGS)
+        for need, most, (unit, worker_unit, lower), (what, flag) in limits:
             if most and need > most:
                 return (
                     f"rule {job.name} needs {need} {unit}, but {what} {most}{worker_unit}: lower {lower}, "
@@ -324,33 +332,44 @@ class Executor(RemoteExecutor):
                 )
         return None
 
+    def most_worker(self) -> tuple[int, int, int]:
+        """The most a worker started for a larger job may have (provision.most_worker), asked once."""
+        if self._most_worker is None:
+            self._most_worker = provision.most_worker(self.workflow.executor_settings, self.run_dir)
+        return self._most_worker
+
     def fit(self, job: JobExecutorInterface, spec) -> Optional[str]:
-        """None once a worker of this run can take JOB's task SPEC -- one of its size started now if the workers
-        grow (local workers) and it is within the most they may have; else why not (TaskVine would wait for such a
-        worker for ever)."""
-        if self.largest_worker is None:  # someone else's workers: their size is not known here
+        """None once a worker of this run can take JOB's task SPEC -- one of its size started now (on this machine,
+        or as an HTCondor job) if it is within the most a worker may have; else why not (TaskVine would wait for
+        such a worker for ever)."""
+        if self.sizes is None:  # someone else's workers: their size is not known here
             return None
-        said = self.too_large(job, spec, self.largest_worker, provision.SIZE_FLAGS)
-        if said is None or self.most_worker is None:
+        settings = self.workflow.executor_settings
+        group = provision.group_for(settings, spec, self.sizes)
+        if provision.covers(self.sizes[group.name], spec):
+            return None
+        said = self.too_large(job, spec, self.most_worker())
+        if said is not None:
             return said
-        said = self.too_large(job, spec, self.most_worker, provision.MOST_FLAGS)
-        if said is None:
-            size = provision.grown(self.largest_worker, spec)
-            self.provisioned.append(
-                provision.fitting_worker(
-                    self.workflow.executor_settings,
-                    size,
-                    manager_port=self.manager_port,
-                    password_file=self.password_file,
-                    workspace=self.run_dir / "workers" / f"fit-{len(self.provisioned)}",
-                )
+        size = provision.grown(self.sizes[group.name], spec)
+        self.provisioned.append(
+            provision.fitting_worker(
+                settings,
+                group,
+                size,
+                manager_port=self.manager_port,
+                password_file=self.password_file,
+                directory=self.run_dir / "workers" / f"fit-{len(self.provisioned)}",
             )
-            self.largest_worker = size
-            self.logger.info(
-                f"rule {job.name} needs more than the workers have: started a local worker of {size[0]} cores, "
-                f"{size[1] or 'all the'} MB of memory and {size[2] or 'all the'} MB of disk"
-            )
-        return said
+        )
+        self.sizes[group.name] = size
+        where = "a local worker" if settings.workers == "local" else "an HTCondor worker job"
+        self.logger.info(
+            f"rule {job.name} needs more than the workers have: started {where} of {size[0]} cores, "
+            f"{size[1] or 'all the'} MB of memory and {size[2] or 'all the'} MB of disk"
+            + (f" (group {group.name})" if settings.worker_groups else "")
+        )
+        return None
 
     def run_job(self, job: JobExecutorInterface):
         spec = job_task(

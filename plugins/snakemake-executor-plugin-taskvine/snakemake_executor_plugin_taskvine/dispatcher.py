@@ -393,7 +393,20 @@ class Dispatcher:
                     else:
                         self.error = value
             except (EOFError, OSError):
-                self.error = self.error or "the TaskVine manager process ended unexpectedly"
+                self.error = self.error or f"the TaskVine manager process ended unexpectedly ({self._ended()})"
+
+    def _ended(self) -> str:
+        """How the manager process ended (its exit status or the signal that ended it), as far as known."""
+        self._process.join(1)
+        code = self._process.exitcode
+        if code is None:
+            return "still running"
+        if code < 0:
+            try:
+                return f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"killed by signal {-code}"
+        return f"exit status {code}"
 
     def take_results(self) -> dict[str, TaskResult]:
         """The results collect() has read and nobody has taken yet, by task tag (each result is taken once)."""

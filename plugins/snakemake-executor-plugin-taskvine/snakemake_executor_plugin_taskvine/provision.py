@@ -22,6 +22,7 @@ it and checks it before anything starts.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import socket
@@ -34,7 +35,7 @@ from snakemake_interface_common.exceptions import WorkflowError
 
 from . import workergroups
 from .tasks import comma_separated
-from .taskvine import WORKER_IDLE_S, Factory, Worker, env_patterns, stop_all
+from .taskvine import WORKER_IDLE_S, CondorWorker, Factory, Worker, env_patterns, stop_all
 from .workergroups import WorkerGroup
 
 WORKER_MODES = ("local", "condor", "none")
@@ -106,19 +107,15 @@ def call_memory_mb(settings) -> int:
     return min(g.memory_mb // g.cores for g in groups)
 
 
-def largest_worker(settings) -> tuple[int, int, int] | None:
-    """(cores, memory MB, disk MB) of the largest worker this plugin starts, each the most of any group (0 when
-    TaskVine decides for some group); None when it starts none (someone else's workers: their size is not known)."""
+def group_sizes(settings) -> dict[str, tuple[int, int, int]] | None:
+    """{group name: (cores, memory MB, disk MB)} of the workers this plugin starts (0: TaskVine decides); None when
+    it starts none (someone else's workers: their size is not known)."""
     if settings.workers == "none":
         return None
     groups, found = worker_groups(settings)
     if found or not groups:
         return None
-    return (
-        max(g.cores for g in groups),
-        0 if any(g.memory_mb <= 0 for g in groups) else max(g.memory_mb for g in groups),
-        0 if any(g.disk_mb <= 0 for g in groups) else max(g.disk_mb for g in groups),
-    )
+    return {g.name: (g.cores, g.memory_mb, g.disk_mb) for g in groups}
 
 
 # A job's resources as the messages of a job too large for the workers name them: (its unit, a worker's, how to
@@ -132,14 +129,8 @@ RESOURCES = (
         "the rule's disk_mb (a workflow may derive it from its input files' sizes: fewer files per job)",
     ),
 )
-# What a size is, and the flag that raises it: the run's workers, and the most a local worker may grow to.
-_LARGEST = "the largest worker this run starts has"
-SIZE_FLAGS = (
-    (_LARGEST, "--taskvine-worker-cores (or the cores of a group in --taskvine-worker-groups)"),
-    (_LARGEST, "--taskvine-worker-memory-mb (or the memory_mb of a group in --taskvine-worker-groups)"),
-    (_LARGEST, "--taskvine-worker-disk-mb (or the disk_mb of a group in --taskvine-worker-groups)"),
-)
-_MOST = "a local worker started for a larger job may have at most"
+# What the most a worker may grow to is, and the flag that raises it.
+_MOST = "a worker started for a larger job may have at most"
 MOST_FLAGS = (
     (_MOST, "--taskvine-worker-max-cores"),
     (_MOST, "--taskvine-worker-max-memory-mb"),
@@ -149,16 +140,42 @@ FIT_WORKER_IDLE_S = 7 * 24 * 3600  # a worker started for larger jobs waits for 
 
 
 def most_worker(settings, run_dir: Path) -> tuple[int, int, int] | None:
-    """(cores, memory MB, disk MB) up to which a local worker is started for a job larger than the run's workers;
-    None where workers do not grow (HTCondor's, someone else's, worker groups': the site's settings size them)."""
-    if settings.workers != "local" or settings.worker_groups:
+    """(cores, memory MB, disk MB) up to which a worker is started for a job larger than the run's workers: each
+    the setting's (--taskvine-worker-max-*), else for local workers this machine's cores, memory and the run
+    directory's free disk, for HTCondor workers the most that a slot of the pool has (0 where the pool cannot be
+    asked: such a job is then refused, naming the flag). None where workers do not grow (someone else's)."""
+    if settings.workers == "none":
         return None
-    pages, page_size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
-    return (
-        settings.worker_max_cores or os.cpu_count() or 1,
-        settings.worker_max_memory_mb or pages * page_size // 2**20,
-        settings.worker_max_disk_mb or shutil.disk_usage(run_dir).free // 2**20,
-    )
+    if settings.workers == "local":
+        pages, page_size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+        machine = (os.cpu_count() or 1, pages * page_size // 2**20, shutil.disk_usage(run_dir).free // 2**20)
+    else:
+        machine = largest_slot()
+    given = (settings.worker_max_cores, settings.worker_max_memory_mb, settings.worker_max_disk_mb)
+    return tuple(g or m for g, m in zip(given, machine))
+
+
+def largest_slot() -> tuple[int, int, int]:
+    """(cores, memory MB, disk MB): each the most that a slot of the HTCondor pool has (a partitionable slot's
+    whole, TotalSlot*), from condor_status; 1 core and 1 MB where the pool cannot be asked or has no slot (so that
+    nothing is started for a job larger than that: it is refused, naming the flag that sets the most)."""
+    try:
+        done = subprocess.run(
+            ["condor_status", "-af", "TotalSlotCpus", "TotalSlotMemory", "TotalSlotDisk"],
+            capture_output=True,
+            text=True,
+            timeout=CONDOR_CHECK_TIMEOUT_S,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return 1, 1, 1
+    most = [1, 1, 1]
+    for line in done.stdout.splitlines() if done.returncode == 0 else ():
+        try:  # numbers, some written as floats ("28027868.0"); a slot without them says "undefined"
+            cores, memory_mb, disk_kb = (int(float(field)) for field in line.split())
+        except ValueError:
+            continue
+        most = [max(most[0], cores), max(most[1], memory_mb), max(most[2], disk_kb // 1024)]
+    return most[0], most[1], most[2]
 
 
 def needs(spec) -> tuple[int, int, int]:
@@ -167,32 +184,59 @@ def needs(spec) -> tuple[int, int, int]:
     return spec.cores, spec.memory_mb, 0 if spec.function else spec.disk_mb
 
 
+def covers(size: tuple[int, int, int], spec) -> bool:
+    """Whether a worker of SIZE (0: TaskVine decides, i.e. what the machine has) can take the task SPEC."""
+    return all(not most or need <= most for need, most in zip(needs(spec), size))
+
+
 def grown(size: tuple[int, int, int], spec) -> tuple[int, int, int]:
     """SIZE grown to take the task SPEC too (0 stays 0: TaskVine gives such a worker what the machine has)."""
     cores, memory_mb, disk_mb = needs(spec)
     return max(size[0], cores), size[1] and max(size[1], memory_mb), size[2] and max(size[2], disk_mb)
 
 
+def group_for(settings, spec, sizes: dict[str, tuple[int, int, int]]) -> WorkerGroup:
+    """The worker group whose workers a job's task SPEC would grow: of the groups with every feature the task needs
+    (all of them when none has), the largest by SIZES (cores, then memory, then disk)."""
+    groups, _ = worker_groups(settings)
+    able = [g for g in groups if set(spec.features) <= set(g.features)] or groups
+    return max(able, key=lambda g: sizes[g.name])
+
+
 def fitting_worker(
-    settings, size: tuple[int, int, int], *, manager_port: int, password_file: Path, workspace: Path
-) -> Worker:
-    """A local worker of SIZE (cores, memory MB, disk MB) for the jobs larger than the run's other workers; it waits
+    settings, group: WorkerGroup, size: tuple[int, int, int], *, manager_port: int, password_file: Path, directory: Path
+) -> Worker | CondorWorker:
+    """A worker of GROUP (its name, features and HTCondor requirements) of SIZE (cores, memory MB, disk MB) for the
+    jobs larger than the run's other workers, in DIRECTORY: a local one, or an HTCondor job of its own. It waits
     for them (no idle timeout) and ends with the run."""
-    group = WorkerGroup(
-        name="workers",
-        features=tuple(comma_separated(settings.worker_features)),
-        cores=size[0],
-        memory_mb=size[1],
-        disk_mb=size[2],
-    )
-    return local_worker(
-        settings,
-        group,
-        manager_port=manager_port,
-        password_file=password_file,
-        workspace=workspace,
-        idle_s=FIT_WORKER_IDLE_S,
-    )
+    group = dataclasses.replace(group, cores=size[0], memory_mb=size[1], disk_mb=size[2])
+    if settings.workers == "local":
+        return local_worker(
+            settings,
+            group,
+            manager_port=manager_port,
+            password_file=password_file,
+            workspace=directory,
+            idle_s=FIT_WORKER_IDLE_S,
+        )
+    try:
+        return CondorWorker(
+            manager_host=_manager_host(),
+            manager_port=manager_port,
+            directory=directory,
+            password_file=password_file,
+            ssl=settings.ssl,
+            cores=group.cores,
+            memory_mb=group.memory_mb,
+            disk_mb=group.disk_mb,
+            features=group.features,
+            condor_requirements=group.condor_requirements,
+            worker_env={GROUP_ENV: group.name},
+            worker_env_allow=env_patterns(settings.worker_env),
+            idle_s=FIT_WORKER_IDLE_S,
+        )
+    except (ValueError, RuntimeError) as e:
+        raise WorkflowError(f"cannot start an HTCondor worker of {size[0]} cores: {e}") from e
 
 
 def local_worker(
@@ -217,7 +261,7 @@ def local_worker(
         features=group.features,
         env={GROUP_ENV: group.name},
         env_allow=env_patterns(settings.worker_env),
-        timeout_s=idle_s,
+        idle_s=idle_s,
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import fnmatch
+import functools
 import os
 import re
 import secrets
@@ -31,9 +32,15 @@ SCHEDULERS = ("files", "time", "fcfs", "rand", "worst")
 STOP_TIMEOUT_S = 30.0
 REMOVE_TIMEOUT_S = 10.0  # for one condor_rm of a factory's jobs
 # The job attribute that tags the HTCondor jobs of one vine_factory (stopping it removes them in one condor_rm).
-FACTORY_JOB_TAG = "HepvineFactoryTag"
+JOB_TAG = "TaskVineWorkerTag"  # the ClassAd attribute that tags the HTCondor worker jobs of one factory or worker
 WORKER_STOP_GRACE_S = 5.0
-WORKER_IDLE_S = 300  # a worker with nothing to do for this long ends
+WORKER_IDLE_S = 300  # a worker with nothing to do for this long ends; one that finds no manager for this long too
+# cctools before 7.15 crash the manager (SIGSEGV: it frees the worker while still handling its message; cctools
+# #4065, fixed in 7.15.0) when it lets go a worker that asked to leave after sitting idle for its idle timeout.
+# Reproduced with Debian's 7.14.5: 6 workers idle for 5 s killed the manager in 4 runs of 4, and a job waiting for a
+# larger worker lost its run so. With such a cctools the workers never ask: they stay until the run ends them.
+IDLE_LEAVE_FIXED_IN = (7, 15)
+NEVER_IDLE_S = 10 * 365 * 24 * 3600
 LIBRARY_NAME = "snakemake-jobs"
 # A task's environment (TaskSpec.env) arrives as this file in its sandbox, which the task's shell sources first:
 # TaskVine's own set_env_var would write each value into the manager's debug log.
@@ -138,6 +145,20 @@ def catalog_address() -> str:
         return LOOPBACK_CATALOG
     port = os.environ.get("CATALOG_PORT")
     return _safe_host(host if ":" in host or not port else f"{host}:{port}", "$CATALOG_HOST[:$CATALOG_PORT]")
+
+
+@functools.cache
+def manager_version() -> tuple[int, ...]:
+    """The version of the TaskVine manager library (cctools), e.g. (7, 14, 5)."""
+    return tuple(int(part) for part in re.findall(r"\d+", import_taskvine().cvine.vine_version_string())[:3])
+
+
+def _timeout_options(connect_s: int, idle_s: int) -> list[str]:
+    """vine_worker's timeouts: CONNECT_S to find its manager, IDLE_S of idleness after which it asks to leave (never,
+    with a manager that would crash then: IDLE_LEAVE_FIXED_IN). The last option given wins in vine_worker, so these
+    may follow vine_factory's own -t."""
+    idle = idle_s if manager_version() >= IDLE_LEAVE_FIXED_IN else NEVER_IDLE_S
+    return [f"--connect-timeout={connect_s}", f"--idle-timeout={idle}"]
 
 
 def private_directory() -> Path:
@@ -727,23 +748,27 @@ def _kill_left(known: dict[int, int]) -> None:
             pass
 
 
-def stop_all(processes: Sequence[_Process]) -> None:
+def stop_all(processes: Sequence[_Process | CondorWorker]) -> None:
     """Stop PROCESSES together, in a bounded time whatever their number or state (connected, still connecting,
     busy): SIGTERM to each at once, then SIGKILL to each still running after its grace (a vine_worker in the middle
     of connecting may not heed SIGTERM), then SIGKILL to what is left of each one's process group once it has ended
     (what it started and did not end: a vine_worker's forked helpers, which do not heed SIGTERM either; a local
     factory's workers), and to what each had started at the SIGTERM, wherever its group (a worker's tasks run in
     groups of their own: a worker killed before it ended them would leave them running, reparented). Right after the
-    SIGTERM each does what it must at once (``after_sigterm``: an HTCondor factory's jobs removed together)."""
+    SIGTERM each does what it must at once (``after_sigterm``: an HTCondor factory's jobs removed together), and
+    the HTCondor worker jobs among them (CondorWorker) are removed, all together."""
+    jobs = [p for p in processes if isinstance(p, CondorWorker)]
+    processes = [p for p in processes if not isinstance(p, CondorWorker)]
     started = _descendants({p.proc.pid for p in processes if p.proc.poll() is None})
     for process in processes:
         if process.proc.poll() is None:
             process.proc.send_signal(signal.SIGTERM)
     signalled = time.monotonic()
-    acting = [p for p in processes if type(p).after_sigterm is not _Process.after_sigterm]
+    acting = [p.after_sigterm for p in processes if type(p).after_sigterm is not _Process.after_sigterm]
+    acting += [job.remove for job in jobs]
     if acting:  # together: each may wait on a batch system
         with concurrent.futures.ThreadPoolExecutor(len(acting)) as pool:
-            list(pool.map(lambda p: p.after_sigterm(), acting))
+            list(pool.map(lambda act: act(), acting))
     for process in sorted(processes, key=lambda p: p.stop_grace_s):
         try:
             process.proc.wait(max(0.0, signalled + process.stop_grace_s - time.monotonic()))
@@ -754,10 +779,13 @@ def stop_all(processes: Sequence[_Process]) -> None:
     _kill_left(started)
 
 
-def still_running(processes: Sequence[_Process]) -> int:
-    """How many of PROCESSES' process groups have something running (after ``stop_all``: should be none)."""
+def still_running(processes: Sequence[_Process | CondorWorker]) -> int:
+    """How many of PROCESSES' process groups have something running (after ``stop_all``: should be none); HTCondor
+    worker jobs are not counted here."""
     left = 0
     for process in processes:
+        if isinstance(process, CondorWorker):
+            continue
         try:
             os.killpg(process.proc.pid, 0)
             left += 1
@@ -793,6 +821,22 @@ def _worker_options(
         if not SAFE_NAME.match(f):  # validated with the settings already; this is the last line of defence
             raise ValueError(f"worker feature {f!r}: use letters, digits and _ . - only")
     return options + [f"--feature={f}" for f in features]
+
+
+def remove_tagged_jobs(tag: str, env: Mapping[str, str] | None) -> bool:
+    """Remove every HTCondor job tagged TAG with one condor_rm (one transaction of the schedd, whatever their number),
+    run in ENV; whether any was found and removed."""
+    try:
+        done = subprocess.run(
+            ["condor_rm", "-constraint", f'{JOB_TAG} == "{tag}"'],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=REMOVE_TIMEOUT_S,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
 
 
 class Factory(_Process):
@@ -840,6 +884,8 @@ class Factory(_Process):
             f"--timeout={worker_timeout_s}",
             "--parent-death",
             *_worker_options(password_file, ssl, memory_mb, disk_mb, features),
+            # After the factory's own -t in each worker's command: the idle timeout a safe one (_timeout_options).
+            "--extra-options=" + " ".join(_timeout_options(worker_timeout_s, worker_timeout_s)),
         ]
         if condor_requirements:
             if not SAFE_REQUIREMENTS.match(condor_requirements):  # validated with the settings already
@@ -854,7 +900,7 @@ class Factory(_Process):
             # vine_factory writes --batch-options into each submit description, \n read as a line break.
             argv.append(
                 f"--batch-options=getenv = {_worker_env_list(worker_env_allow, worker_env)}"
-                f'\\n+{FACTORY_JOB_TAG} = "{self.job_tag}"'
+                f'\\n+{JOB_TAG} = "{self.job_tag}"'
             )
         # Workers report to the same loopback catalog as the factory.
         argv += [f"--env={key}={value}" for key, value in _catalog_env().items()]
@@ -866,35 +912,21 @@ class Factory(_Process):
         env = {**allowed_environment([*worker_env_allow, *own]), **_catalog_env()}
         super().__init__(argv, log or scratch_dir / "factory.log", env=env)
 
-    def _remove_jobs(self) -> bool:
-        """Remove every HTCondor job of this factory with one condor_rm (one transaction of the schedd, whatever their
-        number); whether any was found and removed."""
-        try:
-            done = subprocess.run(
-                ["condor_rm", "-constraint", f'{FACTORY_JOB_TAG} == "{self.job_tag}"'],
-                env=self.env,
-                capture_output=True,
-                text=True,
-                timeout=REMOVE_TIMEOUT_S,
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            return False
-        return done.returncode == 0
-
     def after_sigterm(self) -> None:
         """An HTCondor factory's jobs are removed at once, here: vine_factory would remove them one condor_rm at a
         time on its way out (~0.3 s each: its whole grace at 100 jobs), which is then all it had left to do, so it
         is killed at once; a job it submitted in the meantime is removed by a second condor_rm. The jobs of a
         factory that had ended already (crashed) are removed too. A factory whose jobs cannot be removed so (no
         schedd answers in REMOVE_TIMEOUT_S, none found) is left the rest of its grace to remove them itself."""
-        if self.job_tag is None or not self._remove_jobs() or self.proc.poll() is not None:
+        if self.job_tag is None or not remove_tagged_jobs(self.job_tag, self.env) or self.proc.poll() is not None:
             return
         self.kill_group()
-        self._remove_jobs()
+        remove_tagged_jobs(self.job_tag, self.env)
 
 
 class Worker(_Process):
-    """One ``vine_worker`` on this machine connected to the manager at HOST:PORT."""
+    """One ``vine_worker`` on this machine connected to the manager at HOST:PORT; it ends when it has found no manager
+    for WORKER_IDLE_S, or has had nothing to do for IDLE_S (see _timeout_options)."""
 
     stop_grace_s = WORKER_STOP_GRACE_S  # it keeps nothing worth waiting for: its tasks are cancelled with the run
 
@@ -910,7 +942,7 @@ class Worker(_Process):
         memory_mb: int = 0,
         disk_mb: int = 0,
         features: Sequence[str] = (),
-        timeout_s: int = WORKER_IDLE_S,
+        idle_s: int = WORKER_IDLE_S,
         env: dict[str, str] | None = None,
         env_allow: Sequence[str] = DEFAULT_WORKER_ENV,
     ):
@@ -918,7 +950,7 @@ class Worker(_Process):
             "vine_worker",
             f"--workspace={workspace}",
             f"--cores={cores}",
-            f"--timeout={timeout_s}",
+            *_timeout_options(WORKER_IDLE_S, idle_s),
             "--single-shot",
             "--parent-death",
             *_worker_options(password_file, ssl, memory_mb, disk_mb, features),
@@ -930,3 +962,97 @@ class Worker(_Process):
             workspace.parent / f"{workspace.name}.log",
             env={**allowed_environment(env_allow), **_catalog_env(), **(env or {})},
         )
+
+
+class CondorWorker:
+    """One ``vine_worker`` as an HTCondor job of its own, of a size the run's factories do not make: a job larger
+    than the run's workers. (A second factory would start none: a factory counts every worker connected to the
+    manager, its own or not.) Submitted here at once; its submit description and HTCondor log are in DIRECTORY (no
+    secret: the password file goes with the job as an input). It carries a tag of its own (JOB_TAG) and is removed
+    by it (``remove``; ``stop_all`` does so with the rest). The job's environment is allowed like a factory's: the
+    variables WORKER_ENV_ALLOW lets through of this process's, plus WORKER_ENV and the catalog's."""
+
+    def __init__(
+        self,
+        *,
+        manager_host: str,
+        manager_port: int,
+        directory: Path,
+        password_file: Path | None = None,
+        ssl: bool = False,
+        cores: int = 1,
+        memory_mb: int = 0,
+        disk_mb: int = 0,
+        features: Sequence[str] = (),
+        condor_requirements: str = "",
+        worker_env: dict[str, str] | None = None,
+        worker_env_allow: Sequence[str] = DEFAULT_WORKER_ENV,
+        idle_s: int = WORKER_IDLE_S,
+    ):
+        binary = shutil.which("vine_worker")
+        if binary is None:
+            raise ValueError("vine_worker is not on PATH: install cctools where this runs")
+        if condor_requirements and not SAFE_REQUIREMENTS.match(condor_requirements):  # validated with the settings
+            raise ValueError(f"HTCondor requirements {condor_requirements!r}: one line of a ClassAd expression")
+        worker_env = dict(worker_env or {})
+        self.job_tag = secrets.token_hex(8)
+        # In the job's sandbox the password file is the input of that name, which HTCondor brings there.
+        password = Path(password_file.name) if password_file is not None else None
+        argv = [
+            f"--cores={cores}",
+            *_timeout_options(WORKER_IDLE_S, idle_s),
+            "--single-shot",
+            "--parent-death",
+            *_worker_options(password, ssl, memory_mb, disk_mb, features),
+            _safe_host(manager_host, "manager host"),
+            str(manager_port),
+        ]
+        # What vine_factory asks of HTCondor for a worker whose memory or disk TaskVine decides (0): 1024 MB each.
+        lines = [
+            "universe = vanilla",
+            f"executable = {_safe_path(binary, 'vine_worker')}",
+            "transfer_executable = true",
+            f'arguments = "{" ".join(argv)}"',
+            "should_transfer_files = yes",
+            "when_to_transfer_output = on_exit",
+            "notification = never",
+            f"log = {_safe_path(directory / 'worker.log', 'worker directory')}",
+            f"output = {directory / 'worker.out'}",
+            f"error = {directory / 'worker.err'}",
+            f"request_cpus = {cores}",
+            f"request_memory = {memory_mb or 1024}",
+            f"request_disk = {(disk_mb or 1024) * 1024}",
+            f"getenv = {_worker_env_list(worker_env_allow, worker_env)}",
+            f'+{JOB_TAG} = "{self.job_tag}"',
+            "+JobMaxSuspendTime = 0",
+        ]
+        if password_file is not None:
+            lines.append(f"transfer_input_files = {_safe_path(password_file, 'password file')}")
+        if condor_requirements:
+            lines.append(f"requirements = ({condor_requirements})")
+        directory.mkdir(parents=True, exist_ok=True)
+        self.submit_file = directory / "worker.submit"
+        self.submit_file.write_text("\n".join(lines) + "\nqueue\n")
+        self.env = {
+            **allowed_environment([*worker_env_allow, *CONDOR_CLIENT_ENV]),
+            **_catalog_env(),
+            **worker_env,
+        }
+        try:
+            done = subprocess.run(
+                ["condor_submit", "-terse", str(self.submit_file)],
+                env=self.env,
+                capture_output=True,
+                text=True,
+                timeout=REMOVE_TIMEOUT_S,
+            )
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise RuntimeError(f"condor_submit of {self.submit_file} did not answer: {e}") from e
+        if done.returncode != 0:
+            said = " / ".join((done.stderr or done.stdout).strip().splitlines()[-3:]) or "nothing"
+            raise RuntimeError(f"condor_submit of {self.submit_file} failed: {said}")
+        self.job_id = done.stdout.split()[0] if done.stdout.split() else ""
+
+    def remove(self) -> bool:
+        """Remove the job (wherever it is: idle, running); whether it was found and removed."""
+        return remove_tagged_jobs(self.job_tag, self.env)

@@ -1,10 +1,10 @@
-"""Credentials that expire during a run (issue 32 of hepvine): when a credential file stops being valid, read from
+"""Credentials that expire during a run: when a credential file stops being valid, read from
 its bytes (credentials.expires_at: an X.509 proxy's chain, a JWT's exp); the dispatcher hands out no task while a
 credential has expired (it would be refused by the storage and its files counted as failed), says so once, goes on
 as soon as the file is renewed, and stops the run with what to do once nothing runs; a task that failed after the
 credential it carried was renewed runs again with the new one. Pure logic with the fake manager of
 test_stragglers; a renewal reaching real tasks is test_credential_files.py, and a whole campaign over a server that
-checks proxies is hepvine's tests/sandbox/test_gsi.py."""
+checks proxies is the workflow's own business (its test of a GSI-checking XRootD server)."""
 
 from __future__ import annotations
 

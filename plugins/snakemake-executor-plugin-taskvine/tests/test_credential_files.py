@@ -1,4 +1,4 @@
-"""Credential files on real TaskVine workers (--taskvine-credential-env; issue 32 of hepvine, items 3 and 4): each
+"""Credential files on real TaskVine workers (--taskvine-credential-env): each
 task gets the file that $X509_USER_PROXY (or $BEARER_TOKEN_FILE) names as an input in its sandbox, mode 0600, with
 the variable pointing at it there; a file rewritten during the run (a renewal) reaches the tasks submitted after it,
 while workers keep the old one for the tasks that had it; as processes and as library calls alike; and the

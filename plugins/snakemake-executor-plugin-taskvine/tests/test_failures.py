@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 
 import pytest
 
@@ -115,6 +116,95 @@ def test_local_workers_grow_to_fit_a_larger_job(workflow):
     assert "rule big needs more than the workers have: started a local worker of 2 cores, 3000 MB" in done.stderr
 
 
+GROUPS = """
+worker_groups:
+  - name: rack-a
+    features: [rack-a]
+    max_workers: 1
+  - name: rack-b
+    features: [rack-b]
+    max_workers: 1
+"""
+
+IN_GROUP = """
+rule all:
+    input: "small.txt", "big.txt"
+
+rule small:
+    output: "small.txt"
+    shell: "echo fine > {output}"
+
+rule big:
+    output: "big.txt"
+    threads: 2
+    resources: taskvine_features="rack-b"
+    shell: "echo $SNAKEMAKE_TASKVINE_WORKER_GROUP {threads} > {output}"
+"""
+
+
+def test_worker_groups_grow_to_fit_a_larger_job(workflow):
+    """Worker groups of 1 core: a rule with threads: 2 that needs rack-b's feature gets a worker of rack-b (its
+    name and features) with 2 cores."""
+    wf = workflow(IN_GROUP)
+    groups = wf.root / "groups.yaml"
+    groups.write_text(GROUPS)
+    done = wf.run("--cores", "4", "--taskvine-worker-groups", str(groups), timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (wf.root / "big.txt").read_text() == "rack-b 2\n"
+    assert "rule big needs more than the workers have: started a local worker of 2 cores" in done.stderr
+    assert "(group rack-b)" in done.stderr
+
+
+@pytest.mark.pool
+def test_condor_workers_grow_to_fit_a_larger_job(workflow, condor_env):
+    """HTCondor workers of 1 core and 2048 MB (the defaults): a rule with threads: 2 and mem_mb=3000 gets an
+    HTCondor job of its own that asks the pool for 2 cores and 3000 MB, runs there, and is removed at the end; a
+    rule with more cores than any slot of the pool has fails at once, naming the flag."""
+    wf = workflow(LARGER.replace('"small.txt", "big.txt"', '"small.txt", "big.txt", "huge.txt"') + HUGE)
+    # One factory worker of 1 core leaves the sandbox's pool (two partitionable slots of 2 cores) a slot for the job
+    # of 2 cores (the run's idle workers hold their slots until it ends: taskvine.IDLE_LEAVE_FIXED_IN).
+    done = wf.run(
+        "--keep-going", "--cores", "64", "--taskvine-workers", "condor", "--taskvine-max-workers", "1", timeout=400
+    )
+    assert (wf.root / "small.txt").read_text() == "fine\n", done.stderr[-3000:]
+    assert (wf.root / "big.txt").exists() and (wf.root / "big.txt").read_text() == "workers 2\n", done.stderr[-4000:]
+    assert "rule big needs more than the workers have: started an HTCondor worker job of 2 cores, 3000 MB" in (
+        done.stderr
+    )
+    slots = subprocess.run(
+        ["condor_status", "-af", "TotalSlotCpus"], capture_output=True, text=True, check=True, env=condor_env
+    ).stdout.split()
+    most = max(map(int, slots))
+    assert f"rule huge needs 32 cores (its threads), but a worker started for a larger job may have at most {most}" in (
+        done.stderr
+    )
+    assert "or raise --taskvine-worker-max-cores" in done.stderr
+    assert done.returncode != 0 and not (wf.root / "huge.txt").exists()
+    (submit,) = (wf.root / ".snakemake" / "taskvine").glob("*/workers/fit-*/worker.submit")
+    text = submit.read_text()
+    assert "request_cpus = 2\n" in text and "request_memory = 3000\n" in text, text
+    assert "vine.password" in text and "--password=vine.password" in text
+    # The job ran (its worker connected) and is gone from the queue: its HTCondor log says it ended or was removed.
+    log = (submit.parent / "worker.log").read_text()
+    assert "Job executing" in log and ("Job was aborted" in log or "Job terminated" in log), log[-2000:]
+    tag = re.search(r'\+TaskVineWorkerTag = "(\w+)"', text).group(1)
+    queued = subprocess.run(
+        ["condor_q", "-constraint", f'TaskVineWorkerTag == "{tag}"', "-af", "ClusterId"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=condor_env,
+    )
+    assert queued.stdout.strip() == ""
+
+
+HUGE = """
+rule huge:
+    output: "huge.txt"
+    threads: 32
+    shell: "echo never > {output}"
+"""
+
 TIME_LIMIT = """
 rule all:
     input: "quick.txt", "slow.txt"
@@ -157,7 +247,7 @@ def test_job_larger_than_any_worker_fails_at_once(workflow):
     assert done.returncode != 0
     assert (wf.root / "small.txt").read_text() == "fine\n"
     assert not any((wf.root / f"{name}.txt").exists() for name in ("big", "bulky"))
-    most = "a local worker started for a larger job may have at most"
+    most = "a worker started for a larger job may have at most"
     assert f"rule big needs 2 cores (its threads), but {most} 1: lower the rule's threads" in done.stderr
     assert "or raise --taskvine-worker-max-cores" in done.stderr
     assert f"rule bulky needs 50000 MB of disk (its disk_mb), but {most} 2000 MB" in done.stderr

@@ -1,18 +1,20 @@
-"""Workers sized to fit (provision.most_worker, provision.grown): local workers without groups grow, up to this
-machine's size or the --taskvine-worker-max-* settings; HTCondor workers, worker groups and someone else's workers do
-not. Pure logic; the real runs are in test_failures (a larger job gets its worker; one above the most fails at once)
-and test_snakemake_suite (Snakemake's own workflows with the default settings)."""
+"""Workers sized to fit (provision.most_worker, group_for, covers, grown): local and HTCondor workers, in worker
+groups or not, grow up to this machine's size or the pool's largest slot, or the --taskvine-worker-max-* settings;
+someone else's workers do not. Pure logic (condor_status faked); the real runs are in test_failures (a larger job
+gets its worker, local, in a group, or as an HTCondor job; one above the most fails at once) and
+test_snakemake_suite (Snakemake's own workflows with the default settings)."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 from types import SimpleNamespace
 
 from snakemake_executor_plugin_taskvine import ExecutorSettings, provision
 
 
-def spec(cores=1, memory_mb=0, disk_mb=0, function=False):
-    return SimpleNamespace(cores=cores, memory_mb=memory_mb, disk_mb=disk_mb, function=function)
+def spec(cores=1, memory_mb=0, disk_mb=0, function=False, features=()):
+    return SimpleNamespace(cores=cores, memory_mb=memory_mb, disk_mb=disk_mb, function=function, features=features)
 
 
 def test_local_workers_grow_up_to_this_machine_or_the_settings(tmp_path):
@@ -23,12 +25,45 @@ def test_local_workers_grow_up_to_this_machine_or_the_settings(tmp_path):
     assert provision.most_worker(settings, tmp_path) == (3, 5000, 7)
 
 
-def test_condor_groups_and_others_workers_do_not_grow(tmp_path):
-    assert provision.most_worker(ExecutorSettings(workers="condor"), tmp_path) is None
+def test_condor_workers_grow_up_to_the_pools_largest_slot_or_the_settings(tmp_path, monkeypatch):
+    """Each resource the most any slot has (a partitionable slot's whole; disk from KiB); the settings win; a pool
+    that cannot be asked lets nothing grow (1 core, 1 MB: such a job is refused, naming the flag)."""
+    status = "4 7000 20971520.0\n1 1000 1048576\n8 2000 1024\nundefined undefined undefined\n"
+    asked = []
+
+    def condor_status(argv, **kwargs):
+        asked.append(argv)
+        return subprocess.CompletedProcess(argv, 0, stdout=status, stderr="")
+
+    monkeypatch.setattr(provision.subprocess, "run", condor_status)
+    assert provision.most_worker(ExecutorSettings(workers="condor"), tmp_path) == (8, 7000, 20480)
+    assert asked[0][:2] == ["condor_status", "-af"]
+    settings = ExecutorSettings(workers="condor", worker_max_cores=3)
+    assert provision.most_worker(settings, tmp_path) == (3, 7000, 20480)
+
+    def no_pool(argv, **kwargs):
+        raise subprocess.TimeoutExpired(argv, 20)
+
+    monkeypatch.setattr(provision.subprocess, "run", no_pool)
+    assert provision.most_worker(ExecutorSettings(workers="condor"), tmp_path) == (1, 1, 1)
+
+
+def test_someone_elses_workers_do_not_grow(tmp_path):
     assert provision.most_worker(ExecutorSettings(workers="none"), tmp_path) is None
+    assert provision.group_sizes(ExecutorSettings(workers="none")) is None
+
+
+def test_the_group_that_grows_has_the_features_the_job_needs(tmp_path):
     groups = tmp_path / "groups.yaml"
-    groups.write_text("worker_groups: [{name: a}]\n")
-    assert provision.most_worker(ExecutorSettings(workers="local", worker_groups=groups), tmp_path) is None
+    groups.write_text("worker_groups: [{name: a, features: [a], cores: 4}, {name: b, features: [b], cores: 2}]\n")
+    settings = ExecutorSettings(workers="local", worker_groups=groups)
+    sizes = provision.group_sizes(settings)
+    assert sizes == {"a": (4, 2048, 8192), "b": (2, 2048, 8192)}
+    assert provision.group_for(settings, spec(cores=3, features=["b"]), sizes).name == "b"
+    assert provision.group_for(settings, spec(cores=3), sizes).name == "a"  # the largest, when any will do
+    assert provision.group_for(settings, spec(features=["c"]), sizes).name == "a"  # none has it: the largest
+    assert provision.covers(sizes["a"], spec(cores=3)) and not provision.covers(sizes["b"], spec(cores=3))
+    assert provision.covers((1, 0, 0), spec(memory_mb=10**6, disk_mb=10**6))  # 0: what the machine has
 
 
 def test_a_grown_worker_takes_every_job_so_far():

@@ -1,5 +1,5 @@
-"""Snakemake's own executor test suite (the simple and the group workflow) on real TaskVine workers: local workers
-with the default settings (they grow to fit the suite's larger jobs), with and without a shared filesystem, and
+"""Snakemake's own executor test suite (the simple and the group workflow) on real TaskVine workers with the default
+settings (they grow to fit the suite's larger jobs): local workers, with and without a shared filesystem, and
 HTCondor-provisioned workers without one."""
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ class TaskVineSuite(snakemake.common.tests.TestWorkflowsLocalStorageBase):
         return "taskvine"
 
     def get_executor_settings(self) -> Optional[ExecutorSettingsBase]:
-        # Local workers with the default settings: those of the suite's jobs that need more than a default worker
-        # (threads: 2) get a local worker of their size.
+        # The default settings: those of the suite's jobs that need more than a default worker (threads: 2) get a
+        # worker of their size (a local one, or an HTCondor job of its own).
         return ExecutorSettings(workers=self.workers)
 
 
@@ -45,15 +45,10 @@ class TestCondorWorkersNoSharedFS(TaskVineSuite):
     workers = "condor"
 
     def get_executor_settings(self) -> Optional[ExecutorSettingsBase]:
-        # HTCondor workers are the size their settings say (they do not grow): 2 cores for the suite's threads: 2.
-        return ExecutorSettings(
-            workers=self.workers,
-            min_workers=1,
-            max_workers=2,
-            worker_cores=2,
-            worker_memory_mb=1500,
-            worker_disk_mb=2000,
-        )
+        # Default sizes; at most 2 workers of 1 core, so that the sandbox's pool (two partitionable slots of 2 cores)
+        # keeps a slot free for the HTCondor job of a worker of 2 cores that the suite's threads: 2 jobs get. (The
+        # run's idle workers hold their slots until it ends: taskvine.IDLE_LEAVE_FIXED_IN.)
+        return ExecutorSettings(workers=self.workers, max_workers=2)
 
     def get_assume_shared_fs(self) -> bool:
         return False

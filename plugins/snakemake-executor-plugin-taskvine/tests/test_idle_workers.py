@@ -1,0 +1,81 @@
+"""Workers that sit idle do not take the manager down. TaskVine managers before cctools 7.15 crash (SIGSEGV) when
+they let go a worker that asked to leave after its idle timeout (cctools #4065): with Debian's 7.14.5, six workers
+idle for 5 s killed the manager in 4 runs of 4, and a run whose larger job waited for its worker died so. The
+adapter's workers therefore never ask to leave with such a manager (taskvine._timeout_options); with a fixed one
+they leave after their idle time and the manager lives on. Real manager, real workers, on loopback. The crash does
+not come every time (about one round in two here), so the test idles out workers in ROUNDS rounds: without the
+workaround it failed 3 times in 3 (checked by pretending the installed cctools were fixed)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from snakemake_executor_plugin_taskvine import taskvine
+from snakemake_executor_plugin_taskvine.dispatcher import Dispatcher
+
+pytestmark = pytest.mark.sandbox
+
+IDLE_S = 2
+WORKERS = 6
+ROUNDS = 5
+
+
+def results_within(dispatcher: Dispatcher, tags: set[str], timeout_s: float) -> set[str]:
+    """The tags of TAGS whose results came back within TIMEOUT_S (stops at a manager error)."""
+    got: set[str] = set()
+    deadline = time.monotonic() + timeout_s
+    while got != tags and time.monotonic() < deadline and dispatcher.error is None:
+        dispatcher.collect()
+        got |= set(dispatcher.take_results())
+        time.sleep(0.2)
+    return got
+
+
+def test_workers_idle_past_their_timeout_leave_the_manager_running(tmp_path):
+    private = taskvine.private_directory()
+    password = taskvine.write_password_file(private)
+    dispatcher = Dispatcher(
+        dict(
+            port=0,
+            name=None,
+            password_file=password,
+            ssl=False,
+            run_info_dir=tmp_path / "manager",
+            scheduler="files",
+            library=False,
+            secrets_dir=private,
+            environment=None,
+            credential_files={},
+        ),
+        prefer_wait_s=0,
+    )
+    workers = []
+    try:
+        port = dispatcher.start()
+        for round in range(ROUNDS):
+            workers += [
+                taskvine.Worker(
+                    manager_host="127.0.0.1",
+                    manager_port=port,
+                    workspace=tmp_path / f"worker-{round}-{i}",
+                    password_file=password,
+                    memory_mb=500,
+                    disk_mb=500,
+                    idle_s=IDLE_S,
+                )
+                for i in range(WORKERS)
+            ]
+            tag = f"round-{round}"
+            dispatcher.submit(taskvine.TaskSpec(command="true", tag=tag, cores=1, memory_mb=10, disk_mb=10))
+            assert results_within(dispatcher, {tag}, 60) == {tag}, dispatcher.error
+            time.sleep(3 * IDLE_S)  # every worker idle well past its idle timeout
+            dispatcher.collect()
+            assert dispatcher.error is None, f"round {round}: {dispatcher.error}"  # was: "... (killed by SIGSEGV)"
+        if taskvine.manager_version() < taskvine.IDLE_LEAVE_FIXED_IN:
+            assert all(w.proc.poll() is None for w in workers), "a worker left: the manager may crash"
+    finally:
+        taskvine.stop_all(workers)
+        dispatcher.stop()
+        taskvine.remove_private_directory(private)
