@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -77,6 +78,29 @@ def installed(tmp_path_factory, services):
     )
     assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
     return work / "venv", found, source
+
+
+def test_no_install_can_fetch_a_strangers_plugin(installed):
+    """hepvine pins the plugin to the plugin's own version, a local one (PEP 440 ``+label``), which no public index
+    accepts: pip takes it only from the plugin's directory or wheel (the installed pair satisfies it: ``pip check``),
+    and asked for it alone, the index serves nothing."""
+    venv, _, source = installed
+    plugin = tomllib.loads((source / PLUGIN / "pyproject.toml").read_text())["project"]["version"]
+    dependencies = tomllib.loads((source / "pyproject.toml").read_text())["project"]["dependencies"]
+    (requirement,) = [r for r in dependencies if r.startswith("snakemake-executor-plugin-taskvine")]
+    assert requirement == f"snakemake-executor-plugin-taskvine=={plugin}" and "+" in plugin, requirement
+    pip = str(venv / "bin" / "pip")
+    check = subprocess.run([pip, "check"], capture_output=True, text=True, timeout=120, env=venv_env(venv))
+    assert "snakemake-executor-plugin-taskvine" not in check.stdout + check.stderr, check.stdout + check.stderr
+    fetched = subprocess.run(
+        [pip, "download", "--no-deps", "-d", str(source / "fetched"), requirement],
+        capture_output=True,
+        text=True,
+        timeout=PIP_TIMEOUT_S,
+        env=venv_env(venv),
+    )
+    assert fetched.returncode != 0 and "No matching distribution" in fetched.stderr, fetched.stdout + fetched.stderr
+    assert not (source / "fetched").exists() or not any((source / "fetched").iterdir())
 
 
 def test_the_wheels_hold_every_data_file(installed):
