@@ -106,10 +106,10 @@ def test_worker_without_password_is_refused(services, tmp_path):
             manager_port=manager.port,
             workspace=tmp_path / "w-wrong",
             password_file=wrong,
-            timeout_s=20,
+            connect_s=20,
         ),
         taskvine.Worker(
-            manager_host="127.0.0.1", manager_port=manager.port, workspace=tmp_path / "w-none", timeout_s=20
+            manager_host="127.0.0.1", manager_port=manager.port, workspace=tmp_path / "w-none", connect_s=20
         ),
     ]
     try:
@@ -126,7 +126,7 @@ def test_worker_without_password_is_refused(services, tmp_path):
         manager_port=manager.port,
         workspace=tmp_path / "w-good",
         password_file=password,
-        timeout_s=30,
+        connect_s=30,
     )
     try:
         result = None

@@ -116,7 +116,7 @@ def test_profile_passes_the_executors_checks_and_its_jobs_fit_its_workers(name):
 
     settings = executor_settings(name)
     assert validation.problems(settings) == [], name
-    sizes = list(provision.group_sizes(settings).values())
+    sizes = [(g.cores, g.memory_mb, g.disk_mb) for g in provision.run_groups(settings)]
     cores = max(s[0] for s in sizes)
     memory_mb = 0 if any(s[1] == 0 for s in sizes) else max(s[1] for s in sizes)
     groups, _ = provision.worker_groups(settings)

@@ -30,6 +30,7 @@ from .taskvine import (
     CREDENTIAL_ENV,
     DEFAULT_WORKER_ENV,
     SCHEDULERS,
+    CondorWorker,
     private_directory,
     remove_private_directory,
     stop_all,
@@ -38,6 +39,8 @@ from .taskvine import (
 
 STATUS_POLL_S = 0.2
 STATUS_POLL_S_PER_JOB = 50e-6  # with 30,000 active jobs: a check every 1.5 s
+SLOT_WAIT_S = 600  # an HTCondor job of a worker for larger jobs still idle after this is said (Executor.slot_waits)
+SLOT_CHECK_S = 60
 
 
 def _setting(default, help: str, **extra):
@@ -236,8 +239,13 @@ class Executor(RemoteExecutor):
         self.call_memory_mb = provision.call_memory_mb(settings)
         # Per worker group, the size of its largest worker (grown when a worker is started for a larger job); and
         # the most a worker may grow to, asked (of the machine or the pool) at the first job that needs it.
-        self.sizes = provision.group_sizes(settings)
+        self.groups = provision.run_groups(settings)
+        self.sizes = None if self.groups is None else {g.name: (g.cores, g.memory_mb, g.disk_mb) for g in self.groups}
         self._most_worker: Optional[tuple[int, int, int]] = None
+        # The HTCondor jobs of workers started for larger jobs, until they leave the queue's idle state: (rule, when
+        # submitted); one that waits long for a slot is said once (slot_waits).
+        self.waiting_for_slot: dict = {}
+        self.next_slot_check = 0.0
         self.dispatcher: Optional[Dispatcher] = None
         self.provisioned: list = []
         try:
@@ -333,9 +341,15 @@ class Executor(RemoteExecutor):
         return None
 
     def most_worker(self) -> tuple[int, int, int]:
-        """The most a worker started for a larger job may have (provision.most_worker), asked once."""
+        """The most a worker started for a larger job may have (provision.most_worker), asked once; what went wrong
+        asking is said once."""
         if self._most_worker is None:
-            self._most_worker = provision.most_worker(self.workflow.executor_settings, self.run_dir)
+            self._most_worker, problem = provision.most_worker(self.workflow.executor_settings, self.run_dir)
+            if problem:
+                self.logger.warning(
+                    f"TaskVine: cannot tell the size of the pool's slots ({problem}): no worker larger than the "
+                    "run's is started unless --taskvine-worker-max-cores, -memory-mb and -disk-mb say how large"
+                )
         return self._most_worker
 
     def fit(self, job: JobExecutorInterface, spec) -> Optional[str]:
@@ -345,15 +359,24 @@ class Executor(RemoteExecutor):
         if self.sizes is None:  # someone else's workers: their size is not known here
             return None
         settings = self.workflow.executor_settings
-        group = provision.group_for(settings, spec, self.sizes)
-        if provision.covers(self.sizes[group.name], spec):
+        able = provision.able_groups(self.groups, spec)
+        if not able:
+            offered = sorted({f for g in self.groups for f in g.features})
+            return (
+                f"rule {job.name} needs the worker features {', '.join(spec.features)} (its taskvine_features), "
+                f"which no worker of this run has ({', '.join(offered) or 'none'}): change its taskvine_features, "
+                "or give workers those features (--taskvine-worker-features, or a group's features in "
+                "--taskvine-worker-groups)"
+            )
+        if any(provision.covers(self.sizes[g.name], spec) for g in able):
             return None
         said = self.too_large(job, spec, self.most_worker())
         if said is not None:
             return said
-        size = provision.grown(self.sizes[group.name], spec)
-        self.provisioned.append(
-            provision.fitting_worker(
+        group = max(able, key=lambda g: self.sizes[g.name])
+        size = provision.grown(provision.requested(settings, self.sizes[group.name]), spec)
+        try:
+            worker = provision.fitting_worker(
                 settings,
                 group,
                 size,
@@ -361,7 +384,11 @@ class Executor(RemoteExecutor):
                 password_file=self.password_file,
                 directory=self.run_dir / "workers" / f"fit-{len(self.provisioned)}",
             )
-        )
+        except WorkflowError as e:
+            return f"rule {job.name} needs more than the workers have, and {e}"
+        self.provisioned.append(worker)
+        if isinstance(worker, CondorWorker):
+            self.waiting_for_slot[worker] = (job.name, time.monotonic())
         self.sizes[group.name] = size
         where = "a local worker" if settings.workers == "local" else "an HTCondor worker job"
         self.logger.info(
@@ -370,6 +397,27 @@ class Executor(RemoteExecutor):
             + (f" (group {group.name})" if settings.worker_groups else "")
         )
         return None
+
+    def slot_waits(self) -> None:
+        """Say (once each) which HTCondor jobs of workers started for larger jobs have waited SLOT_WAIT_S for a slot:
+        the run waits on them. Asked of condor_q once a minute at most, and only while some wait."""
+        now = time.monotonic()
+        if not self.waiting_for_slot or now < self.next_slot_check:
+            return
+        self.next_slot_check = now + SLOT_CHECK_S
+        for worker, (rule, since) in list(self.waiting_for_slot.items()):
+            if now - since < SLOT_WAIT_S:
+                continue
+            del self.waiting_for_slot[worker]
+            if worker.idle():
+                cores, memory_mb, disk_mb = worker.size
+                self.logger.warning(
+                    f"TaskVine: the HTCondor job {worker.job_id} of a worker of {cores} cores, {memory_mb} MB of "
+                    f"memory and {disk_mb} MB of disk, for rule {rule}, has waited {int(now - since) // 60} min for "
+                    "a slot: no free slot of the pool is that large (the run's own idle workers keep theirs until it "
+                    "ends), or its requirements match no machine. Free slots, run fewer workers "
+                    "(--taskvine-max-workers), or lower the rule's threads, mem_mb or disk_mb."
+                )
 
     def run_job(self, job: JobExecutorInterface):
         spec = job_task(
@@ -410,6 +458,7 @@ class Executor(RemoteExecutor):
             raise WorkflowError(f"the TaskVine manager failed: {self.dispatcher.error}")
         for note in self.dispatcher.take_notes():
             self.logger.info(note)
+        self.slot_waits()
         # Snakemake hands every active job to every check (a campaign may have all of its ~30,000 jobs active), so
         # a check costs ~1 µs per active job: the checks are spaced out with the active jobs, at most ~2% of a core.
         self.next_seconds_between_status_checks = max(STATUS_POLL_S, len(active_jobs) * STATUS_POLL_S_PER_JOB)

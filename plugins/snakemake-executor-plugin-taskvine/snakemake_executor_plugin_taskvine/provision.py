@@ -107,15 +107,13 @@ def call_memory_mb(settings) -> int:
     return min(g.memory_mb // g.cores for g in groups)
 
 
-def group_sizes(settings) -> dict[str, tuple[int, int, int]] | None:
-    """{group name: (cores, memory MB, disk MB)} of the workers this plugin starts (0: TaskVine decides); None when
-    it starts none (someone else's workers: their size is not known)."""
+def run_groups(settings) -> list[WorkerGroup] | None:
+    """The worker groups of the workers this plugin starts (parsed once, at the start of the run); None when it starts
+    none (someone else's workers: their size is not known)."""
     if settings.workers == "none":
         return None
     groups, found = worker_groups(settings)
-    if found or not groups:
-        return None
-    return {g.name: (g.cores, g.memory_mb, g.disk_mb) for g in groups}
+    return None if found or not groups else groups
 
 
 # A job's resources as the messages of a job too large for the workers name them: (its unit, a worker's, how to
@@ -137,45 +135,48 @@ MOST_FLAGS = (
     (_MOST, "--taskvine-worker-max-disk-mb"),
 )
 FIT_WORKER_IDLE_S = 7 * 24 * 3600  # a worker started for larger jobs waits for them: it ends with the run
+CONDOR_DEFAULT_MB = 1024  # what vine_factory asks of HTCondor for a worker's memory and disk that TaskVine decides
 
 
-def most_worker(settings, run_dir: Path) -> tuple[int, int, int] | None:
-    """(cores, memory MB, disk MB) up to which a worker is started for a job larger than the run's workers: each
-    the setting's (--taskvine-worker-max-*), else for local workers this machine's cores, memory and the run
-    directory's free disk, for HTCondor workers the most that a slot of the pool has (0 where the pool cannot be
-    asked: such a job is then refused, naming the flag). None where workers do not grow (someone else's)."""
-    if settings.workers == "none":
-        return None
+def most_worker(settings, run_dir: Path) -> tuple[tuple[int, int, int], str]:
+    """((cores, memory MB, disk MB), what went wrong) up to which a worker is started for a job larger than the run's
+    workers: each the setting's (--taskvine-worker-max-*), else for local workers this machine's cores, memory and
+    the run directory's free disk, for HTCondor workers the most that a slot of the pool has (largest_slot; where
+    the pool cannot be asked, 1 core and 1 MB, so that a larger job is refused, and what went wrong is said)."""
+    given = (settings.worker_max_cores, settings.worker_max_memory_mb, settings.worker_max_disk_mb)
+    problem = ""
     if settings.workers == "local":
         pages, page_size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
         machine = (os.cpu_count() or 1, pages * page_size // 2**20, shutil.disk_usage(run_dir).free // 2**20)
+    elif all(given):
+        machine = given
     else:
-        machine = largest_slot()
-    given = (settings.worker_max_cores, settings.worker_max_memory_mb, settings.worker_max_disk_mb)
-    return tuple(g or m for g, m in zip(given, machine))
+        machine, problem = largest_slot()
+    return tuple(g or m for g, m in zip(given, machine)), problem
 
 
-def largest_slot() -> tuple[int, int, int]:
-    """(cores, memory MB, disk MB): each the most that a slot of the HTCondor pool has (a partitionable slot's
-    whole, TotalSlot*), from condor_status; 1 core and 1 MB where the pool cannot be asked or has no slot (so that
-    nothing is started for a job larger than that: it is refused, naming the flag that sets the most)."""
+def largest_slot() -> tuple[tuple[int, int, int], str]:
+    """((cores, memory MB, disk MB), what went wrong): each the most that a slot of the HTCondor pool has (a
+    partitionable slot's whole, TotalSlot*), from condor_status; (1, 1, 1) and why when the pool cannot be asked or
+    lists no slot."""
+    command = ["condor_status", "-af", "TotalSlotCpus", "TotalSlotMemory", "TotalSlotDisk"]
     try:
-        done = subprocess.run(
-            ["condor_status", "-af", "TotalSlotCpus", "TotalSlotMemory", "TotalSlotDisk"],
-            capture_output=True,
-            text=True,
-            timeout=CONDOR_CHECK_TIMEOUT_S,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return 1, 1, 1
-    most = [1, 1, 1]
-    for line in done.stdout.splitlines() if done.returncode == 0 else ():
+        done = subprocess.run(command, capture_output=True, text=True, timeout=CONDOR_CHECK_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return (1, 1, 1), f"{' '.join(command)} did not answer ({e})"
+    if done.returncode != 0:
+        said = " / ".join((done.stderr or done.stdout).strip().splitlines()[-3:]) or "nothing"
+        return (1, 1, 1), f"{' '.join(command)} failed: {said}"
+    slots = []
+    for line in done.stdout.splitlines():
         try:  # numbers, some written as floats ("28027868.0"); a slot without them says "undefined"
-            cores, memory_mb, disk_kb = (int(float(field)) for field in line.split())
+            slots.append([int(float(field)) for field in line.split()])
         except ValueError:
             continue
-        most = [max(most[0], cores), max(most[1], memory_mb), max(most[2], disk_kb // 1024)]
-    return most[0], most[1], most[2]
+    slots = [slot for slot in slots if len(slot) == 3]
+    if not slots:
+        return (1, 1, 1), f"{' '.join(command)} lists no slot with cores, memory and disk"
+    return (max(s[0] for s in slots), max(s[1] for s in slots), max(s[2] for s in slots) // 1024), ""
 
 
 def needs(spec) -> tuple[int, int, int]:
@@ -195,20 +196,32 @@ def grown(size: tuple[int, int, int], spec) -> tuple[int, int, int]:
     return max(size[0], cores), size[1] and max(size[1], memory_mb), size[2] and max(size[2], disk_mb)
 
 
-def group_for(settings, spec, sizes: dict[str, tuple[int, int, int]]) -> WorkerGroup:
-    """The worker group whose workers a job's task SPEC would grow: of the groups with every feature the task needs
-    (all of them when none has), the largest by SIZES (cores, then memory, then disk)."""
-    groups, _ = worker_groups(settings)
-    able = [g for g in groups if set(spec.features) <= set(g.features)] or groups
-    return max(able, key=lambda g: sizes[g.name])
+def requested(settings, size: tuple[int, int, int]) -> tuple[int, int, int]:
+    """SIZE as a worker started for a larger job asks for it: for an HTCondor job, memory and disk that SIZE leaves
+    to TaskVine (0) are vine_factory's default request (CONDOR_DEFAULT_MB), and said to the worker, which would
+    otherwise offer the whole machine's; a local worker keeps 0 (this machine's)."""
+    if settings.workers == "local":
+        return size
+    return size[0], size[1] or CONDOR_DEFAULT_MB, size[2] or CONDOR_DEFAULT_MB
+
+
+def able_groups(groups: list[WorkerGroup], spec) -> list[WorkerGroup]:
+    """The groups of GROUPS whose workers have every feature the task SPEC needs."""
+    return [g for g in groups if set(spec.features) <= set(g.features)]
 
 
 def fitting_worker(
-    settings, group: WorkerGroup, size: tuple[int, int, int], *, manager_port: int, password_file: Path, directory: Path
+    settings,
+    group: WorkerGroup,
+    size: tuple[int, int, int],
+    *,
+    manager_port: int,
+    password_file: Path,
+    directory: Path,
 ) -> Worker | CondorWorker:
-    """A worker of GROUP (its name, features and HTCondor requirements) of SIZE (cores, memory MB, disk MB) for the
-    jobs larger than the run's other workers, in DIRECTORY: a local one, or an HTCondor job of its own. It waits
-    for them (no idle timeout) and ends with the run."""
+    """A worker of GROUP (its name, features and HTCondor requirements) of SIZE (cores, memory MB, disk MB; see
+    ``requested``) for the jobs larger than the run's other workers, in DIRECTORY: a local one, or an HTCondor job of
+    its own. It waits for them (no idle timeout) and ends with the run."""
     group = dataclasses.replace(group, cores=size[0], memory_mb=size[1], disk_mb=size[2])
     if settings.workers == "local":
         return local_worker(

@@ -31,15 +31,17 @@ LOOPBACK_CATALOG = "127.0.0.1:9097"
 SCHEDULERS = ("files", "time", "fcfs", "rand", "worst")
 STOP_TIMEOUT_S = 30.0
 REMOVE_TIMEOUT_S = 10.0  # for one condor_rm of a factory's jobs
+SUBMIT_TIMEOUT_S = 30.0  # for the condor_submit of one worker's job
+CONDOR_IDLE = 1  # an HTCondor job's JobStatus while it waits for a slot
 # The job attribute that tags the HTCondor jobs of one vine_factory (stopping it removes them in one condor_rm).
 JOB_TAG = "TaskVineWorkerTag"  # the ClassAd attribute that tags the HTCondor worker jobs of one factory or worker
 WORKER_STOP_GRACE_S = 5.0
 WORKER_IDLE_S = 300  # a worker with nothing to do for this long ends; one that finds no manager for this long too
-# cctools before 7.15 crash the manager (SIGSEGV: it frees the worker while still handling its message; cctools
-# #4065, fixed in 7.15.0) when it lets go a worker that asked to leave after sitting idle for its idle timeout.
-# Reproduced with Debian's 7.14.5: 6 workers idle for 5 s killed the manager in 4 runs of 4, and a job waiting for a
-# larger worker lost its run so. With such a cctools the workers never ask: they stay until the run ends them.
-IDLE_LEAVE_FIXED_IN = (7, 15)
+# cctools 7.14.0-7.14.5 crash the manager (SIGSEGV: it frees the worker while still handling its message; cctools
+# #4065, fixed in 7.14.6 and 7.15.0) when it lets go a worker that asked to leave after sitting idle for its idle
+# timeout. Reproduced with Debian trixie's 7.14.5: six workers idle for 2-5 s killed the manager in 7 runs of 7, and a
+# job waiting for a larger worker lost its run so. With such a cctools the workers never ask: the run ends them.
+IDLE_LEAVE_FIXED_IN = (7, 14, 6)
 NEVER_IDLE_S = 10 * 365 * 24 * 3600
 LIBRARY_NAME = "snakemake-jobs"
 # A task's environment (TaskSpec.env) arrives as this file in its sandbox, which the task's shell sources first:
@@ -150,7 +152,7 @@ def catalog_address() -> str:
 @functools.cache
 def manager_version() -> tuple[int, ...]:
     """The version of the TaskVine manager library (cctools), e.g. (7, 14, 5)."""
-    return tuple(int(part) for part in re.findall(r"\d+", import_taskvine().cvine.vine_version_string())[:3])
+    return tuple(int(part) for part in re.findall(r"\d+", import_taskvine().__version__)[:3])
 
 
 def _timeout_options(connect_s: int, idle_s: int) -> list[str]:
@@ -926,7 +928,7 @@ class Factory(_Process):
 
 class Worker(_Process):
     """One ``vine_worker`` on this machine connected to the manager at HOST:PORT; it ends when it has found no manager
-    for WORKER_IDLE_S, or has had nothing to do for IDLE_S (see _timeout_options)."""
+    for CONNECT_S, or has had nothing to do for IDLE_S (see _timeout_options)."""
 
     stop_grace_s = WORKER_STOP_GRACE_S  # it keeps nothing worth waiting for: its tasks are cancelled with the run
 
@@ -943,6 +945,7 @@ class Worker(_Process):
         disk_mb: int = 0,
         features: Sequence[str] = (),
         idle_s: int = WORKER_IDLE_S,
+        connect_s: int = WORKER_IDLE_S,
         env: dict[str, str] | None = None,
         env_allow: Sequence[str] = DEFAULT_WORKER_ENV,
     ):
@@ -950,7 +953,7 @@ class Worker(_Process):
             "vine_worker",
             f"--workspace={workspace}",
             f"--cores={cores}",
-            *_timeout_options(WORKER_IDLE_S, idle_s),
+            *_timeout_options(connect_s, idle_s),
             "--single-shot",
             "--parent-death",
             *_worker_options(password_file, ssl, memory_mb, disk_mb, features),
@@ -996,6 +999,7 @@ class CondorWorker:
             raise ValueError(f"HTCondor requirements {condor_requirements!r}: one line of a ClassAd expression")
         worker_env = dict(worker_env or {})
         self.job_tag = secrets.token_hex(8)
+        self.size = (cores, memory_mb, disk_mb)
         # In the job's sandbox the password file is the input of that name, which HTCondor brings there.
         password = Path(password_file.name) if password_file is not None else None
         argv = [
@@ -1044,15 +1048,33 @@ class CondorWorker:
                 env=self.env,
                 capture_output=True,
                 text=True,
-                timeout=REMOVE_TIMEOUT_S,
+                timeout=SUBMIT_TIMEOUT_S,
             )
         except (OSError, subprocess.TimeoutExpired) as e:
+            self.remove()  # the schedd may have queued it after all
             raise RuntimeError(f"condor_submit of {self.submit_file} did not answer: {e}") from e
         if done.returncode != 0:
+            self.remove()
             said = " / ".join((done.stderr or done.stdout).strip().splitlines()[-3:]) or "nothing"
             raise RuntimeError(f"condor_submit of {self.submit_file} failed: {said}")
         self.job_id = done.stdout.split()[0] if done.stdout.split() else ""
+        self.submitted = time.monotonic()
 
     def remove(self) -> bool:
         """Remove the job (wherever it is: idle, running); whether it was found and removed."""
         return remove_tagged_jobs(self.job_tag, self.env)
+
+    def idle(self) -> bool:
+        """Whether the job is still idle in the queue (waiting for a slot), as condor_q says; False when that cannot
+        be told."""
+        try:
+            done = subprocess.run(
+                ["condor_q", "-constraint", f'{JOB_TAG} == "{self.job_tag}"', "-af", "JobStatus"],
+                env=self.env,
+                capture_output=True,
+                text=True,
+                timeout=REMOVE_TIMEOUT_S,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+        return done.returncode == 0 and done.stdout.split() == [str(CONDOR_IDLE)]

@@ -71,7 +71,7 @@ def test_condor_workers_without_reachable_pool_fail_at_start(workflow, tmp_path,
 
 TOO_LARGE = """
 rule all:
-    input: "small.txt", "big.txt", "bulky.txt"
+    input: "small.txt", "big.txt", "bulky.txt", "special.txt"
 
 rule small:
     output: "small.txt"
@@ -85,6 +85,11 @@ rule big:
 rule bulky:
     output: "bulky.txt"
     resources: disk_mb=50000
+    shell: "echo never > {output}"
+
+rule special:
+    output: "special.txt"
+    resources: taskvine_features="gpu"
     shell: "echo never > {output}"
 
 """
@@ -222,8 +227,9 @@ rule slow:
 
 
 def test_job_larger_than_any_worker_fails_at_once(workflow):
-    """Local workers of 1 core and 2000 MB of disk that may not grow past that: a rule with threads: 2, and one with
-    disk_mb=50000, fail at once (TaskVine would wait for such a worker for ever); the job that fits runs."""
+    """Local workers of 1 core and 2000 MB of disk that may not grow past that: a rule with threads: 2, one with
+    disk_mb=50000, and one that needs a worker feature no worker has, fail at once (TaskVine would wait for such a
+    worker for ever); the job that fits runs."""
     wf = workflow(TOO_LARGE)
     done = wf.run(
         "--keep-going",
@@ -246,11 +252,14 @@ def test_job_larger_than_any_worker_fails_at_once(workflow):
     )
     assert done.returncode != 0
     assert (wf.root / "small.txt").read_text() == "fine\n"
-    assert not any((wf.root / f"{name}.txt").exists() for name in ("big", "bulky"))
+    assert not any((wf.root / f"{name}.txt").exists() for name in ("big", "bulky", "special"))
     most = "a worker started for a larger job may have at most"
     assert f"rule big needs 2 cores (its threads), but {most} 1: lower the rule's threads" in done.stderr
     assert "or raise --taskvine-worker-max-cores" in done.stderr
     assert f"rule bulky needs 50000 MB of disk (its disk_mb), but {most} 2000 MB" in done.stderr
+    assert "rule special needs the worker features gpu (its taskvine_features), which no worker of this run has" in (
+        done.stderr
+    )
     assert "Error in rule big, jobid" in done.stderr and "not run: rule big needs 2 cores" in done.stderr
     # Refused before they ran: no exit code of a command, no pointer to logs they never wrote.
     assert "(command exited with non-zero exit code)" not in done.stderr, done.stderr[-3000:]

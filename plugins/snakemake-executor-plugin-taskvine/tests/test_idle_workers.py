@@ -1,10 +1,10 @@
-"""Workers that sit idle do not take the manager down. TaskVine managers before cctools 7.15 crash (SIGSEGV) when
-they let go a worker that asked to leave after its idle timeout (cctools #4065): with Debian's 7.14.5, six workers
-idle for 5 s killed the manager in 4 runs of 4, and a run whose larger job waited for its worker died so. The
-adapter's workers therefore never ask to leave with such a manager (taskvine._timeout_options); with a fixed one
-they leave after their idle time and the manager lives on. Real manager, real workers, on loopback. The crash does
-not come every time (about one round in two here), so the test idles out workers in ROUNDS rounds: without the
-workaround it failed 3 times in 3 (checked by pretending the installed cctools were fixed)."""
+"""Workers that sit idle do not take the manager down. TaskVine managers of cctools 7.14.0-7.14.5 crash (SIGSEGV) when
+they let go a worker that asked to leave after its idle timeout (cctools #4065, fixed in 7.14.6): with Debian's
+7.14.5, six workers idle for 5 s killed the manager in 4 runs of 4, and a run whose larger job waited for its worker
+died so. The adapter's workers therefore never ask to leave with such a manager (taskvine._timeout_options); with a
+fixed one they leave after their idle time and the manager lives on. Real manager, real workers, on loopback. The
+crash does not come every time (about one round in two here), so the test idles out workers in ROUNDS rounds: without
+the workaround it failed 3 times in 3 (checked by pretending the installed cctools were fixed)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,15 @@
 """The executor's status check (Executor.check_active_jobs), pure logic with a fake dispatcher: each result reaches
 the job it belongs to once; a result of a job the check was not handed (submitted while it ran) waits for the next
-check; the checks are spaced out as the active jobs grow (Snakemake hands every active job to every check)."""
+check; the checks are spaced out as the active jobs grow (Snakemake hands every active job to every check); an
+HTCondor job of a worker for larger jobs that waits long for a slot is said once (fake jobs)."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from types import SimpleNamespace
 
-from snakemake_executor_plugin_taskvine import STATUS_POLL_S, Executor
+from snakemake_executor_plugin_taskvine import SLOT_WAIT_S, STATUS_POLL_S, Executor
 from snakemake_executor_plugin_taskvine.taskvine import TaskResult
 
 
@@ -40,6 +42,7 @@ def executor() -> tuple[Executor, list[str]]:
     ex = object.__new__(Executor)  # no __post_init__: no TaskVine, no workers
     ex.dispatcher, succeeded = FakeDispatcher(), []
     ex.report_job_success = lambda info: succeeded.append(info.external_jobid)
+    ex.waiting_for_slot, ex.next_slot_check = {}, 0.0
     return ex, succeeded
 
 
@@ -65,3 +68,28 @@ def test_checks_are_spaced_out_as_active_jobs_grow():
     assert ex.next_seconds_between_status_checks == STATUS_POLL_S
     check(ex, [f"t{i}" for i in range(30_000)])
     assert 1 <= ex.next_seconds_between_status_checks <= 2
+
+
+class FakeCondorWorker:
+    def __init__(self, job_id: str, idle: bool):
+        self.job_id, self.size, self.still_idle, self.asked = job_id, (2, 3000, 8192), idle, 0
+
+    def idle(self) -> bool:
+        self.asked += 1
+        return self.still_idle
+
+
+def test_a_worker_job_that_waits_long_for_a_slot_is_said_once():
+    ex, _ = executor()
+    said = []
+    ex.logger = SimpleNamespace(warning=said.append)
+    long_ago = time.monotonic() - SLOT_WAIT_S - 1
+    waiting, started = FakeCondorWorker("7.0", True), FakeCondorWorker("8.0", False)
+    recent = FakeCondorWorker("9.0", True)
+    ex.waiting_for_slot = {waiting: ("big", long_ago), started: ("big", long_ago), recent: ("big", time.monotonic())}
+    check(ex, ["t"])
+    assert len(said) == 1 and "HTCondor job 7.0 of a worker of 2 cores, 3000 MB" in said[0] and "rule big" in said[0]
+    assert "--taskvine-max-workers" in said[0] and recent.asked == 0  # not asked before its time
+    assert list(ex.waiting_for_slot) == [recent]
+    check(ex, ["t"])  # within a minute: condor_q is not asked again
+    assert waiting.asked == 1 and len(said) == 1
