@@ -20,9 +20,10 @@ makes between copy size and rate). Files the transcoder leaves to hadd say why a
 of the input's size per core (each step runs on one core): by wall time, and by CPU time (this process's and its
 children's: on a machine shared with other work, the CPU time is the closer measure of one free core).
 
-Last, one table of each file's whole recompression with a transcoder program started per file (as before) and with
-the job's one running program (as jobs do now), side by side: the fixed cost a file pays (ROOT's start), as the
-intercept over the real files. Writes results/bench/recompress.json.
+Last, one table of each file's whole recompression with a transcoder program started per file (as before), with the
+job's one running program and the check decompressing each basket by a call of its own (as before it batched them),
+and as jobs do now, side by side: the fixed cost a file pays, as the intercept over the real files. Writes
+results/bench/recompress.json.
 """
 
 from __future__ import annotations
@@ -177,35 +178,53 @@ def generated(events: int) -> Path:
     return path
 
 
+MODES = {
+    "program_per_file": "a program per file",
+    "per_job_baskets_alone": "a program per job, the check's baskets one zstd call each",
+    "program_per_job": "a program per job (now)",
+}
+
+
 def per_file_costs(sources: list[Path], codec: recompress.Codec, work: Path) -> dict:
-    """Each file's whole recompression (``recompress.recompress``: stage, transcode or hadd, verify) timed twice side
-    by side: with a transcoder program started for the file (as every file did before programs were kept per job)
-    and with the job's running one; the fixed cost per file of each is the intercept of a straight line through
-    (MB, seconds) of the real files."""
-    rows = []
+    """Each file's whole recompression (``recompress.recompress``: stage, transcode or hadd, verify) timed side by
+    side three ways: with a transcoder program started for the file (as every file did before programs were kept per
+    job); with the job's running one and the check decompressing each basket of the copy by a call of its own (as
+    before the check batched them: ``transcode.basket_digests``); and as jobs do now. The fixed cost per file of each
+    is the intercept of a straight line through (MB, seconds) of the real files."""
+    batched = transcode.basket_digests
+    rows, closed = [], True
     for source in sources:
         row = {"file": source.name, "mb": round(source.stat().st_size / 1e6, 3)}
-        for mode in ("program_per_file", "program_per_job"):
+        for mode in MODES:
             if mode == "program_per_file":
                 transcode.SHARED.close()
-            else:
+                closed = True
+            elif closed:  # the job's program, started again and warmed up on this file, untimed, as a job's would be
                 recompress.start()
+                recompress.recompress(str(source), work / "copy.root", codec, {})
+                (work / "copy.root").unlink()
+                closed = False
+            transcode.basket_digests = (
+                (lambda tables, chunk: [transcode.basket_digest(*t, chunk) for t in tables])
+                if mode == "per_job_baskets_alone"
+                else batched
+            )
             how, started = {}, time.perf_counter()
             recompress.recompress(str(source), work / "copy.root", codec, how)
             row[mode] = round(time.perf_counter() - started, 3)
             row["engine"] = how["engine"]
             (work / "copy.root").unlink()
+        transcode.basket_digests = batched
         rows.append(row)
         print(
-            f"{row['file']:<42.42} {row['mb']:7.2f} MB  program per file {row['program_per_file']:.3f} s, "
-            f"per job {row['program_per_job']:.3f} s ({row['engine']})",
+            f"{row['file']:<42.42} {row['mb']:7.2f} MB  "
+            + ", ".join(f"{what} {row[mode]:.3f} s" for mode, what in MODES.items())
+            + f" ({row['engine']})",
             flush=True,
         )
     real = [r for r in rows if (NANOAOD / r["file"]).exists() and r["engine"] == "transcode"]
-    fixed = {
-        mode: round(float(np.polyfit([r["mb"] for r in real], [r[mode] for r in real], 1)[1]), 3)
-        for mode in ("program_per_file", "program_per_job")
-    }
+    sizes = [r["mb"] for r in real]
+    fixed = {mode: round(float(np.polyfit(sizes, [r[mode] for r in real], 1)[1]), 3) for mode in MODES}
     print(f"fixed cost per file (intercept over {len(real)} real files the transcoder copies): {fixed}", flush=True)
     return {"files": rows, "fixed_seconds_per_file": fixed, "fit_over": len(real)}
 
