@@ -237,12 +237,7 @@ def fitting_worker(
             manager_host=_manager_host(),
             manager_port=manager_port,
             directory=directory,
-            password_file=password_file,
-            ssl=settings.ssl,
-            cores=group.cores,
-            memory_mb=group.memory_mb,
-            disk_mb=group.disk_mb,
-            features=group.features,
+            **_told(settings, group, password_file),
             condor_requirements=group.condor_requirements,
             worker_env={GROUP_ENV: group.name},
             worker_env_allow=env_patterns(settings.worker_env),
@@ -250,6 +245,18 @@ def fitting_worker(
         )
     except (ValueError, RuntimeError) as e:
         raise WorkflowError(f"cannot start an HTCondor worker of {size[0]} cores: {e}") from e
+
+
+def _told(settings, group: WorkerGroup, password_file: Path) -> dict:
+    """What each worker this plugin starts for GROUP is told, whoever starts it: how to log in, its size, features."""
+    return dict(
+        password_file=password_file,
+        ssl=settings.ssl,
+        cores=group.cores,
+        memory_mb=group.memory_mb,
+        disk_mb=group.disk_mb,
+        features=group.features,
+    )
 
 
 def local_worker(
@@ -266,12 +273,7 @@ def local_worker(
         manager_host="127.0.0.1",
         manager_port=manager_port,
         workspace=workspace,
-        password_file=password_file,
-        ssl=settings.ssl,
-        cores=group.cores,
-        memory_mb=group.memory_mb,
-        disk_mb=group.disk_mb,
-        features=group.features,
+        **_told(settings, group, password_file),
         env={GROUP_ENV: group.name},
         env_allow=env_patterns(settings.worker_env),
         idle_s=idle_s,
@@ -339,14 +341,9 @@ def _factory(
         manager_port=manager_port,
         scratch_dir=scratch_dir,
         log=log,
-        password_file=password_file,
-        ssl=settings.ssl,
+        **_told(settings, group, password_file),
         min_workers=group.min_workers,
         max_workers=group.max_workers,
-        cores=group.cores,
-        memory_mb=group.memory_mb,
-        disk_mb=group.disk_mb,
-        features=group.features,
         condor_requirements=group.condor_requirements,
         worker_env={GROUP_ENV: group.name},
         worker_env_allow=allow,
