@@ -413,3 +413,19 @@ def test_codec_spelling():
     for bad in ("brotli", "zstd", "zstd:10", "zstd:x"):
         with pytest.raises(recompress.RecompressError, match="e.g. zstd:5"):
             recompress.parse_codec(bad)
+
+
+def test_a_basket_table_pointing_outside_the_copy_is_named_not_raised(tmp_path):
+    """A branch whose basket table points past the end of the copy, or at bytes that are not its key, gives an
+    ``unreadable`` digest naming the basket (the copy then differs from the manifest), in a batch with sound ones."""
+    copy = tmp_path / "copy.root"
+    transcode.run(NANOAOD / "nano_dy.root", copy, 505)
+    with recompress.open_local(copy) as f:
+        chunk = transcode.whole(f)
+        branch = f["Events"]["Jet_pt"]
+        sound = (branch.member("fBasketSeek"), branch.member("fBasketBytes"), branch.num_baskets)
+        digests = transcode.basket_digests(
+            [sound, (np.array([10**12]), np.array([100]), 1), (np.array([0]), np.array([100]), 1), sound], chunk
+        )
+        assert digests[0] == digests[3] == transcode.basket_digest(*sound, chunk)  # while the file is open
+    assert digests[1].startswith("unreadable: basket 0 at byte 1000000000000") and digests[2].startswith("unreadable")

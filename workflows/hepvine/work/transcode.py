@@ -275,12 +275,14 @@ def basket_digest(seeks, sizes, count: int, chunk) -> str:
 
 
 def _zstd_pieces(raw, seeks, sizes, count: int) -> list | None:
-    """The pieces of the first COUNT baskets of a branch (see basket_digest) in order, each ``bytes`` (a basket stored
-    as it is) or (its ZSTD frame, the size it decompresses to); None when a basket is of another algorithm or does
-    not match its key (basket_digest then reads the branch, and names what is wrong)."""
+    """The pieces of the first COUNT baskets of a branch (see basket_digest) in order, each the bytes of a basket
+    stored as it is, or (a ZSTD frame, the size it decompresses to); None when a basket is of another algorithm or
+    does not match its key or the file (basket_digest then reads the branch, and names what is wrong)."""
     pieces = []
     for i in range(count):
         seek, size = int(seeks[i]), int(sizes[i])
+        if not 0 <= seek <= len(raw) - KEY_HEADER.size:  # a table pointing outside the file
+            return None
         nbytes, _, objlen, _, keylen = KEY_HEADER.unpack_from(raw, seek)
         if nbytes != size or not 0 < keylen <= nbytes or seek + nbytes > len(raw):
             return None
