@@ -242,8 +242,8 @@ class Executor(RemoteExecutor):
         self.groups = provision.run_groups(settings)
         self.sizes = None if self.groups is None else {g.name: (g.cores, g.memory_mb, g.disk_mb) for g in self.groups}
         self._most_worker: Optional[tuple[int, int, int]] = None
-        # The HTCondor jobs of workers started for larger jobs, until they leave the queue's idle state: (rule, when
-        # submitted); one that waits long for a slot is said once (slot_waits).
+        # The HTCondor jobs of workers started for larger jobs, with the rule each was started for, until said or
+        # seen out of the queue's idle state (slot_waits).
         self.waiting_for_slot: dict = {}
         self.next_slot_check = 0.0
         self.dispatcher: Optional[Dispatcher] = None
@@ -388,7 +388,7 @@ class Executor(RemoteExecutor):
             return f"rule {job.name} needs more than the workers have, and {e}"
         self.provisioned.append(worker)
         if isinstance(worker, CondorWorker):
-            self.waiting_for_slot[worker] = (job.name, time.monotonic())
+            self.waiting_for_slot[worker] = job.name
         self.sizes[group.name] = size
         where = "a local worker" if settings.workers == "local" else "an HTCondor worker job"
         self.logger.info(
@@ -405,7 +405,8 @@ class Executor(RemoteExecutor):
         if not self.waiting_for_slot or now < self.next_slot_check:
             return
         self.next_slot_check = now + SLOT_CHECK_S
-        for worker, (rule, since) in list(self.waiting_for_slot.items()):
+        for worker, rule in list(self.waiting_for_slot.items()):
+            since = worker.submitted
             if now - since < SLOT_WAIT_S:
                 continue
             del self.waiting_for_slot[worker]

@@ -35,7 +35,7 @@ from snakemake_interface_common.exceptions import WorkflowError
 
 from . import workergroups
 from .tasks import comma_separated
-from .taskvine import WORKER_IDLE_S, CondorWorker, Factory, Worker, env_patterns, stop_all
+from .taskvine import CONDOR_DEFAULT_MB, WORKER_IDLE_S, CondorWorker, Factory, Worker, env_patterns, stop_all
 from .workergroups import WorkerGroup
 
 WORKER_MODES = ("local", "condor", "none")
@@ -135,7 +135,6 @@ MOST_FLAGS = (
     (_MOST, "--taskvine-worker-max-disk-mb"),
 )
 FIT_WORKER_IDLE_S = 7 * 24 * 3600  # a worker started for larger jobs waits for them: it ends with the run
-CONDOR_DEFAULT_MB = 1024  # what vine_factory asks of HTCondor for a worker's memory and disk that TaskVine decides
 
 
 def most_worker(settings, run_dir: Path) -> tuple[tuple[int, int, int], str]:
@@ -160,13 +159,14 @@ def largest_slot() -> tuple[tuple[int, int, int], str]:
     partitionable slot's whole, TotalSlot*), from condor_status; (1, 1, 1) and why when the pool cannot be asked or
     lists no slot."""
     command = ["condor_status", "-af", "TotalSlotCpus", "TotalSlotMemory", "TotalSlotDisk"]
+    shown = " ".join(command)
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=CONDOR_CHECK_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as e:
-        return (1, 1, 1), f"{' '.join(command)} did not answer ({e})"
+        return (1, 1, 1), f"{shown} did not answer ({e})"
     if done.returncode != 0:
         said = " / ".join((done.stderr or done.stdout).strip().splitlines()[-3:]) or "nothing"
-        return (1, 1, 1), f"{' '.join(command)} failed: {said}"
+        return (1, 1, 1), f"{shown} failed: {said}"
     slots = []
     for line in done.stdout.splitlines():
         try:  # numbers, some written as floats ("28027868.0"); a slot without them says "undefined"
@@ -175,7 +175,7 @@ def largest_slot() -> tuple[tuple[int, int, int], str]:
             continue
     slots = [slot for slot in slots if len(slot) == 3]
     if not slots:
-        return (1, 1, 1), f"{' '.join(command)} lists no slot with cores, memory and disk"
+        return (1, 1, 1), f"{shown} lists no slot with cores, memory and disk"
     return (max(s[0] for s in slots), max(s[1] for s in slots), max(s[2] for s in slots) // 1024), ""
 
 

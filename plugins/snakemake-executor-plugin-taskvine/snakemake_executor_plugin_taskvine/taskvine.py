@@ -33,14 +33,18 @@ STOP_TIMEOUT_S = 30.0
 REMOVE_TIMEOUT_S = 10.0  # for one condor_rm of a factory's jobs
 SUBMIT_TIMEOUT_S = 30.0  # for the condor_submit of one worker's job
 CONDOR_IDLE = 1  # an HTCondor job's JobStatus while it waits for a slot
-# The job attribute that tags the HTCondor jobs of one vine_factory (stopping it removes them in one condor_rm).
-JOB_TAG = "TaskVineWorkerTag"  # the ClassAd attribute that tags the HTCondor worker jobs of one factory or worker
+# The ClassAd attribute that tags the HTCondor worker jobs of one factory, or one CondorWorker: stopping it removes
+# them in one condor_rm.
+JOB_TAG = "TaskVineWorkerTag"
+# What vine_factory asks of HTCondor for a worker's memory and disk (MB) that TaskVine decides (0).
+CONDOR_DEFAULT_MB = 1024
 WORKER_STOP_GRACE_S = 5.0
 WORKER_IDLE_S = 300  # a worker with nothing to do for this long ends; one that finds no manager for this long too
 # cctools 7.14.0-7.14.5 crash the manager (SIGSEGV: it frees the worker while still handling its message; cctools
 # #4065, fixed in 7.14.6 and 7.15.0) when it lets go a worker that asked to leave after sitting idle for its idle
-# timeout. Reproduced with Debian trixie's 7.14.5: six workers idle for 2-5 s killed the manager in 7 runs of 7, and a
-# job waiting for a larger worker lost its run so. With such a cctools the workers never ask: the run ends them.
+# timeout. Reproduced with Debian trixie's 7.14.5: six workers with --timeout=5 killed it in 4 runs of 4 (with
+# --idle-timeout=2 in 3 of 3), and a job waiting for a larger worker lost its run so. With such a cctools the workers
+# never ask: the run ends them.
 IDLE_LEAVE_FIXED_IN = (7, 14, 6)
 NEVER_IDLE_S = 10 * 365 * 24 * 3600
 LIBRARY_NAME = "snakemake-jobs"
@@ -1011,7 +1015,6 @@ class CondorWorker:
             _safe_host(manager_host, "manager host"),
             str(manager_port),
         ]
-        # What vine_factory asks of HTCondor for a worker whose memory or disk TaskVine decides (0): 1024 MB each.
         lines = [
             "universe = vanilla",
             f"executable = {_safe_path(binary, 'vine_worker')}",
@@ -1024,8 +1027,8 @@ class CondorWorker:
             f"output = {directory / 'worker.out'}",
             f"error = {directory / 'worker.err'}",
             f"request_cpus = {cores}",
-            f"request_memory = {memory_mb or 1024}",
-            f"request_disk = {(disk_mb or 1024) * 1024}",
+            f"request_memory = {memory_mb or CONDOR_DEFAULT_MB}",
+            f"request_disk = {(disk_mb or CONDOR_DEFAULT_MB) * 1024}",  # KiB
             f"getenv = {_worker_env_list(worker_env_allow, worker_env)}",
             f'+{JOB_TAG} = "{self.job_tag}"',
             "+JobMaxSuspendTime = 0",

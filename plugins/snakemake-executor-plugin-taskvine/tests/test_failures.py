@@ -131,25 +131,13 @@ worker_groups:
     max_workers: 1
 """
 
-IN_GROUP = """
-rule all:
-    input: "small.txt", "big.txt"
-
-rule small:
-    output: "small.txt"
-    shell: "echo fine > {output}"
-
-rule big:
-    output: "big.txt"
-    threads: 2
-    resources: taskvine_features="rack-b"
-    shell: "echo $SNAKEMAKE_TASKVINE_WORKER_GROUP {threads} > {output}"
-"""
+# LARGER's big job, needing rack-b's feature too.
+IN_GROUP = LARGER.replace("resources: mem_mb=3000", 'resources: mem_mb=3000, taskvine_features="rack-b"')
 
 
 def test_worker_groups_grow_to_fit_a_larger_job(workflow):
-    """Worker groups of 1 core: a rule with threads: 2 that needs rack-b's feature gets a worker of rack-b (its
-    name and features) with 2 cores."""
+    """Worker groups of 1 core: a rule with threads: 2 and mem_mb=3000 that needs rack-b's feature gets a worker of
+    rack-b (its name and features) with 2 cores."""
     wf = workflow(IN_GROUP)
     groups = wf.root / "groups.yaml"
     groups.write_text(GROUPS)

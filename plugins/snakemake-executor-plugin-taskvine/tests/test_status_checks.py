@@ -71,8 +71,9 @@ def test_checks_are_spaced_out_as_active_jobs_grow():
 
 
 class FakeCondorWorker:
-    def __init__(self, job_id: str, idle: bool):
+    def __init__(self, job_id: str, idle: bool, submitted: float):
         self.job_id, self.size, self.still_idle, self.asked = job_id, (2, 3000, 8192), idle, 0
+        self.submitted = submitted
 
     def idle(self) -> bool:
         self.asked += 1
@@ -84,9 +85,9 @@ def test_a_worker_job_that_waits_long_for_a_slot_is_said_once():
     said = []
     ex.logger = SimpleNamespace(warning=said.append)
     long_ago = time.monotonic() - SLOT_WAIT_S - 1
-    waiting, started = FakeCondorWorker("7.0", True), FakeCondorWorker("8.0", False)
-    recent = FakeCondorWorker("9.0", True)
-    ex.waiting_for_slot = {waiting: ("big", long_ago), started: ("big", long_ago), recent: ("big", time.monotonic())}
+    waiting, started = FakeCondorWorker("7.0", True, long_ago), FakeCondorWorker("8.0", False, long_ago)
+    recent = FakeCondorWorker("9.0", True, time.monotonic())
+    ex.waiting_for_slot = {waiting: "big", started: "big", recent: "big"}
     check(ex, ["t"])
     assert len(said) == 1 and "HTCondor job 7.0 of a worker of 2 cores, 3000 MB" in said[0] and "rule big" in said[0]
     assert "--taskvine-max-workers" in said[0] and recent.asked == 0  # not asked before its time

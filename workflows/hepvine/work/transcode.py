@@ -315,8 +315,8 @@ def basket_digests(tables: list[tuple], chunk) -> list[str]:
     held = 0
     for i, table in enumerate(tables):
         pieces = _zstd_pieces(raw, *table)
-        size = sum(p[1] for p in pieces if isinstance(p, tuple)) if pieces is not None else BATCH_BYTES + 1
-        if size > BATCH_BYTES:
+        size = 0 if pieces is None else sum(p[1] for p in pieces if isinstance(p, tuple))
+        if pieces is None or size > BATCH_BYTES:
             digests[i] = basket_digest(*table, chunk)
             continue
         if held + size > BATCH_BYTES:
