@@ -36,6 +36,8 @@ from snakemake_executor_plugin_taskvine import taskvine
 
 REPO = Path(__file__).resolve().parent.parent
 SLOT_MEMORY_QUANTUM_MB = 128
+WORKER_MEMORY_MB = 50
+WORKER_DISK_MB = 100
 
 
 def rss_mb() -> float:
@@ -95,8 +97,12 @@ def widen_pool(cores: int | None, timeout_s: float = 120) -> None:
     if cores is None:
         wider.unlink(missing_ok=True)
     else:  # 128 MB a core besides the pool's own 8 GB: a dynamic slot's memory is rounded up to 128 MB (HTCondor's
-        # default MODIFY_REQUEST_EXPR_REQUESTMEMORY); at 64 MB a core only 216 of 300 worker jobs ever started
-        wider.write_text(f"NUM_CPUS = {cores}\nMEMORY = {8192 + SLOT_MEMORY_QUANTUM_MB * cores}\n")
+        # default MODIFY_REQUEST_EXPR_REQUESTMEMORY); at 64 MB a core only 216 of 300 worker jobs ever started. And
+        # a worker's disk a core besides 8 GB: the pool advertises its execute directory's free space otherwise
+        # (~50 GB here), room for fewer than 1,000 workers of WORKER_DISK_MB (663 started); the workers of this bench
+        # write a few kB each, so advertising more than is free costs nothing (DISK is in kB).
+        disk_kb = (8192 + WORKER_DISK_MB * cores) * 1024
+        wider.write_text(f"NUM_CPUS = {cores}\nMEMORY = {8192 + SLOT_MEMORY_QUANTUM_MB * cores}\nDISK = {disk_kb}\n")
     # The master refuses to restart a startd that is already restarting (it waits 10 s before it starts it again).
     if not wait_until(
         lambda: subprocess.run(["condor_restart", "-daemon", "startd"], capture_output=True).returncode == 0, 60
@@ -142,8 +148,8 @@ def start_workers(via: str, n: int, manager: taskvine.Manager, password: Path, s
                 min_workers=n,
                 max_workers=n,
                 cores=1,
-                memory_mb=50,
-                disk_mb=100,
+                memory_mb=WORKER_MEMORY_MB,
+                disk_mb=WORKER_DISK_MB,
                 # Idle workers leave after this; all N must connect first (~0.7 a second on this machine's pool).
                 worker_timeout_s=1200,
             )
@@ -155,8 +161,8 @@ def start_workers(via: str, n: int, manager: taskvine.Manager, password: Path, s
             workspace=scratch / f"w{k}",
             password_file=password,
             cores=1,
-            memory_mb=50,
-            disk_mb=100,
+            memory_mb=WORKER_MEMORY_MB,
+            disk_mb=WORKER_DISK_MB,
         )
         for k in range(n)
     ]
