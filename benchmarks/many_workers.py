@@ -14,7 +14,8 @@ With ``--via condor`` the N workers are HTCondor jobs of one ``vine_factory`` (t
 condor``) on the sandbox's personal pool, which the bench widens for its run to advertise N + 4 cores (partitionable
 slots may advertise more cores than the machine has: the workers are mostly idle) by writing the file that the
 pool's ``HEPVINE_WIDER_POOL_CONFIG`` names and restarting the startd; it puts the pool back after. The same figures,
-plus the time for the factory's stop to remove its jobs from the queue and what is left in condor_q.
+plus the time until the workers of its jobs have ended, and until the removed jobs have left the queue (the pool is
+narrowed again only after).
 
 Run it on the sandbox (``make run CMD='python benchmarks/many_workers.py'``); it needs no service but TaskVine, and
 HTCondor with ``--via condor`` (``make bench`` runs both).
@@ -38,6 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 SLOT_MEMORY_QUANTUM_MB = 128
 WORKER_MEMORY_MB = 50
 WORKER_DISK_MB = 100
+QUEUE_EMPTY_TIMEOUT_S = 900  # 1,000 removed jobs took longer than a minute to leave the queue of this 2-core pool
 
 
 def rss_mb() -> float:
@@ -65,6 +67,17 @@ def left_processes(groups: set[int]) -> list[str]:
         if int(rest[2]) in groups:
             found.append(f"{stat.parent.name} {rest[0]} {name}")
     return sorted(found)
+
+
+def processes_named(name: str) -> int:
+    """Processes called NAME on this machine (the bench runs alone on the sandbox: its HTCondor jobs' workers)."""
+    count = 0
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        try:
+            count += comm.read_text().strip() == name
+        except OSError:
+            continue
+    return count
 
 
 def last_line(log: Path) -> str:
@@ -237,8 +250,12 @@ def one_n(via: str, n: int, tasks_per_worker: int, inputs: int, connect_timeout_
         row["left_running"] = taskvine.still_running(workers)
         if row["left_running"]:
             row["left"] = left_processes({w.proc.pid for w in workers})
-        if via == "condor":  # the factory's stop removed its jobs; the schedd may take a moment to let them go
-            gone = wait_until(lambda: jobs_in_queue() == 0, 60)
+        if via == "condor":  # the factory's stop removed its jobs: their workers end as HTCondor kills them, and the
+            # schedd lets the jobs go one shadow at a time; the pool is narrowed again only after (a startd restarted
+            # under live shadows leaves them waiting for their starters until the job lease runs out)
+            ended = wait_until(lambda: processes_named("vine_worker") == 0, QUEUE_EMPTY_TIMEOUT_S)
+            row["workers_ended_s"] = round(time.perf_counter() - stop0, 2) if ended else None
+            gone = wait_until(lambda: jobs_in_queue() == 0, QUEUE_EMPTY_TIMEOUT_S)
             row["jobs_left_in_queue"] = jobs_in_queue()
             row["queue_empty_s"] = round(time.perf_counter() - stop0, 2) if gone else None
         print(f"{n} workers ({via}) stopped in {row['stop_s']} s; left running: {row['left_running']}", flush=True)
