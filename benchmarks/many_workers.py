@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 SLOT_MEMORY_QUANTUM_MB = 128
 WORKER_MEMORY_MB = 50
 WORKER_DISK_MB = 100
-QUEUE_EMPTY_TIMEOUT_S = 900  # 1,000 removed jobs took longer than a minute to leave the queue of this 2-core pool
+QUEUE_EMPTY_TIMEOUT_S = 900  # in all, from the stop: 1,000 removed jobs took more than a minute to leave this pool
 
 
 def rss_mb() -> float:
@@ -250,15 +250,16 @@ def one_n(via: str, n: int, tasks_per_worker: int, inputs: int, connect_timeout_
         row["left_running"] = taskvine.still_running(workers)
         if row["left_running"]:
             row["left"] = left_processes({w.proc.pid for w in workers})
+        print(f"{n} workers ({via}) stopped in {row['stop_s']} s; left running: {row['left_running']}", flush=True)
         if via == "condor":  # the factory's stop removed its jobs: their workers end as HTCondor kills them, and the
             # schedd lets the jobs go one shadow at a time; the pool is narrowed again only after (a startd restarted
             # under live shadows leaves them waiting for their starters until the job lease runs out)
             ended = wait_until(lambda: processes_named("vine_worker") == 0, QUEUE_EMPTY_TIMEOUT_S)
             row["workers_ended_s"] = round(time.perf_counter() - stop0, 2) if ended else None
-            gone = wait_until(lambda: jobs_in_queue() == 0, QUEUE_EMPTY_TIMEOUT_S)
+            gone = wait_until(lambda: jobs_in_queue() == 0, stop0 + QUEUE_EMPTY_TIMEOUT_S - time.perf_counter())
             row["jobs_left_in_queue"] = jobs_in_queue()
             row["queue_empty_s"] = round(time.perf_counter() - stop0, 2) if gone else None
-        print(f"{n} workers ({via}) stopped in {row['stop_s']} s; left running: {row['left_running']}", flush=True)
+            print(f"workers ended after {row['workers_ended_s']} s, queue empty after {row['queue_empty_s']} s")
     return row
 
 
