@@ -2,13 +2,8 @@
 # merge tree, histograms and report, plots. A job's inputs are its own index files; nothing it reads grows with N.
 
 
-# The report and the plots run where Snakemake runs, as Snakemake users run their small aggregation rules: each is
-# one job a campaign that reads what the main process already holds (the merged result, the index), and as a task
-# it would pay a worker's `snakemake` start and the transfers besides its own seconds (the physicist's loop, README).
 localrules:
     resolve_spec,
-    report,
-    plots,
 
 
 wildcard_constraints:
