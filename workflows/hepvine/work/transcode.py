@@ -245,6 +245,20 @@ def whole(opened) -> uproot.source.chunk.Chunk:
     return source.chunk(0, source.num_bytes)
 
 
+def _basket_key(raw, seek: int, size: int) -> tuple[int, int]:
+    """(its key's length, its payload's decompressed length) of the basket at SEEK in RAW (a file's bytes) that its
+    branch's basket table says is SIZE bytes; ValueError (struct.error past the end) when the key does not match the
+    table or the file."""
+    if seek < 0:
+        raise ValueError(f"the basket table points at byte {seek}")
+    nbytes, _, objlen, _, keylen = KEY_HEADER.unpack_from(raw, seek)
+    if nbytes != size or not 0 < keylen <= nbytes or seek + nbytes > len(raw):
+        raise ValueError(
+            f"its key says {nbytes} bytes ({keylen} of header), the basket table {size}, the file has {len(raw)}"
+        )
+    return keylen, objlen
+
+
 def basket_digest(seeks, sizes, count: int, chunk) -> str:
     """A SHA-256 over the first COUNT baskets of a branch (each basket's whole decompressed payload, as ROOT's key
     holds it), read from CHUNK (``whole``) at SEEKS, SIZES (the branch's basket table); ``unreadable: ...`` saying
@@ -253,18 +267,13 @@ def basket_digest(seeks, sizes, count: int, chunk) -> str:
     for i in range(count):
         seek, size = int(seeks[i]), int(sizes[i])
         try:
-            nbytes, _, objlen, _, keylen = KEY_HEADER.unpack_from(raw, seek)
-            if nbytes != size or not 0 < keylen <= nbytes or seek + nbytes > len(raw):
-                raise ValueError(
-                    f"its key says {nbytes} bytes ({keylen} of header), the basket table {size}, "
-                    f"the file has {len(raw)}"
-                )
-            if nbytes - keylen == objlen:  # stored as it is (ROOT's rule)
-                digest.update(raw[seek + keylen : seek + nbytes])
+            keylen, objlen = _basket_key(raw, seek, size)
+            if size - keylen == objlen:  # stored as it is (ROOT's rule)
+                digest.update(raw[seek + keylen : seek + size])
                 continue
             blocks = []
             payload = uproot.compression.decompress(
-                chunk, uproot.source.cursor.Cursor(seek + keylen), {}, nbytes - keylen, objlen, blocks
+                chunk, uproot.source.cursor.Cursor(seek + keylen), {}, size - keylen, objlen, blocks
             ).raw_data
             if sum(block[2] for block in blocks) != objlen:
                 raise ValueError(f"its blocks hold {sum(block[2] for block in blocks)} bytes, its key {objlen}")
@@ -281,15 +290,14 @@ def _zstd_pieces(raw, seeks, sizes, count: int) -> list | None:
     pieces = []
     for i in range(count):
         seek, size = int(seeks[i]), int(sizes[i])
-        if not 0 <= seek <= len(raw) - KEY_HEADER.size:  # a table pointing outside the file
+        try:
+            keylen, objlen = _basket_key(raw, seek, size)
+        except (ValueError, struct.error):
             return None
-        nbytes, _, objlen, _, keylen = KEY_HEADER.unpack_from(raw, seek)
-        if nbytes != size or not 0 < keylen <= nbytes or seek + nbytes > len(raw):
-            return None
-        if nbytes - keylen == objlen:  # stored as it is (ROOT's rule)
-            pieces.append(raw[seek + keylen : seek + nbytes])
+        if size - keylen == objlen:  # stored as it is (ROOT's rule)
+            pieces.append(raw[seek + keylen : seek + size])
             continue
-        pos, end, held = seek + keylen, seek + nbytes, 0
+        pos, end, held = seek + keylen, seek + size, 0
         while pos < end:
             header = bytes(raw[pos : pos + BLOCK_HEADER_BYTES])
             if len(header) < BLOCK_HEADER_BYTES or header[:2] != ZSTD_BLOCK:
