@@ -25,7 +25,7 @@ unexport CMD
 help:
 	@echo "make demo            run the demo campaign end to end on the sandbox (DEMO_SITE=sandbox-gsi: over"
 	@echo "                     its GSI origin and caches, reading with an X.509 proxy; sandbox-token: over its"
-	@echo "                     token origin, reading with a bearer token; DEMO_RUCIO=1: the dataset named"
+	@echo "                     token origin and caches, reading with a bearer token; DEMO_RUCIO=1: the dataset named"
 	@echo "                     through the sandbox's Rucio)"
 	@echo "make check           the fast check (~1.5 min, no services): ruff, snakefmt, snakemake --lint, and every"
 	@echo "                     test that needs neither the services nor root"

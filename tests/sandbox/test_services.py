@@ -67,14 +67,19 @@ def test_running_services_listen_on_the_kept_ports(services, monkeypatch):
         "origin-token": services["xrootd"]["origin_token"]["port"],
         "origin-b": services["xrootd"]["origin_b"]["port"],
         "rucio": services["rucio"]["port"],
+        **{f"{rack}-token": cache["port"] for rack, cache in services["xrootd"]["caches_token"].items()},
     }
     assert recorded == kept
     assert services["xrootd"]["origin"]["url"] == f"root://127.0.0.1:{kept['origin']}"
     for name, port in kept.items():
         with socket.socket() as s:
             assert s.connect_ex(("127.0.0.1", port)) == 0, f"{name} does not listen on its kept port {port}"
-    low, high = services_module(Path(services["state_dir"]), monkeypatch).PORT_RANGE
+    module = services_module(Path(services["state_dir"]), monkeypatch)
+    low, high = module.PORT_RANGE
     assert all(low <= port <= high for port in kept.values()), kept
+    # Every XRootD server started is one that `stop` stops (it stops the daemons it names, by their pidfiles).
+    started = {f"xrootd-{p.parent.name}" for p in (Path(services["state_dir"]) / "xrootd").glob("*/xrootd.pid")}
+    assert started and started <= set(module.daemon_names()), started - set(module.daemon_names())
     assert services["checkout"] == str(SERVICES_PY.parents[1])  # started for this checkout
 
 

@@ -6,10 +6,12 @@ for the sandbox's audience, with a storage.read scope that covers the path. Toke
 
 - xrdcp with a token reads; without one, with an expired one, a forged one (another key) or one whose scope does
   not cover the file it is refused by the server;
+- each token XCache admits the same tokens only (the scope checked by the cache itself, also for a file it holds)
+  and fetches what it lacks from the origin with its own token: the origin sees the cache's subject, not the user's;
 - a campaign on the sandbox-token profile and site (HTCondor-provisioned TaskVine workers with no token of their
-  own) completes exactly, every task reading with the token TaskVine brought it, though the token expired in the
-  middle of the run (it was renewed before, as htgettoken renews a token file); the token is in no file the
-  campaign wrote.
+  own) completes exactly, every task reading through a token XCache with the token TaskVine brought it, though the
+  token expired in the middle of the run (it was renewed before, as htgettoken renews a token file); the token is in
+  no file the campaign wrote.
 """
 
 from __future__ import annotations
@@ -88,7 +90,32 @@ def test_the_token_origin_reads_only_for_a_valid_token_of_its_issuer(token_origi
     assert xrdcp(url, tokens.write(tmp_path / "scoped", scoped), tmp_path).returncode == 0
 
 
-def test_a_campaign_reads_with_the_users_token_renewed_while_it_runs(token_origin, tmp_path):
+def test_the_token_caches_read_for_a_token_and_from_the_origin_as_themselves(services, token_origin, tmp_path):
+    """Each token XCache reads for a valid token of the issuer only, and fetches what it lacks from the token origin
+    with a token of its own: the origin's log shows the caches' subject. Once it holds a file, the cache still
+    refuses an expired token and one whose scope does not cover the file (it authorises by itself)."""
+    origin, store, tag = token_origin
+    issuer = origin["tokens"]
+    good = tokens.write(tmp_path / "good", tokens.mint(issuer, 600))
+    refused = {
+        "no token": None,
+        "expired": tokens.write(tmp_path / "expired", tokens.mint(issuer, -600)),
+        "another path": tokens.write(tmp_path / "other", tokens.mint(issuer, 600, scope=f"storage.read:/{tag}-x")),
+    }
+    for k, cache in enumerate(services["xrootd"]["caches_token"].values()):
+        url = f"{cache['url']}//store/{tag}/dimuon-{k}.root"
+        assert xrdcp(url, None, tmp_path).returncode != 0, cache["url"]
+        read = xrdcp(url, good, tmp_path)
+        assert read.returncode == 0, read.stderr
+        assert (tmp_path / "copy.root").read_bytes() == (NANOAOD / "nano_dimuon.root").read_bytes()
+        assert (Path(cache["cache_dir"]) / "store" / tag / f"dimuon-{k}.root").exists()  # cached, from the origin
+        for why, token_file in refused.items():
+            assert xrdcp(url, token_file, tmp_path).returncode != 0, (why, cache["url"])
+    logins = Path(origin["log"]).read_text().splitlines()
+    assert any(" login as hepvine-sandbox-xcache" in line for line in logins), logins[-5:]
+
+
+def test_a_campaign_reads_with_the_users_token_renewed_while_it_runs(services, token_origin, tmp_path):
     origin, store, tag = token_origin
     issuer = origin["tokens"]
     urls = [f"{store}/dimuon-{k}.root" for k in range(FILES)]
@@ -110,7 +137,8 @@ def test_a_campaign_reads_with_the_users_token_renewed_while_it_runs(token_origi
     assert "hepvine: reading with bearer token $BEARER_TOKEN_FILE" in done.stderr
     result = report(tag, "run")
     assert result["files"] == {"total": FILES, "ok": FILES, "failed": 0}
-    assert all(r["read_from"].startswith(origin["url"]) and r["host"] for r in result["inputs"]), result["inputs"][0]
+    caches = tuple(c["url"] for c in services["xrootd"]["caches_token"].values())
+    assert all(r["read_from"].startswith(caches) and r["host"] for r in result["inputs"]), result["inputs"][0]
     assert_read_after_the_end(result, expires)
     assert len(written) == 2
     assert_nowhere(tag, done, written)

@@ -20,9 +20,16 @@ def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
-def mint(tokens: dict, lifetime_s: float, scope: str = "storage.read:/", key_pem: bytes | None = None) -> str:
-    """A token of the sandbox issuer (TOKENS: its services entry) valid for LIFETIME_S seconds from now (negative:
-    expired that long ago), with SCOPE; signed with KEY_PEM instead of the issuer's key when given (a forgery)."""
+def mint(
+    tokens: dict,
+    lifetime_s: float,
+    scope: str = "storage.read:/",
+    key_pem: bytes | None = None,
+    subject: str = "hepvine-analysis-user",
+) -> str:
+    """A token of the sandbox issuer (TOKENS: its services entry) for SUBJECT valid for LIFETIME_S seconds from now
+    (negative: expired that long ago), with SCOPE; signed with KEY_PEM instead of the issuer's key when given (a
+    forgery)."""
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
@@ -31,7 +38,7 @@ def mint(tokens: dict, lifetime_s: float, scope: str = "storage.read:/", key_pem
     header = {"alg": "ES256", "typ": "JWT", "kid": tokens["key_id"]}
     claims = {
         "iss": tokens["issuer"],
-        "sub": "hepvine-analysis-user",
+        "sub": subject,
         "aud": tokens["audience"],
         "scope": scope,
         "wlcg.ver": "1.0",
