@@ -24,10 +24,12 @@ import json
 import os
 import pwd
 import random
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -61,8 +63,14 @@ PORT_NAMES = (
 # GSI origin and caches accept only proxies of certificates this CA signed whose identity their grid map lists.
 GSI_SUBJECT = "/DC=org/DC=hepvine-sandbox"
 GSI_USER_DN = f"{GSI_SUBJECT}/CN=Hepvine Analysis User"
+GSI_CA_DN = f"{GSI_SUBJECT}/CN=Hepvine Sandbox Test CA"
 GSI_CACHE_DN = f"{GSI_SUBJECT}/CN=Hepvine Sandbox XCache"
 CACHE_USER = "xrootd"
+# The sandbox's test VO: the GSI servers admit proxies with its VOMS attributes only, signed by the VOMS certificate
+# of GSI_VOMS_HOST (voms-proxy-fake stands for its VOMS server); the other VO is one they can verify but do not admit.
+GSI_VO = "hepvine"
+GSI_OTHER_VO = "elsewhere"
+GSI_VOMS_HOST = "voms.hepvine-sandbox"
 # The token issuer: its keys and OpenID configuration are served over HTTPS by the token origin itself, at
 # https://localhost:<port>/issuer/sandbox (what scitokens-cpp fetches to check a token's signature); tokens carry
 # this audience and WLCG scopes under /store.
@@ -335,15 +343,26 @@ xrd.allow host localhost
 def gsi_only(gsi: dict, host: str) -> str:
     """Configuration lines that admit GSI readers only, the server presenting the host certificate HOST
     (``host`` or ``cachehost``): a valid proxy of a certificate the sandbox's CA signed (-ca:2: the chain must
-    verify), whose identity the grid map lists (-gmapopt:2: unmapped identities are refused); no CRLs in the test
-    grid."""
+    verify), whose identity the grid map lists (-gmapopt:2: unmapped identities are refused), with VOMS attributes
+    that XRootD's VOMS plugin verifies (-vomsat:2: a proxy without them is refused; the server's environment names
+    the VOMS directory, gsi_env); reading /store is for members of the test VO only (the authorisation database);
+    no CRLs in the test grid."""
     options = [f"-certdir:{gsi['certdir']}", f"-cert:{gsi[host + 'cert']}", f"-key:{gsi[host + 'key']}"]
     options += [f"-gridmap:{gsi['gridmap']}", "-gmapopt:2", "-ca:2", "-crl:0", "-dlgpxy:0"]
-    return f"""# GSI only.
+    options += ["-vomsfun:libXrdVoms.so", "-vomsat:2"]
+    return f"""# GSI only, the test VO's members only.
 xrootd.seclib libXrdSec.so
 sec.protocol gsi {" ".join(options)}
 sec.protbind * only gsi
+ofs.authorize 1
+acc.authdb {gsi["authdb"]}
+acc.audit deny
 """
+
+
+def gsi_env(gsi: dict) -> dict[str, str]:
+    """The environment of a GSI server: where the VOMS plugin finds the VOMS servers' descriptions and the CAs."""
+    return {"X509_VOMS_DIR": gsi["vomsdir"], "X509_CERT_DIR": gsi["certdir"]}
 
 
 def gsi_origin_config(port: int, data: Path, admin: Path, gsi: dict) -> str:
@@ -470,7 +489,9 @@ def openssl(*args: str) -> str:
 
 def gsi_material(base: Path) -> dict:
     """The test grid's CA (in an X509_CERT_DIR layout), the host certificate and key of the GSI origin (the analysis
-    user's, who runs it), the analysis user's certificate and key, and the grid map. Made once; kept across starts."""
+    user's, who runs it), the analysis user's certificate and key, the test VO's VOMS certificate and directory, the
+    grid map and the authorisation database: made once, kept across starts; and the caches' service proxy, made
+    anew at every start."""
     base.mkdir(parents=True, exist_ok=True)
     certdir, user_dir = base / "certificates", owned_dir(base / "user", ANALYSIS_USER)
     certdir.mkdir(exist_ok=True)
@@ -490,7 +511,7 @@ def gsi_material(base: Path) -> dict:
             "-days",
             "3650",
             "-subj",
-            f"{subject}/CN=Hepvine Sandbox Test CA",
+            GSI_CA_DN,
             "-addext",
             "basicConstraints=critical,CA:true",
             "-addext",
@@ -550,9 +571,17 @@ def gsi_material(base: Path) -> dict:
     cachehostcert, cachehostkey = issue("cachehost", "localhost", cache_dir, host, CACHE_USER)
     servicecert, servicekey = issue("service", GSI_CACHE_DN.rsplit("CN=", 1)[1], cache_dir, user, CACHE_USER)
     usercert, userkey = issue("user", GSI_USER_DN.rsplit("CN=", 1)[1], user_dir, user)
-    gridmap = base / "grid-mapfile"
+    # The test VO's VOMS certificate (the analysis user's, who makes the tests' and the demo's proxies with it), and
+    # the VOMS directory that lets the servers verify its attribute certificates, for the test VO and the other.
+    vomscert, vomskey = issue("voms", GSI_VOMS_HOST, owned_dir(base / "voms", ANALYSIS_USER), host)
+    vomsdir = base / "vomsdir"
+    for vo in (GSI_VO, GSI_OTHER_VO):
+        (vomsdir / vo).mkdir(parents=True, exist_ok=True)
+        (vomsdir / vo / f"{GSI_VOMS_HOST}.lsc").write_text(f"{GSI_SUBJECT}/CN={GSI_VOMS_HOST}\n{GSI_CA_DN}\n")
+    gridmap, authdb = base / "grid-mapfile", base / "authdb"
     gridmap.write_text(f'"{GSI_USER_DN}" {ANALYSIS_USER}\n"{GSI_CACHE_DN}" {CACHE_USER}\n')
-    return {
+    authdb.write_text(f"o {GSI_VO} /store lr\n")
+    material = {
         "certdir": str(certdir),
         "cafile": str(ca),
         "hostcert": str(hostcert),
@@ -563,26 +592,35 @@ def gsi_material(base: Path) -> dict:
         "userkey": str(userkey),
         "user_dn": GSI_USER_DN,
         "cache_dn": GSI_CACHE_DN,
-        "cache_proxy": str(service_proxy(servicecert, servicekey, certdir, cache_dir / "x509up")),
         "gridmap": str(gridmap),
+        "authdb": str(authdb),
+        "vo": GSI_VO,
+        "other_vo": GSI_OTHER_VO,
+        "voms_host": GSI_VOMS_HOST,
+        "vomscert": str(vomscert),
+        "vomskey": str(vomskey),
+        "vomsdir": str(vomsdir),
     }
+    material["cache_proxy"] = str(service_proxy(material, servicecert, servicekey, cache_dir / "x509up"))
+    return material
 
 
-def service_proxy(cert: Path, key: Path, certdir: Path, out: Path) -> Path:
-    """A proxy of the caches' service certificate valid for a week, made (as the caches' user, who owns the
-    certificate) at every start with XRootD's own tool: the caches' identity towards the GSI origin."""
+def service_proxy(gsi: dict, cert: Path, key: Path, out: Path) -> Path:
+    """A proxy of the caches' service certificate with the test VO's attributes, valid for a week, made at every
+    start (as a site's XCache gets one of its VO): the caches' identity towards the GSI origin; the caches' user's
+    only. voms-proxy-fake reads only keys of the user who runs it: it runs as root here, on copies of the two keys
+    in a directory of root's."""
+    from hepvine.devtools import proxies  # as the tests and the demo make theirs
+
+    with tempfile.TemporaryDirectory() as keys:
+        own_key, voms_key = Path(keys) / "key.pem", Path(keys) / "vomskey.pem"
+        shutil.copyfile(key, own_key)
+        shutil.copyfile(gsi["vomskey"], voms_key)
+        for copy in (own_key, voms_key):
+            copy.chmod(0o400)
+        proxies.make({**gsi, "vomskey": str(voms_key)}, out, hours=168, cert=str(cert), key=str(own_key))
     entry = pwd.getpwnam(CACHE_USER)
-    subprocess.run(
-        ["xrdgsiproxy", "init", "-cert", str(cert), "-key", str(key), "-certdir", str(certdir), "-out", str(out)]
-        + ["-valid", "168:00"],
-        check=True,
-        capture_output=True,
-        stdin=subprocess.DEVNULL,
-        user=entry.pw_uid,
-        group=entry.pw_gid,
-        extra_groups=[],
-        timeout=60,
-    )
+    os.chown(out, entry.pw_uid, entry.pw_gid)
     return out
 
 
@@ -711,7 +749,7 @@ def start_all() -> None:
         "port": gsi_port,
         "data_dir": str(data),
         "gsi": gsi,
-        **start_xrootd("origin-gsi", gsi_origin_config(gsi_port, data, gsi_admin, gsi), ANALYSIS_USER),
+        **start_xrootd("origin-gsi", gsi_origin_config(gsi_port, data, gsi_admin, gsi), ANALYSIS_USER, gsi_env(gsi)),
     }
     for rack, port in zip(RACKS, caches):
         cache_dir = owned_dir(STATE / "xrootd" / rack / "cache", CACHE_USER)
@@ -726,7 +764,7 @@ def start_all() -> None:
     # The GSI caches: the same racks in front of the GSI origin, GSI readers only; each reads from the origin with
     # the caches' service proxy (X509_USER_PROXY in its environment), verifying it against the test grid's CA.
     info["xrootd"]["caches_gsi"] = {}
-    cache_env = {"X509_USER_PROXY": gsi["cache_proxy"], "X509_CERT_DIR": gsi["certdir"]}
+    cache_env = {"X509_USER_PROXY": gsi["cache_proxy"], **gsi_env(gsi)}
     for rack, name in zip(RACKS, GSI_RACKS):
         port = ports[name]
         cache_dir = owned_dir(STATE / "xrootd" / name / "cache", CACHE_USER)

@@ -14,6 +14,8 @@ import threading
 import time
 from pathlib import Path
 
+from hepvine.devtools import proxies
+
 REPO = Path(__file__).resolve().parents[1]
 FILES = 8  # twice the sandbox pool's worker cores: the second half is handed out after the first has run
 
@@ -118,16 +120,7 @@ def default_credentials_aside():
             aside.replace(place)
 
 
-def grid_proxy(services: dict, out: Path, valid: str = "1:00") -> str:
-    """A proxy of the sandbox test grid's user certificate, made as a user makes one (xrdgsiproxy init)."""
-    gsi = services["xrootd"]["origin_gsi"]["gsi"]
-    made = subprocess.run(
-        ["xrdgsiproxy", "init", "-cert", gsi["usercert"], "-key", gsi["userkey"], "-certdir", gsi["certdir"]]
-        + ["-out", str(out), "-valid", valid],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert made.returncode == 0, made.stdout + made.stderr
-    return str(out)
+def grid_proxy(services: dict, out: Path, hours: int = 1) -> str:
+    """A proxy of the sandbox test grid's user certificate with the test VO's attributes, made as a user makes one
+    (voms-proxy-init -voms <VO>; voms-proxy-fake in the sandbox)."""
+    return str(proxies.make(services["xrootd"]["origin_gsi"]["gsi"], out, hours=hours))

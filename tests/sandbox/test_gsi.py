@@ -1,9 +1,14 @@
 """Reading with an X.509 proxy, checked by a real XRootD server (issue 32): the sandbox's GSI origin serves the
 origin's data only to a valid proxy of a certificate that the sandbox's test CA signed and whose identity its grid
-map lists. Proxies are made as a user makes them (``xrdgsiproxy init``), or here (expired, or of another CA).
+map lists, with VOMS attributes of the sandbox's test VO (XRootD's VOMS plugin verifies them; its authorisation
+database admits the VO). Proxies are made as a user makes them (``voms-proxy-fake`` standing for
+``voms-proxy-init -voms``; ``xrdgsiproxy init`` for one without a VO), or here (expired, of another CA, or short-lived:
+with the attributes of a proxy voms-proxy-fake made).
 
-- xrdcp with the proxy reads; without one, with an expired one or with one of another CA it is refused by the server;
-  the GSI XCaches admit the proxy only, and read from the origin with a service proxy of their own;
+- xrdcp with the proxy reads; without one, with an expired one, one of another CA or one without VOMS attributes it
+  is refused at authentication, and with one of another VO by the authorisation; hepvine reads the real proxy's VO,
+  attributes and time left as voms-proxy-info does; the GSI XCaches admit the test VO's proxies only, and read from
+  the origin with a service proxy of their own (of the test VO too);
 - a campaign on the sandbox-gsi profile and site (HTCondor-provisioned TaskVine workers, reads through the GSI
   caches) completes exactly, every task reading with the proxy TaskVine brought it, though the proxy expired in the
   middle of the run (it was renewed before); the proxy is in no file the campaign wrote; without a proxy the campaign
@@ -39,6 +44,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
+from hepvine.devtools import proxies
+from hepvine.reading import credentials
+
 pytestmark = [pytest.mark.sandbox, pytest.mark.pool]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,9 +55,10 @@ NANOAOD = REPO.parent / "shared" / "nanoaod"
 PROXY_CERT_INFO = b"\x30\x0c\x30\x0a\x06\x08\x2b\x06\x01\x05\x05\x07\x15\x01"
 
 
-def proxy(user_cert: bytes, user_key: bytes, out: Path, hours: float) -> Path:
+def proxy(user_cert: bytes, user_key: bytes, out: Path, hours: float, ac: bytes | None = None) -> Path:
     """An RFC 3820 proxy of USER_CERT valid for HOURS (negative: expired that long ago), as voms-proxy-init writes
-    one: the proxy's certificate, its key, the user's certificate; mode 0600."""
+    one: the proxy's certificate, its key, the user's certificate; mode 0600; with the VOMS attribute certificates AC
+    (an extension's value, as in a proxy voms-proxy-fake made of the same certificate) when given."""
     user = x509.load_pem_x509_certificate(user_cert)
     signer = serialization.load_pem_private_key(user_key, None)
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -65,8 +74,10 @@ def proxy(user_cert: bytes, user_key: bytes, out: Path, hours: float) -> Path:
         .not_valid_after(now + dt.timedelta(hours=hours))
         .add_extension(x509.UnrecognizedExtension(x509.ObjectIdentifier("1.3.6.1.5.5.7.1.14"), PROXY_CERT_INFO), True)
         .add_extension(x509.KeyUsage(True, False, True, False, False, False, False, False, False), True)
-        .sign(signer, hashes.SHA256())
     )
+    if ac is not None:
+        cert = cert.add_extension(x509.UnrecognizedExtension(x509.ObjectIdentifier(credentials.VOMS_AC), ac), False)
+    cert = cert.sign(signer, hashes.SHA256())
     key_pem = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
     )
@@ -98,6 +109,15 @@ def foreign_user() -> tuple[bytes, bytes]:
 
 
 @pytest.fixture
+def voms_ac(services, tmp_path) -> bytes:
+    """The VOMS attribute certificates of the test VO for the test grid's user, valid a day: taken from a proxy that
+    voms-proxy-fake made, for this module's own proxies (short-lived, expired) of the same user certificate."""
+    made = proxies.make(services["xrootd"]["origin_gsi"]["gsi"], tmp_path / "voms-made", hours=24)
+    cert = x509.load_pem_x509_certificate(made.read_bytes())
+    return cert.extensions.get_extension_for_oid(x509.ObjectIdentifier(credentials.VOMS_AC)).value.value
+
+
+@pytest.fixture
 def gsi(services, tmp_path):
     """(the GSI origin's services entry, a served file's URL, its events, tag): a real NanoAOD file in a fresh
     directory of the origin's data, which the GSI origin serves too; removed after."""
@@ -123,56 +143,94 @@ def xrdcp(url: str, proxy_file: Path | None, tmp_path: Path) -> subprocess.Compl
     )
 
 
-def test_the_gsi_origin_reads_only_for_a_valid_proxy_of_its_ca(gsi, tmp_path):
+def test_the_gsi_origin_reads_only_for_a_valid_proxy_of_its_ca_and_vo(gsi, voms_ac, tmp_path):
     origin, store, _, _ = gsi
     url = f"{store}/dimuon-0.root"
-    user_cert, user_key = Path(origin["gsi"]["usercert"]).read_bytes(), Path(origin["gsi"]["userkey"]).read_bytes()
-    # As a user makes one: xrdgsiproxy (XRootD's own voms-proxy-init) from the user certificate and key.
+    material = origin["gsi"]
+    user_cert, user_key = Path(material["usercert"]).read_bytes(), Path(material["userkey"]).read_bytes()
+    # As a user makes one: voms-proxy-init -voms <the VO> (voms-proxy-fake here) from the user certificate and key.
+    mine = proxies.make(material, tmp_path / "x509up", hours=1)
+    ok = xrdcp(url, mine, tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    assert (tmp_path / "copy.root").read_bytes() == (NANOAOD / "nano_dimuon.root").read_bytes()
+    # hepvine reads what the VOMS tools read in it.
+    info = voms_proxy_info(mine, material)
+    seen = credentials.read_proxy(mine.read_bytes(), mine, "X509_USER_PROXY")
+    assert (seen.authority, seen.attributes) == (info["VO"], (info["attribute"],)), (seen, info)
+    assert seen.subject == info["identity"] and abs(seen.time_left_s() - info["timeleft"]) < 60, (seen, info)
+    refused = {
+        "no proxy": xrdcp(url, None, tmp_path),
+        "expired": xrdcp(url, proxy(user_cert, user_key, tmp_path / "expired", hours=-1, ac=voms_ac), tmp_path),
+        "another CA": xrdcp(url, proxy(*foreign_user(), tmp_path / "foreign", hours=1), tmp_path),
+        "no VO": xrdcp(url, proxy_without_vo(material, tmp_path / "no-vo"), tmp_path),
+    }
+    for why, done in refused.items():
+        assert done.returncode != 0, why
+        assert "auth" in done.stderr.lower(), (why, done.stderr)
+    other_vo = proxies.make(material, tmp_path / "other-vo", hours=1, vo=material["other_vo"])
+    denied = xrdcp(url, other_vo, tmp_path)
+    assert denied.returncode != 0 and "permission denied" in denied.stderr, denied.stderr
+    assert (
+        proxy(user_cert, user_key, tmp_path / "mine", hours=1, ac=voms_ac)
+        and xrdcp(url, tmp_path / "mine", tmp_path).returncode == 0
+    )
+
+
+def proxy_without_vo(material: dict, out: Path) -> Path:
+    """A proxy of the test grid's user certificate without VOMS attributes, as XRootD's xrdgsiproxy makes one."""
     made = subprocess.run(
-        ["xrdgsiproxy", "init", "-cert", origin["gsi"]["usercert"], "-key", origin["gsi"]["userkey"]]
-        + ["-certdir", origin["gsi"]["certdir"], "-out", str(tmp_path / "x509up"), "-valid", "1:00"],
+        ["xrdgsiproxy", "init", "-cert", material["usercert"], "-key", material["userkey"]]
+        + ["-certdir", material["certdir"], "-out", str(out), "-valid", "1:00"],
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert made.returncode == 0, made.stdout + made.stderr
-    ok = xrdcp(url, tmp_path / "x509up", tmp_path)
-    assert ok.returncode == 0, ok.stderr
-    assert (tmp_path / "copy.root").read_bytes() == (NANOAOD / "nano_dimuon.root").read_bytes()
-    refused = {
-        "no proxy": xrdcp(url, None, tmp_path),
-        "expired": xrdcp(url, proxy(user_cert, user_key, tmp_path / "expired", hours=-1), tmp_path),
-        "another CA": xrdcp(url, proxy(*foreign_user(), tmp_path / "foreign", hours=1), tmp_path),
-    }
-    for why, done in refused.items():
-        assert done.returncode != 0, why
-        assert "auth" in done.stderr.lower(), (why, done.stderr)
-    assert (
-        proxy(user_cert, user_key, tmp_path / "mine", hours=1)
-        and xrdcp(url, tmp_path / "mine", tmp_path).returncode == 0
+    return out
+
+
+def voms_proxy_info(proxy_file: Path, material: dict) -> dict:
+    """What voms-proxy-info -all says of PROXY_FILE: its identity, VO, (first) attribute and time left (seconds)."""
+    env = {**os.environ, "X509_VOMS_DIR": material["vomsdir"], "X509_CERT_DIR": material["certdir"]}
+    done = subprocess.run(
+        ["voms-proxy-info", "-all", "-file", str(proxy_file)], env=env, capture_output=True, text=True, timeout=60
     )
+    assert done.returncode == 0, done.stdout + done.stderr
+    info = {}
+    for line in done.stdout.splitlines():
+        key, _, value = line.partition(" : ")
+        info.setdefault(key.strip(), value.strip())
+    hours, minutes, seconds = info["timeleft"].split(":")
+    info["timeleft"] = int(hours) * 3600 + int(minutes) * 60 + int(seconds)
+    return info
 
 
 def test_the_gsi_caches_read_for_a_proxy_and_from_the_origin_as_themselves(services, gsi, tmp_path):
-    """Each GSI XCache admits the user's proxy only, and fetches what it lacks from the GSI origin with its own
+    """Each GSI XCache admits the test VO's proxies only, and fetches what it lacks from the GSI origin with its own
     service proxy: the origin's log shows the cache's identity (mapped by the grid map), not the user's."""
     origin, store, _, tag = gsi
-    user_cert, user_key = Path(origin["gsi"]["usercert"]).read_bytes(), Path(origin["gsi"]["userkey"]).read_bytes()
-    mine = proxy(user_cert, user_key, tmp_path / "mine", hours=1)
+    material = origin["gsi"]
+    mine = proxies.make(material, tmp_path / "mine", hours=1)
+    refused = {
+        "no proxy": None,
+        "no VO": proxy_without_vo(material, tmp_path / "no-vo"),
+        "another VO": proxies.make(material, tmp_path / "other-vo", hours=1, vo=material["other_vo"]),
+    }
     for k, cache in enumerate(services["xrootd"]["caches_gsi"].values()):
         url = f"{cache['url']}//store/{tag}/dimuon-{k}.root"
-        assert xrdcp(url, None, tmp_path).returncode != 0, cache["url"]
         read = xrdcp(url, mine, tmp_path)
         assert read.returncode == 0, read.stderr
         assert (tmp_path / "copy.root").read_bytes() == (NANOAOD / "nano_dimuon.root").read_bytes()
         assert (Path(cache["cache_dir"]) / "store" / tag / f"dimuon-{k}.root").exists()  # cached, from the origin
+        for why, proxy_file in refused.items():
+            assert xrdcp(url, proxy_file, tmp_path).returncode != 0, (why, cache["url"])
     logins = Path(origin["log"]).read_text().splitlines()
     assert any(" login as xrootd" in line for line in logins), logins[-5:]
 
 
 @pytest.fixture
-def gsi_campaign(gsi, services, tmp_path):
+def gsi_campaign(gsi, services, voms_ac, tmp_path):
     """(tag, the environment without a proxy, a proxy writer, the fileset's events by URL): the GSI fixture's files,
     FILES of them, in a coffea fileset of their logical URLs at the GSI origin; no proxy where XRootD's clients
     would fall back to (default_credentials_aside)."""
@@ -188,7 +246,7 @@ def gsi_campaign(gsi, services, tmp_path):
 
     def write_proxy(seconds: float) -> Path:
         """Write the user's proxy file anew (a renewal: a new file put in place), valid for SECONDS from now."""
-        fresh = proxy(user_cert, user_key, tmp_path / "x509up.new", hours=seconds / 3600)
+        fresh = proxy(user_cert, user_key, tmp_path / "x509up.new", hours=seconds / 3600, ac=voms_ac)
         return fresh.replace(tmp_path / "x509up")
 
     env = {k: v for k, v in os.environ.items() if k != "X509_USER_PROXY"}

@@ -193,7 +193,7 @@ def test_campaigns_submitted_from_a_killed_session_finish_complete_and_exact(cam
     session = subprocess.Popen(
         ["sh", "-c", f"{submits} && echo SUBMITTED && sleep 600"],
         cwd=REPO,
-        env={**condor_env, "X509_USER_PROXY": grid_proxy(services, tmp_path / "x509up", valid="4:00")},
+        env={**condor_env, "X509_USER_PROXY": grid_proxy(services, tmp_path / "x509up", hours=4)},
         stdout=subprocess.PIPE,
         text=True,
         start_new_session=True,

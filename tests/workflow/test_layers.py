@@ -73,6 +73,7 @@ WORKFLOW_LAYERS = (
             "devtools.nanoschema",
             "devtools.generate",
             "devtools.tokens",
+            "devtools.proxies",
             "devtools.demo",
             "devtools.profiles",
         ),

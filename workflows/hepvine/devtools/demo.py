@@ -38,7 +38,7 @@ from pathlib import Path
 import uproot
 
 import hepvine.devtools.services
-from hepvine.devtools import catalogue, generate, tokens
+from hepvine.devtools import catalogue, generate, proxies, tokens
 from hepvine.reading import credentials
 from hepvine.routing import site
 
@@ -121,10 +121,13 @@ def named_in_rucio(services: dict, spec: dict) -> dict:
 
 def ensure_credential(services: dict, kind: str) -> None:
     """For a sandbox site that asks for a credential of KIND (x509, token): when the user has none valid for another
-    hour where the grid tools look, make one of the sandbox's test grid or issuer there, as a user would
-    (``xrdgsiproxy init``, XRootD's voms-proxy-init; a token as ``htgettoken`` fetches one), and say so."""
+    hour where the grid tools look (for a proxy: none of the sandbox's test VO), make one of the sandbox's test grid
+    or issuer there, as a user would (``voms-proxy-init -voms <VO>``: voms-proxy-fake in the sandbox; a token as
+    ``htgettoken`` fetches one), and say so."""
+    gsi = services["xrootd"]["origin_gsi"]["gsi"]
     try:
-        if credentials.find(kind).time_left_s() > 3600:
+        found = credentials.find(kind)
+        if found.time_left_s() > 3600 and (kind == "token" or found.authority == gsi["vo"]):
             return
     except credentials.CredentialError:
         pass
@@ -134,13 +137,13 @@ def ensure_credential(services: dict, kind: str) -> None:
         tokens.write(out, tokens.mint(services["xrootd"]["origin_token"]["tokens"], 12 * 3600))
         print(f"demo: the site asks for a bearer token; wrote one of the sandbox's issuer to {out}", flush=True)
         return
-    gsi = services["xrootd"]["origin_gsi"]["gsi"]
     out, _ = credentials.proxy_location(dict(os.environ), os.getuid())
-    command = ["xrdgsiproxy", "init", "-cert", gsi["usercert"], "-key", gsi["userkey"], "-certdir", gsi["certdir"]]
-    command += ["-out", str(out), "-valid", "12:00"]
-    said = f"demo: the site asks for an X.509 proxy; making one of the sandbox's test grid: {' '.join(command)}"
-    print(said, flush=True)
-    subprocess.run(command, check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    print(
+        f"demo: the site asks for an X.509 proxy of VO {gsi['vo']}; making one of the sandbox's test grid in {out} "
+        "(voms-proxy-fake, standing for voms-proxy-init)",
+        flush=True,
+    )
+    proxies.make(gsi, Path(out), hours=12)
 
 
 def positive(text: str) -> int:
