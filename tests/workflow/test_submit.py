@@ -14,7 +14,7 @@ import pytest
 
 from hepvine.commands import cli
 from hepvine.commands.controller import dry_run, remove_stale_locks
-from hepvine.commands.submit import SubmitError, campaign_of, description, quoted_arguments
+from hepvine.commands.submit import SubmitError, campaign_of, credential_notes, description, quoted_arguments
 from hepvine.products import progress
 
 
@@ -186,3 +186,31 @@ def test_only_the_campaigns_own_stale_locks_are_removed(tmp_path, monkeypatch):
     (locks / "1.output.lock").write_text(f"{tmp_path}/results/mine-2/files/a.pkl\n")
     assert sorted(p.name for p in remove_stale_locks("mine")) == ["0.input.lock", "0.output.lock"]
     assert sorted(p.name for p in locks.iterdir()) == ["1.input.lock", "1.output.lock"]
+
+
+def test_a_credential_the_session_would_take_away_is_said_at_submit(tmp_path):
+    """A token given as $BEARER_TOKEN's value never reaches the controller, and a proxy or token under
+    $XDG_RUNTIME_DIR is removed with the user's last session: both are said; a credential file elsewhere is not."""
+    runtime, home = tmp_path / "run-user", tmp_path / "home"
+    runtime.mkdir()
+    home.mkdir()
+    (runtime / "bt_u1234").write_text("token\n")
+    (runtime / "x509up").write_text("proxy\n")
+    (home / "bt").write_text("token\n")
+    env = {"XDG_RUNTIME_DIR": str(runtime), "X509_USER_PROXY": str(runtime / "x509up")}
+    notes = credential_notes(env, 1234)
+    assert len(notes) == 2 and all("XDG_RUNTIME_DIR" in n for n in notes), notes
+    assert str(runtime / "bt_u1234") in notes[0] and "BEARER_TOKEN_FILE" in notes[0]
+    assert str(runtime / "x509up") in notes[1] and "X509_USER_PROXY" in notes[1]
+    assert "BEARER_TOKEN_FILE" in credential_notes({"BEARER_TOKEN": "abc"}, 1234)[0]
+    assert (
+        credential_notes(
+            {
+                "XDG_RUNTIME_DIR": str(runtime),
+                "BEARER_TOKEN_FILE": str(home / "bt"),
+                "X509_USER_PROXY": str(home / "none"),
+            },
+            1234,
+        )
+        == []
+    )

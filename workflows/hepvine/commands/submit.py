@@ -24,6 +24,7 @@ from pathlib import Path
 
 from hepvine.commands.controller import EVERY_S
 from hepvine.products.progress import Progress
+from hepvine.reading import credentials
 
 SUB = "campaign.sub"
 CLUSTER = "cluster"  # the last submitted controller's cluster id, for `hepvine status`
@@ -194,6 +195,37 @@ def controllers(campaign_dir: Path) -> list[tuple[str, int, str]]:
     return found
 
 
+def credential_notes(environ: dict[str, str], uid: int) -> list[str]:
+    """What the submitted controller would lose of the user's credential (found in ENVIRON, user UID) once the
+    session that submits it ends: a token given as ``$BEARER_TOKEN``'s value (no job gets it: every pool user can
+    read a job's environment), or a proxy or token under ``$XDG_RUNTIME_DIR`` (removed with the user's last session
+    on this machine). The campaign would then stop dispatching at its next task, asking for a renewal."""
+    notes = []
+    if environ.get("BEARER_TOKEN", "").strip():
+        notes.append(
+            "$BEARER_TOKEN holds a token, and a submitted campaign gets no secret in its environment (every pool user "
+            "can read a job's): write it to a file only you can read and set BEARER_TOKEN_FILE to it "
+            "(htgettoken -o <file>)"
+        )
+    runtime = environ.get("XDG_RUNTIME_DIR", "")
+    if not runtime:
+        return notes
+    token_file, token_source = credentials.token_location({**environ, "BEARER_TOKEN": ""}, uid)
+    proxy_file, proxy_source = credentials.proxy_location(environ, uid)
+    for what, path, source, variable in (
+        ("token", token_file, token_source, "BEARER_TOKEN_FILE"),
+        ("proxy", proxy_file, proxy_source, "X509_USER_PROXY"),
+    ):
+        if path is not None and path.exists() and path.absolute().is_relative_to(Path(runtime)):
+            notes.append(
+                f"your {what} {path} ({source}) is under $XDG_RUNTIME_DIR, which is removed when your last session "
+                f"on this machine ends: the campaign would then stop at its next task asking for a renewal. Keep it "
+                f"in a file that outlives the session (only yours, mode 0600) and set {variable} to it, and renew it "
+                "there while the campaign runs"
+            )
+    return notes
+
+
 def submit(
     snakemake_args: list[str],
     notify_user: str | None = None,
@@ -251,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     args, snakemake_args = parser.parse_known_args(argv)
     if args.progress_every < 1:
         parser.error(f"--progress-every {args.progress_every:g}: give at least 1 (seconds)")
+    for note in credential_notes(dict(os.environ), os.getuid()):
+        print(f"hepvine submit: warning: {note}", file=sys.stderr)
     try:
         cluster, sub = submit(snakemake_args, args.notify_user, args.progress_every)
     except SubmitError as e:
