@@ -488,9 +488,11 @@ class Executor(RemoteExecutor):
         self.stop_workers()
 
     def stop_workers(self):
-        # All at once: the time to stop stays bounded (STOP_TIMEOUT_S) with any number of workers and factories.
-        provisioned, self.provisioned = self.provisioned, []
-        stop_all(provisioned)
+        # The manager first: it cancels what is left and tells its workers to exit, so that worker jobs end as
+        # finished jobs rather than all being removed at once. Then what was provisioned, all at once: the time to
+        # stop stays bounded (STOP_TIMEOUT_S) with any number of workers and factories.
         if self.dispatcher is not None:
             self.dispatcher.stop()
+        provisioned, self.provisioned = self.provisioned, []
+        stop_all(provisioned)
         remove_private_directory(self.private_dir)
