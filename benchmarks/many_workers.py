@@ -6,11 +6,9 @@ For each N it reports: the time for all N workers to connect (started together, 
 the manager's memory (this process's resident set) idle with N workers and after the tasks; the dispatch of
 ``--tasks-per-worker`` x N empty tasks (``true``), each reading one of ``--inputs`` distinct small files that the
 workers cache (so the files scheduler weighs which worker has which file): tasks a second and this process's CPU per
-task; then, with a 60 s task on every worker (all busy), the time to stop all N together as the plugin stops them
-(its tasks cancelled and the workers told to exit, ``Manager.release_workers``, then ``taskvine.stop_all``: SIGTERM,
-SIGKILL after 30 s; ``--teardown remove``: stop_all alone, the plugin's way before) and how many are left. Stops with
-the reason at the first N this machine cannot hold (workers that do not connect within ``--connect-timeout``). Writes
-results/bench/many-workers.json.
+task; then, with a 60 s task on every worker (all busy), the time to stop all N together (``taskvine.stop_all``:
+SIGTERM, SIGKILL after 30 s) and how many are left. Stops with the reason at the first N this machine cannot hold
+(workers that do not connect within ``--connect-timeout``). Writes results/bench/many-workers.json.
 
 With ``--via condor`` the N workers are HTCondor jobs of one ``vine_factory`` (the plugin's ``--taskvine-workers
 condor``) on the sandbox's personal pool, which the bench widens for its run to advertise N + 4 cores (partitionable
@@ -183,17 +181,15 @@ def start_workers(via: str, n: int, manager: taskvine.Manager, password: Path, s
     ]
 
 
-def one_n(
-    via: str, n: int, tasks_per_worker: int, inputs: int, connect_timeout_s: float, scratch: Path, teardown: str
-) -> dict:
+def one_n(via: str, n: int, tasks_per_worker: int, inputs: int, connect_timeout_s: float, scratch: Path) -> dict:
     files = []
     for k in range(inputs):
         files.append(scratch / f"input-{k}.dat")
         files[-1].write_bytes(os.urandom(4096))
     password = taskvine.write_password_file(scratch)
     manager = taskvine.Manager(port=0, password_file=password, run_info_dir=scratch / "run-info")
-    row: dict = {"via": via, "workers": n, "teardown": teardown}
-    workers, busy = [], []
+    row: dict = {"via": via, "workers": n}
+    workers = []
     try:
         began = time.perf_counter()
         workers = start_workers(via, n, manager, password, scratch)
@@ -248,20 +244,13 @@ def one_n(
     finally:
         print(json.dumps(row), flush=True)  # before the teardown, whatever it takes
         stop0 = time.perf_counter()
-        if teardown == "release":
-            for task_id in busy:
-                manager.cancel(task_id)
-            row["released"] = manager.release_workers()
         taskvine.stop_all(workers)
         row["stop_s"] = round(time.perf_counter() - stop0, 2)
         time.sleep(2)  # what the last SIGTERM reached has ended by now
         row["left_running"] = taskvine.still_running(workers)
         if row["left_running"]:
             row["left"] = left_processes({w.proc.pid for w in workers})
-        print(
-            f"{n} workers ({via}, {teardown}) stopped in {row['stop_s']} s; left running: {row['left_running']}",
-            flush=True,
-        )
+        print(f"{n} workers ({via}) stopped in {row['stop_s']} s; left running: {row['left_running']}", flush=True)
         if via == "condor":  # the factory's stop removed its jobs: their workers end as HTCondor kills them, and the
             # schedd lets the jobs go one shadow at a time; the pool is narrowed again only after (a startd restarted
             # under live shadows leaves them waiting for their starters until the job lease runs out)
@@ -283,13 +272,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks-per-worker", type=int, default=5, help="empty tasks dispatched per worker")
     parser.add_argument("--inputs", type=int, default=100, help="distinct small input files the tasks read")
     parser.add_argument("--connect-timeout", type=float, default=300, help="seconds for all workers to connect")
-    parser.add_argument(
-        "--teardown",
-        choices=("release", "remove"),
-        default="release",
-        help="release: cancel the tasks and tell the workers to exit before stopping them (the plugin's way); "
-        "remove: stop them at once",
-    )
     parser.add_argument("--output", type=Path, help="where the table goes (results/bench/many-workers[-condor].json)")
     args = parser.parse_args(argv)
     suffix = "" if args.via == "local" else f"-{args.via}"
@@ -309,9 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.via == "condor":
             widen_pool(n + 4)
         try:
-            rows.append(
-                one_n(args.via, n, args.tasks_per_worker, args.inputs, args.connect_timeout, run_dir, args.teardown)
-            )
+            rows.append(one_n(args.via, n, args.tasks_per_worker, args.inputs, args.connect_timeout, run_dir))
         finally:
             if args.via == "condor":
                 widen_pool(None)

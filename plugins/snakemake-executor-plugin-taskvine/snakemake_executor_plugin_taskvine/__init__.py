@@ -488,11 +488,9 @@ class Executor(RemoteExecutor):
         self.stop_workers()
 
     def stop_workers(self):
-        # The manager first: it cancels what is left and tells its workers to exit, so that worker jobs end as
-        # finished jobs rather than all being removed at once. Then what was provisioned, all at once: the time to
-        # stop stays bounded (STOP_TIMEOUT_S) with any number of workers and factories.
-        if self.dispatcher is not None:
-            self.dispatcher.stop()
+        # All at once: the time to stop stays bounded (STOP_TIMEOUT_S) with any number of workers and factories.
         provisioned, self.provisioned = self.provisioned, []
         stop_all(provisioned)
+        if self.dispatcher is not None:
+            self.dispatcher.stop()
         remove_private_directory(self.private_dir)

@@ -104,7 +104,6 @@ def _serve(
         results.send(("error", f"{type(e).__name__}: {e}"))
     finally:
         tasks.cancel_all()
-        manager.release_workers()  # idle now: each exits, before the parent removes what it provisioned
 
 
 class Tasks:

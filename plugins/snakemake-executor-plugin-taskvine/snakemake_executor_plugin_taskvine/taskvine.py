@@ -673,12 +673,6 @@ class Manager:
     def workers_joined(self) -> int:
         return self._m.stats.workers_joined
 
-    def release_workers(self) -> int:
-        """Tell every connected worker that runs no task to exit (TaskVine's "exit" message), and how many were told:
-        a worker told so ends at once, and an HTCondor job around it ends as a finished job, which the schedd lets go
-        of more easily than a job it must remove (issue 36)."""
-        return self._m.workers_shutdown(0)
-
 
 class _Process:
     """A TaskVine binary we started, stopped by its own pid."""
