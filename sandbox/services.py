@@ -1,8 +1,8 @@
-"""Start, stop and report the sandbox's services: a personal HTCondor pool, a TaskVine catalog server on loopback,
-an XRootD origin exporting /store, and one XCache per rack in front of it; for readers that authenticate, the same
-again with GSI (an origin and a cache per rack that admit proxies of the test grid only) and an origin for bearer
-tokens; a second origin standing for another site, and a Rucio server whose storage elements are the two origins
-(catalogue.py).
+"""Start, stop and report the sandbox's services: a personal HTCondor pool, a TaskVine catalog server on loopback, an
+XRootD origin exporting /store, and one XCache per rack in front of it; for readers that authenticate, the same again
+with GSI (an origin and a cache per rack that admit proxies of the test grid's test VO only) and with bearer tokens
+(an origin and a cache per rack that admit tokens of the sandbox's issuer only); a second origin standing for another
+site, and a Rucio server whose storage elements are the two origins (catalogue.py).
 
 Runs inside the sandbox userland as root (``make services-start`` / ``make services-stop`` call it through
 enter.sh). Every daemon is tracked by a pidfile and stopped by that pid; ``stop`` returns only when the daemons and
@@ -60,7 +60,8 @@ PORT_NAMES = (
 # The test grid: a CA of the sandbox's own, the XRootD host certificates it signs (the GSI origin's, the analysis
 # user's; the GSI caches', the xrootd user's), a user certificate of the analysis user's (tests make X.509 proxies of
 # it) and the caches' service certificate (a proxy of it is their identity when they read from the GSI origin). The
-# GSI origin and caches accept only proxies of certificates this CA signed whose identity their grid map lists.
+# GSI origin and caches accept only proxies of certificates this CA signed whose identity their grid map lists (and
+# that carry the test VO's attributes, below).
 GSI_SUBJECT = "/DC=org/DC=hepvine-sandbox"
 GSI_USER_DN = f"{GSI_SUBJECT}/CN=Hepvine Analysis User"
 GSI_CA_DN = f"{GSI_SUBJECT}/CN=Hepvine Sandbox Test CA"

@@ -14,9 +14,9 @@ in two racks, each file read with uproot through its home XCache (the sandbox si
 cache's rack and recompressed to ZSTD, the analysis reading the verified copies — and prints the summary.
 
 ``make demo DEMO_SITE=sandbox-gsi`` runs the same campaign (``demo-sandbox-gsi``) over the sandbox's GSI origin and
-caches, which admit X.509 proxies of the sandbox's test grid only: the user's proxy goes with every task (one is made
-of the test grid's user certificate first if there is none); ``DEMO_SITE=sandbox-token`` over its token origin and
-caches, with a bearer token of the sandbox's issuer.
+caches, which admit X.509 proxies of the sandbox's test grid and test VO only: the user's proxy goes with every task
+(one is made of the test grid's user certificate first if there is none of the test VO); ``DEMO_SITE=sandbox-token``
+over its token origin and caches, with a bearer token of the sandbox's issuer.
 
 ``make demo DEMO_RUCIO=1`` names the dataset through the sandbox's Rucio instead of listing its files
 (``demo-rucio``): each process's files are registered once as a container ``/HepvineDemo_<process>/Sandbox-v1/
