@@ -104,6 +104,7 @@ def _serve(
         results.send(("error", f"{type(e).__name__}: {e}"))
     finally:
         tasks.cancel_all()
+        manager.close()  # the parent stops what it provisioned first: here the workers left are released
 
 
 class Tasks:

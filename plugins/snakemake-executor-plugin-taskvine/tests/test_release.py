@@ -1,0 +1,101 @@
+"""A run's workers end on their own when its manager ends (issue 36), a busy one too: the plugin stops what it
+provisioned (factories ended, their HTCondor jobs removed), then its manager, which releases every worker still
+connected (``taskvine.Manager.close``); a ``--single-shot`` worker then exits by itself, however long HTCondor takes
+to remove its job (with 1,000 worker jobs on this machine, minutes). Checked with workers the plugin did not start
+(by hand), so that nothing but the manager's end can stop them: through the dispatcher as a run ends, and with a
+manager in this process closed while the process lives on (as the many-workers bench does). Real manager, real
+workers, on loopback."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from test_idle_workers import results_within
+
+from snakemake_executor_plugin_taskvine import taskvine
+from snakemake_executor_plugin_taskvine.dispatcher import Dispatcher
+
+pytestmark = pytest.mark.sandbox
+
+WORKERS = 3
+EXIT_WITHIN_S = 15
+
+
+def exited_within(workers: list[taskvine.Worker], timeout_s: float) -> list[int]:
+    """The pids of WORKERS still running after TIMEOUT_S (returns as soon as none is)."""
+    deadline = time.monotonic() + timeout_s
+    while any(w.proc.poll() is None for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return [w.proc.pid for w in workers if w.proc.poll() is None]
+
+
+def start_workers(port: int, password, tmp_path) -> list[taskvine.Worker]:
+    return [
+        taskvine.Worker(
+            manager_host="127.0.0.1",
+            manager_port=port,
+            workspace=tmp_path / f"worker-{i}",
+            password_file=password,
+            memory_mb=500,
+            disk_mb=500,
+        )
+        for i in range(WORKERS)
+    ]
+
+
+def test_workers_end_by_themselves_when_the_manager_stops(tmp_path):
+    private = taskvine.private_directory()
+    password = taskvine.write_password_file(private)
+    dispatcher = Dispatcher(
+        dict(
+            port=0,
+            name=None,
+            password_file=password,
+            ssl=False,
+            run_info_dir=tmp_path / "manager",
+            scheduler="files",
+            library=False,
+            secrets_dir=private,
+            environment=None,
+            credential_files={},
+        ),
+        prefer_wait_s=0,
+    )
+    workers = []
+    try:
+        port = dispatcher.start()
+        workers = start_workers(port, password, tmp_path)
+        tags = {f"quick-{i}" for i in range(WORKERS)}
+        for tag in tags:
+            dispatcher.submit(taskvine.TaskSpec(command="true", tag=tag, cores=1, memory_mb=10, disk_mb=10))
+        assert results_within(dispatcher, tags, 60) == tags, dispatcher.error  # every worker connected
+        dispatcher.submit(taskvine.TaskSpec(command="sleep 60", tag="busy", cores=1, memory_mb=10, disk_mb=10))
+        time.sleep(3)  # on a worker by now
+        dispatcher.stop()
+        running = exited_within(workers, EXIT_WITHIN_S)
+        assert not running, f"workers still running {EXIT_WITHIN_S} s after the manager stopped: {running}"
+    finally:
+        taskvine.stop_all(workers)
+        dispatcher.stop()
+        taskvine.remove_private_directory(private)
+
+
+def test_a_closed_manager_releases_its_workers_while_its_process_lives_on(tmp_path):
+    password = taskvine.write_password_file(tmp_path)
+    manager = taskvine.Manager(port=0, password_file=password, run_info_dir=tmp_path / "manager")
+    workers = start_workers(manager.port, password, tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        while manager.workers_connected() < WORKERS and time.monotonic() < deadline:
+            manager.wait(1)
+        assert manager.workers_connected() == WORKERS
+        busy = manager.submit(taskvine.TaskSpec(command="sleep 60", tag="busy", cores=1, memory_mb=10, disk_mb=10))
+        while manager.is_waiting(busy) and time.monotonic() < deadline:
+            manager.wait(1)
+        assert not manager.is_waiting(busy), "the task never started"
+        manager.close()
+        running = exited_within(workers, EXIT_WITHIN_S)
+        assert not running, f"workers still running {EXIT_WITHIN_S} s after the manager was closed: {running}"
+    finally:
+        taskvine.stop_all(workers)
