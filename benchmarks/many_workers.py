@@ -261,7 +261,10 @@ def one_n(via: str, n: int, tasks_per_worker: int, inputs: int, connect_timeout_
             gone = wait_until(lambda: jobs_in_queue() == 0, stop0 + QUEUE_EMPTY_TIMEOUT_S - time.perf_counter())
             row["jobs_left_in_queue"] = jobs_in_queue()
             row["queue_empty_s"] = round(time.perf_counter() - stop0, 2) if gone else None
-            print(f"workers ended after {row['workers_ended_s']} s, queue empty after {row['queue_empty_s']} s")
+            print(
+                f"workers ended after {row['workers_ended_s']} s, queue empty after {row['queue_empty_s']} s",
+                flush=True,
+            )
     return row
 
 
