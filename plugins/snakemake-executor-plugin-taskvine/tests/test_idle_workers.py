@@ -38,6 +38,41 @@ def results_within(dispatcher: Dispatcher, tags: set[str], timeout_s: float) -> 
     return got
 
 
+def plain_dispatcher(run_info: Path, private: Path, password: Path) -> Dispatcher:
+    """A dispatcher of a plain manager (no TLS, no library, no environment) with its run information in RUN_INFO."""
+    return Dispatcher(
+        dict(
+            port=0,
+            name=None,
+            password_file=password,
+            ssl=False,
+            run_info_dir=run_info,
+            scheduler="files",
+            library=False,
+            secrets_dir=private,
+            environment=None,
+            credential_files={},
+        ),
+        prefer_wait_s=0,
+    )
+
+
+def local_workers(port: int, password: Path, directory: Path, count: int, prefix: str, **options) -> list:
+    """COUNT vine_workers on this machine for the manager at PORT, their workspaces DIRECTORY/PREFIX-<i>."""
+    return [
+        taskvine.Worker(
+            manager_host="127.0.0.1",
+            manager_port=port,
+            workspace=directory / f"{prefix}-{i}",
+            password_file=password,
+            memory_mb=500,
+            disk_mb=500,
+            **options,
+        )
+        for i in range(count)
+    ]
+
+
 def disconnections(run_info: Path) -> list[str]:
     """The causes of the workers' disconnections in the manager's transactions log under RUN_INFO: `time pid WORKER
     id DISCONNECTION cause`."""
@@ -52,37 +87,12 @@ def disconnections(run_info: Path) -> list[str]:
 def test_workers_idle_past_their_timeout_leave_the_manager_running(tmp_path):
     private = taskvine.private_directory()
     password = taskvine.write_password_file(private)
-    dispatcher = Dispatcher(
-        dict(
-            port=0,
-            name=None,
-            password_file=password,
-            ssl=False,
-            run_info_dir=tmp_path / "manager",
-            scheduler="files",
-            library=False,
-            secrets_dir=private,
-            environment=None,
-            credential_files={},
-        ),
-        prefer_wait_s=0,
-    )
+    dispatcher = plain_dispatcher(tmp_path / "manager", private, password)
     workers = []
     try:
         port = dispatcher.start()
         for round in range(ROUNDS):
-            workers += [
-                taskvine.Worker(
-                    manager_host="127.0.0.1",
-                    manager_port=port,
-                    workspace=tmp_path / f"worker-{round}-{i}",
-                    password_file=password,
-                    memory_mb=500,
-                    disk_mb=500,
-                    idle_s=IDLE_S,
-                )
-                for i in range(WORKERS)
-            ]
+            workers += local_workers(port, password, tmp_path, WORKERS, f"worker-{round}", idle_s=IDLE_S)
             tag = f"round-{round}"
             dispatcher.submit(taskvine.TaskSpec(command="true", tag=tag, cores=1, memory_mb=10, disk_mb=10))
             assert results_within(dispatcher, {tag}, 60) == {tag}, dispatcher.error

@@ -11,10 +11,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from test_idle_workers import results_within
+from test_idle_workers import local_workers, plain_dispatcher, results_within
 
 from snakemake_executor_plugin_taskvine import taskvine
-from snakemake_executor_plugin_taskvine.dispatcher import Dispatcher
 
 pytestmark = pytest.mark.sandbox
 
@@ -30,42 +29,14 @@ def exited_within(workers: list[taskvine.Worker], timeout_s: float) -> list[int]
     return [w.proc.pid for w in workers if w.proc.poll() is None]
 
 
-def start_workers(port: int, password, tmp_path) -> list[taskvine.Worker]:
-    return [
-        taskvine.Worker(
-            manager_host="127.0.0.1",
-            manager_port=port,
-            workspace=tmp_path / f"worker-{i}",
-            password_file=password,
-            memory_mb=500,
-            disk_mb=500,
-        )
-        for i in range(WORKERS)
-    ]
-
-
 def test_workers_end_by_themselves_when_the_manager_stops(tmp_path):
     private = taskvine.private_directory()
     password = taskvine.write_password_file(private)
-    dispatcher = Dispatcher(
-        dict(
-            port=0,
-            name=None,
-            password_file=password,
-            ssl=False,
-            run_info_dir=tmp_path / "manager",
-            scheduler="files",
-            library=False,
-            secrets_dir=private,
-            environment=None,
-            credential_files={},
-        ),
-        prefer_wait_s=0,
-    )
+    dispatcher = plain_dispatcher(tmp_path / "manager", private, password)
     workers = []
     try:
         port = dispatcher.start()
-        workers = start_workers(port, password, tmp_path)
+        workers = local_workers(port, password, tmp_path, WORKERS, "worker")
         tags = {f"quick-{i}" for i in range(WORKERS)}
         for tag in tags:
             dispatcher.submit(taskvine.TaskSpec(command="true", tag=tag, cores=1, memory_mb=10, disk_mb=10))
@@ -84,7 +55,7 @@ def test_workers_end_by_themselves_when_the_manager_stops(tmp_path):
 def test_a_closed_manager_releases_its_workers_while_its_process_lives_on(tmp_path):
     password = taskvine.write_password_file(tmp_path)
     manager = taskvine.Manager(port=0, password_file=password, run_info_dir=tmp_path / "manager")
-    workers = start_workers(manager.port, password, tmp_path)
+    workers = local_workers(manager.port, password, tmp_path, WORKERS, "worker")
     try:
         deadline = time.monotonic() + 60
         while manager.workers_connected() < WORKERS and time.monotonic() < deadline:
