@@ -1,7 +1,8 @@
 """A run's workers end on their own when its manager ends (issue 36), a busy one too: the plugin stops what it
 provisioned (factories ended, their HTCondor jobs removed), then its manager, which releases every worker still
-connected (``taskvine.Manager.close``); a ``--single-shot`` worker then exits by itself, however long HTCondor takes
-to remove its job (with 1,000 worker jobs on this machine, minutes). Checked with workers the plugin did not start
+connected (``taskvine.Manager.close``: told to exit, a worker ends by itself, a factory's worker too, which would
+otherwise try to reconnect), however long HTCondor takes to remove its job (with 1,000 worker jobs on this machine,
+minutes). Checked with workers the plugin did not start
 (by hand), so that nothing but the manager's end can stop them: through the dispatcher as a run ends, and with a
 manager in this process closed while the process lives on (as the many-workers bench does). Real manager, real
 workers, on loopback."""
