@@ -12,6 +12,7 @@ another cause, which this test does not judge but names in its message."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 
@@ -38,9 +39,14 @@ def results_within(dispatcher: Dispatcher, tags: set[str], timeout_s: float) -> 
     return got
 
 
-def plain_dispatcher(run_info: Path, private: Path, password: Path) -> Dispatcher:
-    """A dispatcher of a plain manager (no TLS, no library, no environment) with its run information in RUN_INFO."""
-    return Dispatcher(
+@contextlib.contextmanager
+def plain_run(run_info: Path):
+    """A started dispatcher of a plain manager (no TLS, no library, no environment; its run information in RUN_INFO),
+    as (dispatcher, its port, the password file, a list for the workers the test starts); afterwards the workers put
+    in that list, the dispatcher and the run's private directory are gone."""
+    private = taskvine.private_directory()
+    password = taskvine.write_password_file(private)
+    dispatcher = Dispatcher(
         dict(
             port=0,
             name=None,
@@ -55,6 +61,13 @@ def plain_dispatcher(run_info: Path, private: Path, password: Path) -> Dispatche
         ),
         prefer_wait_s=0,
     )
+    workers: list[taskvine.Worker] = []
+    try:
+        yield dispatcher, dispatcher.start(), password, workers
+    finally:
+        taskvine.stop_all(workers)
+        dispatcher.stop()
+        taskvine.remove_private_directory(private)
 
 
 def local_workers(port: int, password: Path, directory: Path, count: int, prefix: str, **options) -> list:
@@ -85,12 +98,7 @@ def disconnections(run_info: Path) -> list[str]:
 
 
 def test_workers_idle_past_their_timeout_leave_the_manager_running(tmp_path):
-    private = taskvine.private_directory()
-    password = taskvine.write_password_file(private)
-    dispatcher = plain_dispatcher(tmp_path / "manager", private, password)
-    workers = []
-    try:
-        port = dispatcher.start()
+    with plain_run(tmp_path / "manager") as (dispatcher, port, password, workers):
         for round in range(ROUNDS):
             workers += local_workers(port, password, tmp_path, WORKERS, f"worker-{round}", idle_s=IDLE_S)
             tag = f"round-{round}"
@@ -103,7 +111,3 @@ def test_workers_idle_past_their_timeout_leave_the_manager_running(tmp_path):
             causes = disconnections(tmp_path / "manager")
             left = sum(w.proc.poll() is not None for w in workers)
             assert "IDLE_OUT" not in causes, f"a worker left when idle (the manager may crash): {causes}, {left} ended"
-    finally:
-        taskvine.stop_all(workers)
-        dispatcher.stop()
-        taskvine.remove_private_directory(private)

@@ -2,17 +2,16 @@
 provisioned (factories ended, their HTCondor jobs removed), then its manager, which releases every worker still
 connected (``taskvine.Manager.close``: told to exit, a worker ends by itself, a factory's worker too, which would
 otherwise try to reconnect), however long HTCondor takes to remove its job (with 1,000 worker jobs on this machine,
-minutes). Checked with workers the plugin did not start
-(by hand), so that nothing but the manager's end can stop them: through the dispatcher as a run ends, and with a
-manager in this process closed while the process lives on (as the many-workers bench does). Real manager, real
-workers, on loopback."""
+minutes). Checked with workers the plugin did not start (by hand), so that nothing but the manager's end can stop
+them: through the dispatcher as a run ends, and with a manager in this process closed while the process lives on (as
+the many-workers bench does). Real manager, real workers, on loopback."""
 
 from __future__ import annotations
 
 import time
 
 import pytest
-from test_idle_workers import local_workers, plain_dispatcher, results_within
+from test_idle_workers import local_workers, plain_run, results_within
 
 from snakemake_executor_plugin_taskvine import taskvine
 
@@ -31,13 +30,8 @@ def exited_within(workers: list[taskvine.Worker], timeout_s: float) -> list[int]
 
 
 def test_workers_end_by_themselves_when_the_manager_stops(tmp_path):
-    private = taskvine.private_directory()
-    password = taskvine.write_password_file(private)
-    dispatcher = plain_dispatcher(tmp_path / "manager", private, password)
-    workers = []
-    try:
-        port = dispatcher.start()
-        workers = local_workers(port, password, tmp_path, WORKERS, "worker")
+    with plain_run(tmp_path / "manager") as (dispatcher, port, password, workers):
+        workers += local_workers(port, password, tmp_path, WORKERS, "worker")
         tags = {f"quick-{i}" for i in range(WORKERS)}
         for tag in tags:
             dispatcher.submit(taskvine.TaskSpec(command="true", tag=tag, cores=1, memory_mb=10, disk_mb=10))
@@ -47,10 +41,6 @@ def test_workers_end_by_themselves_when_the_manager_stops(tmp_path):
         dispatcher.stop()
         running = exited_within(workers, EXIT_WITHIN_S)
         assert not running, f"workers still running {EXIT_WITHIN_S} s after the manager stopped: {running}"
-    finally:
-        taskvine.stop_all(workers)
-        dispatcher.stop()
-        taskvine.remove_private_directory(private)
 
 
 def test_a_closed_manager_releases_its_workers_while_its_process_lives_on(tmp_path):
