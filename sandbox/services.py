@@ -828,7 +828,7 @@ def start_all() -> None:
         for rse, name in catalogue.STORAGE.items()
     }
     info["rucio"] = catalogue.start(
-        owned_dir(STATE / "rucio", ANALYSIS_USER), ports["rucio"], analysis_user, pidfile("rucio"), storage
+        owned_dir(STATE / "rucio", ANALYSIS_USER), ports["rucio"], analysis_user, pidfile("rucio"), storage, gsi
     )
 
     for port, what, log in [

@@ -111,7 +111,7 @@ def test_what_cannot_be_resolved_is_named_with_its_fix():
 
 def test_the_resolution_is_kept_and_redone_only_when_the_spec_or_preferences_change(tmp_path, monkeypatch):
     client = FakeRucio(FILES)
-    monkeypatch.setattr(replicas, "client", lambda: client)
+    monkeypatch.setattr(replicas, "client", lambda vet=None: client)
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"mc": {"rucio": "cms:/TT/X/NANOAODSIM"}}))
     out = tmp_path / "rucio"
@@ -174,3 +174,26 @@ def test_a_files_replicas_are_its_fail_overs(monkeypatch):
 def test_an_origin_is_the_same_server_with_or_without_xrootds_default_port():
     assert site.server("root://a.example") == site.server("root://a.example:1094//store/x.root") == "a.example:1094"
     assert site.server("root://127.0.0.1:25503//store/x.root") == "127.0.0.1:25503"
+
+
+def test_the_proxy_rucio_presents_is_found_where_its_client_looks(monkeypatch):
+    import rucio.common.config
+
+    settings = {"auth_type": "x509_proxy", "client_x509_proxy": "~/from-cfg"}
+    monkeypatch.setattr(
+        rucio.common.config, "config_get", lambda section, key, **kw: settings.get(key, kw.get("default"))
+    )
+    env = {"RUCIO_CLIENT_PROXY": "/a/rucio", "X509_USER_PROXY": "/a/x509"}
+    assert replicas.presented_proxy(env, 7) == (Path("/a/rucio"), "$RUCIO_CLIENT_PROXY")
+    assert replicas.presented_proxy({"X509_USER_PROXY": "/a/x509"}, 7) == (
+        Path("~/from-cfg").expanduser(),
+        "rucio.cfg's client_x509_proxy",
+    )
+    del settings["client_x509_proxy"]
+    assert replicas.presented_proxy({"X509_USER_PROXY": "/a/x509"}, 7) == (Path("/a/x509"), "$X509_USER_PROXY")
+    assert replicas.presented_proxy({}, 7) == (Path("/tmp/x509up_u7"), "/tmp/x509up_u7")
+    # Another authentication (the environment's before rucio.cfg's, as the client decides): no proxy.
+    assert replicas.presented_proxy({"RUCIO_AUTH_TYPE": "userpass", "X509_USER_PROXY": "/a/x509"}, 7) is None
+    settings["auth_type"] = "userpass"
+    assert replicas.presented_proxy({"X509_USER_PROXY": "/a/x509"}, 7) is None
+    assert replicas.presented_proxy({"RUCIO_AUTH_TYPE": "x509_proxy"}, 7) == (Path("/tmp/x509up_u7"), "/tmp/x509up_u7")

@@ -138,6 +138,7 @@ if not workflow.remote_exec:
             SITE.replicas if SITE else None,
             refresh=config["rucio_refresh"],
             may_ask=workflow.is_main_process,
+            vet=hv_credentials.vetted_proxy,
         )
         SPEC = hv_dataset.validated(SPEC, PLANNED)
     except hv_dataset.DatasetError as e:

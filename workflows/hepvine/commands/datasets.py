@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from hepvine.model import atomic
+from hepvine.reading import credentials
 from hepvine.routing import replicas, site
 
 
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         preferences = site.load(args.site).replicas if args.site else {}
         scope, pattern = replicas.split_did(args.query)
-        client = replicas.client()
+        client = replicas.client(credentials.vetted_proxy)
         try:
             names = sorted(client.list_dids(scope, {"name": pattern}, did_type=args.type))
         except Exception as e:  # Rucio's own types (ScopeNotFound, ...)

@@ -40,7 +40,7 @@ RENEW = {
 }
 
 
-class CredentialError(Exception):
+class CredentialError(ValueError):
     """A credential that is missing, unreadable, expired or too short for the campaign: says which and how to
     renew it."""
 
@@ -128,12 +128,21 @@ def find(kind: str, environ: dict[str, str] | None = None, uid: int | None = Non
     return read_token(text, path, source)
 
 
+def vetted_proxy(path: Path, source: str) -> str:
+    """The X.509 proxy at PATH (found by SOURCE) described in one line, for a service other than the storage that
+    authenticates the user with it (Rucio's client); CredentialError naming the renewal when it is missing,
+    unreadable or expired."""
+    credential = read_proxy(_read(path, source, "x509"), path, source)
+    check(credential, None, 0)
+    return credential.describe()
+
+
 def _read(path: Path, source: str, kind: str) -> bytes:
     try:
         return path.read_bytes()
     except FileNotFoundError:
         raise CredentialError(
-            f"the site needs an {'X.509 proxy' if kind == 'x509' else 'bearer token'} and there is none at {path} "
+            f"an {'X.509 proxy' if kind == 'x509' else 'bearer token'} is needed and there is none at {path} "
             f"({source}); make one: {RENEW[kind]}"
         ) from None
     except OSError as e:

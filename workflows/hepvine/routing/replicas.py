@@ -16,8 +16,10 @@ Preferences (site config ``replicas``): ``allow`` (storage elements to read from
 replica left is an error before any job, naming the file, its replicas and the preferences that ruled them out.
 
 Rucio's own client (``rucio-clients``, hepvine's extra ``rucio``) does the talking: it reads the user's rucio.cfg
-(``$RUCIO_CONFIG``) and authenticates as it says (userpass, X.509 proxy, token). It is imported only here and only
-when a spec names a DID.
+(``$RUCIO_CONFIG``) and authenticates as it says (userpass, X.509 proxy, token). With an X.509 proxy (``auth_type =
+x509_proxy``) the proxy it will present is found where it looks and checked first (``client``'s VET): a missing or
+expired one is an error naming the renewal before Rucio is asked, and the server's refusal of one names it. It is
+imported only here and only when a spec names a DID.
 """
 
 from __future__ import annotations
@@ -28,13 +30,14 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from hepvine.model import atomic
 from hepvine.model import dataset as hv_dataset
 from hepvine.model import fileset as hv_fileset
 
 KEY = "rucio"  # a sample's key that names its DID
+PROXY_AUTH = "x509_proxy"  # Rucio's client's auth_type for an X.509 proxy
 SCHEME = "root"
 FILESET_KEYS = {KEY, "metadata", "treename"}  # what a fileset's dataset that names a DID may hold
 
@@ -197,31 +200,83 @@ def resolve(spec: dict, files: Callable[[str], list[dict]]) -> dict:
     return out
 
 
-def client():
-    """Rucio's client, as the user's rucio.cfg configures it."""
+def presented_proxy(environ: Mapping[str, str] | None = None, uid: int | None = None) -> tuple[Path, str] | None:
+    """(the X.509 proxy Rucio's client presents to its server, how it was found) when it authenticates with one
+    (``auth_type`` x509_proxy: ``$RUCIO_AUTH_TYPE``, else rucio.cfg's), looked for where that client looks:
+    ``$RUCIO_CLIENT_PROXY``, rucio.cfg's ``client_x509_proxy``, ``$X509_USER_PROXY``, ``/tmp/x509up_u<uid>``; None
+    when it authenticates otherwise."""
+    from rucio.common.config import config_get
+
+    environ = os.environ if environ is None else environ
+
+    def setting(key: str) -> str:
+        return config_get("client", key, raise_exception=False, default="") or ""
+
+    if (environ.get("RUCIO_AUTH_TYPE") or setting("auth_type")) != PROXY_AUTH:
+        return None
+    for value, source in (
+        (environ.get("RUCIO_CLIENT_PROXY"), "$RUCIO_CLIENT_PROXY"),
+        (setting("client_x509_proxy"), "rucio.cfg's client_x509_proxy"),
+        (environ.get("X509_USER_PROXY"), "$X509_USER_PROXY"),
+    ):
+        if value:
+            return Path(os.path.expandvars(os.path.expanduser(value))), source
+    path = Path(f"/tmp/x509up_u{os.getuid() if uid is None else uid}")
+    return path, str(path)
+
+
+def client(vet: Callable[[Path, str], str] | None = None):
+    """Rucio's client, as the user's rucio.cfg configures it. When it authenticates with an X.509 proxy, VET(path,
+    how it was found) first describes that proxy, raising ValueError (naming the renewal) for one that is missing or
+    expired; the description is in the error if the server refuses it."""
     try:
         from rucio.client import Client
+        from rucio.common.config import config_get
     except ImportError as e:
         raise ResolutionError(
             "the spec names Rucio DIDs, but Rucio's client is not installed: pip install 'hepvine[rucio]' "
             "(rucio-clients)"
         ) from e
     try:
+        host = config_get("client", "rucio_host", raise_exception=False, default="") or "?"
+        proxy = presented_proxy()
+    except Exception as e:  # Rucio's own types (ConfigNotFound, ...)
+        raise ResolutionError(
+            f"cannot read Rucio's client configuration ({type(e).__name__}: {e}); check the rucio.cfg that "
+            "$RUCIO_CONFIG names"
+        ) from e
+    described = ""
+    if proxy is not None and vet is not None:
+        try:
+            described = vet(*proxy)
+        except ValueError as e:
+            raise ResolutionError(
+                f"Rucio's client ({host}) authenticates with an X.509 proxy (auth_type = {PROXY_AUTH}): {e}"
+            ) from e
+    try:
         return Client()
     except Exception as e:  # the client raises its own exception types for config and authentication
+        with_what = f" with the {described}" if described else ""
         raise ResolutionError(
-            f"cannot reach Rucio ({type(e).__name__}: {e}); check the rucio.cfg that $RUCIO_CONFIG names and your "
-            "credential (`rucio whoami` says who you are)"
+            f"Rucio at {host} could not be reached or did not let you in{with_what} ({type(e).__name__}: {e}); "
+            "check the rucio.cfg that $RUCIO_CONFIG names (host, account, auth_type) and that Rucio knows your "
+            "identity (`rucio whoami` says who you are)"
         ) from e
 
 
 def resolved(
-    spec_path: str, raw, directory: str | Path, preferences: dict | None, refresh: bool, may_ask: bool
+    spec_path: str,
+    raw,
+    directory: str | Path,
+    preferences: dict | None,
+    refresh: bool,
+    may_ask: bool,
+    vet: Callable[[Path, str], str] | None = None,
 ) -> tuple[str, dict]:
     """(where the spec to plan from is, that spec; see the module's text): SPEC_PATH and RAW (the document read from
     it, not validated) if it names no DID, else DIRECTORY/dataset.json, resolved now if it is missing, was resolved
     from another spec or other PREFERENCES, or REFRESH asks (only when MAY_ASK: the main process; others read what it
-    wrote). Each document is read once."""
+    wrote), by a ``client(VET)``. Each document is read once."""
     if not dids(raw):
         return spec_path, raw
     directory = Path(directory)
@@ -239,7 +294,7 @@ def resolved(
             return str(out), hv_dataset.read(out)
     if not may_ask:
         raise ResolutionError(f"{spec_path} names Rucio DIDs, and {out} is not written yet: run the campaign again")
-    rucio = client()
+    rucio = client(vet)
     began = time.time()
     counts: dict[str, dict] = {}
 
@@ -258,6 +313,7 @@ def resolved(
             "spec": str(spec_path),
             "server": getattr(rucio, "host", None),
             "account": getattr(rucio, "account", None),
+            "auth_type": getattr(rucio, "auth_type", None),
             "resolved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(began)),
             "seconds": round(time.time() - began, 3),
             "preferences": preferences,
