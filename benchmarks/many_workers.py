@@ -81,6 +81,19 @@ def processes_named(name: str) -> int:
     return count
 
 
+def count_down(since: float, timeout_s: float) -> tuple[float | None, list[list]]:
+    """(when no vine_worker was left, or None after TIMEOUT_S from SINCE; [seconds after SINCE, vine_workers,
+    condor_starters] sampled each second while any worker was left: how the workers of removed jobs end)."""
+    samples = []
+    while time.perf_counter() < since + timeout_s:
+        now, workers = time.perf_counter(), processes_named("vine_worker")
+        samples.append([round(now - since, 1), workers, processes_named("condor_starter")])
+        if workers == 0:
+            return now, samples
+        time.sleep(max(0.0, 1 - (time.perf_counter() - now)))
+    return None, samples
+
+
 def last_line(log: Path) -> str:
     lines = log.read_text(errors="replace").strip().splitlines() if log.exists() else []
     return lines[-1].split("]", 1)[-1].strip() if lines else "(no log)"
@@ -256,8 +269,8 @@ def one_n(via: str, n: int, tasks_per_worker: int, inputs: int, connect_timeout_
         if via == "condor":  # the factory's stop removed its jobs: their workers end as HTCondor kills them, and the
             # schedd lets the jobs go one shadow at a time; the pool is narrowed again only after (a startd restarted
             # under live shadows leaves them waiting for their starters until the job lease runs out)
-            ended = wait_until(lambda: processes_named("vine_worker") == 0, QUEUE_EMPTY_TIMEOUT_S)
-            row["workers_ended_s"] = round(time.perf_counter() - stop0, 2) if ended else None
+            ended, row["left_after_stop"] = count_down(stop0, QUEUE_EMPTY_TIMEOUT_S)
+            row["workers_ended_s"] = round(ended - stop0, 2) if ended else None
             gone = wait_until(lambda: jobs_in_queue() == 0, stop0 + QUEUE_EMPTY_TIMEOUT_S - time.perf_counter())
             row["jobs_left_in_queue"] = jobs_in_queue()
             row["queue_empty_s"] = round(time.perf_counter() - stop0, 2) if gone else None

@@ -6,9 +6,9 @@ them before any job (dry runs: nothing is read), the user known to Rucio by thei
   is all hepvine needs (``hepvine datasets`` and a campaign's resolution alike). A proxy that has expired is an
   error naming it and the renewal before Rucio is asked (and the server refuses it by itself too); a valid proxy of
   an identity Rucio does not know is refused by the server, and the error names the proxy presented;
-- what a DID resolves to is what ``rucio replica list file --pfns`` lists for it, ordered and filtered by the site config's
-  preferences (prefer, block, allow, regex); a file left with no replica, or a DID Rucio does not have, is an error
-  naming it before any job.
+- what a DID resolves to is what ``rucio replica list file --pfns`` lists for it, ordered and filtered by the site
+  config's preferences (prefer, block, allow, regex); a file left with no replica, or a DID Rucio does not have, is
+  an error naming it before any job.
 """
 
 from __future__ import annotations
