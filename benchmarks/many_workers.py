@@ -70,25 +70,30 @@ def left_processes(groups: set[int]) -> list[str]:
     return sorted(found)
 
 
-def processes_named(name: str) -> int:
-    """Processes called NAME on this machine (the bench runs alone on the sandbox: its HTCondor jobs' workers)."""
-    count = 0
+def processes_named(*names: str) -> list[int]:
+    """How many processes of each of NAMES run on this machine, counted in one pass (the bench runs alone on the
+    sandbox: its HTCondor jobs' workers and starters)."""
+    counts = dict.fromkeys(names, 0)
     for comm in Path("/proc").glob("[0-9]*/comm"):
         try:
-            count += comm.read_text().strip() == name
+            name = comm.read_text().strip()
         except OSError:
             continue
-    return count
+        if name in counts:
+            counts[name] += 1
+    return list(counts.values())
 
 
-def count_down(since: float, timeout_s: float) -> tuple[float | None, list[list]]:
-    """(when no vine_worker was left, or None after TIMEOUT_S from SINCE; [seconds after SINCE, vine_workers,
-    condor_starters] sampled each second while any worker was left: how the workers of removed jobs end)."""
-    samples = []
+def draining(since: float, timeout_s: float) -> tuple[float | None, list[list]]:
+    """(when no vine_worker was left, or None after TIMEOUT_S from SINCE; how they went: [seconds after SINCE,
+    vine_workers, condor_starters] at each second at which either count changed, the last one with no worker left)."""
+    samples: list[list] = []
     while time.perf_counter() < since + timeout_s:
-        now, workers = time.perf_counter(), processes_named("vine_worker")
-        samples.append([round(now - since, 1), workers, processes_named("condor_starter")])
-        if workers == 0:
+        now = time.perf_counter()
+        counts = processes_named("vine_worker", "condor_starter")
+        if not samples or samples[-1][1:] != counts:
+            samples.append([round(now - since, 1), *counts])
+        if counts[0] == 0:
             return now, samples
         time.sleep(max(0.0, 1 - (time.perf_counter() - now)))
     return None, samples
@@ -269,8 +274,8 @@ def one_n(via: str, n: int, tasks_per_worker: int, inputs: int, connect_timeout_
         if via == "condor":  # the factory's stop removed its jobs: their workers end as HTCondor kills them, and the
             # schedd lets the jobs go one shadow at a time; the pool is narrowed again only after (a startd restarted
             # under live shadows leaves them waiting for their starters until the job lease runs out)
-            ended, row["left_after_stop"] = count_down(stop0, QUEUE_EMPTY_TIMEOUT_S)
-            row["workers_ended_s"] = round(ended - stop0, 2) if ended else None
+            ended, row["left_after_stop"] = draining(stop0, QUEUE_EMPTY_TIMEOUT_S)
+            row["workers_ended_s"] = round(ended - stop0, 2) if ended is not None else None
             gone = wait_until(lambda: jobs_in_queue() == 0, stop0 + QUEUE_EMPTY_TIMEOUT_S - time.perf_counter())
             row["jobs_left_in_queue"] = jobs_in_queue()
             row["queue_empty_s"] = round(time.perf_counter() - stop0, 2) if gone else None

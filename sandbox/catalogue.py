@@ -1,15 +1,14 @@
 """The sandbox's Rucio: a real Rucio server (PyPI's ``rucio``, in a venv of its own: sandbox/rucio-server.lock) served
-over HTTPS by gunicorn on loopback as the analysis user (the test grid's host certificate; catalogue_tls.py stands for
-a deployment's mod_ssl), its database SQLite in the services' state. Two ways in: userpass as the root account (a
-password made with the database, in the client configuration only its owner reads), and X.509: a proxy of the test
-grid's user certificate is the account ``X509_ACCOUNT`` (its DN an identity of it), as a physicist's grid proxy is
-theirs at a Rucio of the grid. The database is kept from one
-start to the next (delete the state's rucio/ directory to start afresh); at every start the catalogue is set up
-through the server's own REST API (``catalogue_setup.py``, run by the Rucio venv's
-client): the scope ``cms`` and two storage elements, each an XRootD server of the sandbox — SANDBOX_ORIGIN (the
-origin the caches front) and SANDBOX_SITE_B (a second origin on data of its own, standing for another site). What is
-registered in it (files, datasets, containers) is for the demo and the tests to say
-(``hepvine.devtools.catalogue``).
+over HTTPS by gunicorn on loopback as the analysis user (the test grid's host certificate; catalogue_tls.py and
+catalogue_app.py stand for a deployment's mod_ssl), its database SQLite in the services' state. Two ways in:
+userpass as the root account (a password made with the database, in the client configuration only its owner
+reads), and X.509: a proxy of the test grid's user certificate is the account ``X509_ACCOUNT`` (its DN an identity
+of it), as a physicist's grid proxy is theirs at a Rucio of the grid. The database is kept from one start to the
+next (delete the state's rucio/ directory to start afresh); at every start the catalogue is set up through the
+server's own REST API (``catalogue_setup.py``, run by the Rucio venv's client): the scope ``cms``, the grid user's
+account, and two storage elements, each an XRootD server of the sandbox — SANDBOX_ORIGIN (the origin the caches
+front) and SANDBOX_SITE_B (a second origin on data of its own, standing for another site). What is registered in it
+(files, datasets, containers) is for the demo and the tests to say (``hepvine.devtools.catalogue``).
 
 Used by services.py (the same directory), which runs it as root with the system Python."""
 
@@ -23,8 +22,8 @@ import subprocess
 from pathlib import Path
 
 RUCIO_VENV = Path("/opt/rucio-venv")
-TLS = Path(__file__).with_name("catalogue_tls.py")  # gunicorn's TLS context, and Rucio's application behind it
-APPLICATION = "catalogue_tls:application"
+TLS = Path(__file__).with_name("catalogue_tls.py")  # gunicorn's configuration: its TLS context
+APPLICATION = "catalogue_app:application"  # this directory's: Rucio's application, told the client's DN
 IDENTITY = "hepvine"  # the userpass identity of Rucio's root account
 X509_ACCOUNT = "analysis"  # the account of the test grid's user (its DN): what a proxy of it authenticates as
 SCOPE = "cms"
@@ -215,6 +214,7 @@ def _environment(user, config: Path) -> dict[str, str]:
         "HOME": user.pw_dir,
         "LANG": "C.UTF-8",
         "RUCIO_CONFIG": str(config),
+        "PYTHONDONTWRITEBYTECODE": "1",  # they import from this checkout, which is not theirs
     }
 
 

@@ -52,11 +52,10 @@ def grid(services, tmp_path):
     config.write_text(
         "[client]\n"
         f"rucio_host = {rucio['url']}\nauth_host = {rucio['url']}\n"
-        f"ca_cert = {services['xrootd']['origin_gsi']['gsi']['certdir']}\n"
+        f"ca_cert = {services['xrootd']['origin_gsi']['gsi']['cafile']}\n"
         f"auth_type = x509_proxy\naccount = {rucio['x509']['account']}\n"
         # The client keeps the server's token for an hour: each test's own, so that a refusal is the server's now.
         f"auth_token_file_path = {tmp_path / 'token' / 'rucio-token'}\n"
-        "request_retries = 1\n"
     )
     yield services["xrootd"]["origin_gsi"]["gsi"], config, f"cms:/HepvineTest/{tag}*", did
     for path in (REPO / "results").glob(f"{tag}*"):
@@ -64,7 +63,9 @@ def grid(services, tmp_path):
 
 
 def user_env(config: Path, proxy: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RUCIO_")}
+    """A user's environment: their rucio.cfg CONFIG (which names the server's CA: Rucio's client would take
+    $X509_CERT_DIR before it) and their PROXY."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUCIO_") and k != "X509_CERT_DIR"}
     return {**env, "RUCIO_CONFIG": str(config), "X509_USER_PROXY": str(proxy)}
 
 
@@ -115,16 +116,21 @@ def test_rucio_knows_the_user_by_their_proxy(grid, tmp_path):
     assert proxy.read_bytes() not in (REPO / "results" / f"{tag}-run" / "rucio" / "resolution.json").read_bytes()
 
 
-def test_an_expired_proxy_is_refused_naming_it_and_the_renewal(grid, tmp_path):
+def test_an_expired_proxy_is_refused_naming_it_and_the_renewal(services, grid, tmp_path):
     gsi, config, pattern, did = grid
     expired = proxies.make(gsi, tmp_path / "x509up", hours=0)
     env = user_env(config, expired)
 
-    # The server's own check, without hepvine's: its TLS handshake refuses the proxy.
+    # The server's own check, without hepvine's: its TLS handshake refuses the proxy, and says why in its log.
+    log = Path(services["rucio"]["log"])
+    seen = log.stat().st_size
     direct = subprocess.run(
         [sys.executable, "-c", "from rucio.client import Client; Client()"], env=env, capture_output=True, text=True
     )
     assert direct.returncode != 0 and "Cannot connect to the Rucio server" in direct.stderr, direct.stderr[-2000:]
+    with open(log, "rb") as f:
+        f.seek(seen)
+        assert b"certificate verify failed: certificate has expired" in f.read()
     assert not (tmp_path / "token").exists() or not any((tmp_path / "token").iterdir())
 
     # hepvine says what it is and how to renew it, before Rucio is asked.

@@ -176,24 +176,94 @@ def test_an_origin_is_the_same_server_with_or_without_xrootds_default_port():
     assert site.server("root://127.0.0.1:25503//store/x.root") == "127.0.0.1:25503"
 
 
-def test_the_proxy_rucio_presents_is_found_where_its_client_looks(monkeypatch):
+@pytest.fixture
+def rucio_settings(monkeypatch):
+    """rucio.cfg's [client] section as Rucio's config module gives it: a dict the test fills."""
     import rucio.common.config
 
-    settings = {"auth_type": "x509_proxy", "client_x509_proxy": "~/from-cfg"}
+    settings: dict[str, str] = {}
+    monkeypatch.setattr(rucio.common.config, "config_has_section", lambda section: section == "client")
     monkeypatch.setattr(
-        rucio.common.config, "config_get", lambda section, key, **kw: settings.get(key, kw.get("default"))
+        rucio.common.config,
+        "config_get",
+        lambda section, key, raise_exception=True, default=None, **kw: (
+            settings[key] if key in settings or raise_exception else default
+        ),
     )
-    env = {"RUCIO_CLIENT_PROXY": "/a/rucio", "X509_USER_PROXY": "/a/x509"}
-    assert replicas.presented_proxy(env, 7) == (Path("/a/rucio"), "$RUCIO_CLIENT_PROXY")
+    return settings
+
+
+def test_the_proxy_rucio_presents_is_found_where_its_client_looks(rucio_settings, monkeypatch):
+    rucio_settings.update(auth_type="x509_proxy", client_x509_proxy="~/from-cfg")
+    monkeypatch.setenv("PROXIES", "/env")
+    env = {"RUCIO_CLIENT_PROXY": "$PROXIES/rucio ", "X509_USER_PROXY": "/a/x509"}
+    assert replicas.presented_proxy(env, 7) == (Path("/env/rucio"), "$RUCIO_CLIENT_PROXY")
     assert replicas.presented_proxy({"X509_USER_PROXY": "/a/x509"}, 7) == (
         Path("~/from-cfg").expanduser(),
         "rucio.cfg's client_x509_proxy",
     )
-    del settings["client_x509_proxy"]
-    assert replicas.presented_proxy({"X509_USER_PROXY": "/a/x509"}, 7) == (Path("/a/x509"), "$X509_USER_PROXY")
-    assert replicas.presented_proxy({}, 7) == (Path("/tmp/x509up_u7"), "/tmp/x509up_u7")
+    del rucio_settings["client_x509_proxy"]
+    assert replicas.presented_proxy({"X509_USER_PROXY": "a/x509"}, 7) == (Path("a/x509").absolute(), "$X509_USER_PROXY")
+    assert replicas.presented_proxy({}, 7) == (Path("/tmp/x509up_u7"), "the default place")
+    # Set is set, as the client decides: a variable set to nothing is not passed over for the next place.
+    with pytest.raises(replicas.ResolutionError, match=r"\$X509_USER_PROXY is set to nothing"):
+        replicas.presented_proxy({"X509_USER_PROXY": ""}, 7)
     # Another authentication (the environment's before rucio.cfg's, as the client decides): no proxy.
     assert replicas.presented_proxy({"RUCIO_AUTH_TYPE": "userpass", "X509_USER_PROXY": "/a/x509"}, 7) is None
-    settings["auth_type"] = "userpass"
+    assert replicas.presented_proxy({"RUCIO_AUTH_TYPE": "", "X509_USER_PROXY": "/a/x509"}, 7) is None
+    rucio_settings["auth_type"] = "userpass"
     assert replicas.presented_proxy({"X509_USER_PROXY": "/a/x509"}, 7) is None
-    assert replicas.presented_proxy({"RUCIO_AUTH_TYPE": "x509_proxy"}, 7) == (Path("/tmp/x509up_u7"), "/tmp/x509up_u7")
+    assert replicas.presented_proxy({"RUCIO_AUTH_TYPE": "x509_proxy"}, 7) == (
+        Path("/tmp/x509up_u7"),
+        "the default place",
+    )
+
+
+class Refused(Exception):
+    """Stands for Rucio's CannotAuthenticate."""
+
+
+def test_the_client_is_made_after_its_proxy_is_vetted_and_a_refusal_names_it(rucio_settings, monkeypatch, tmp_path):
+    import rucio.client
+
+    made = []
+
+    def fake_client():
+        made.append(1)
+        if rucio_settings.get("refuse"):
+            raise Refused("Cannot authenticate to account analysis")
+        return "client"
+
+    monkeypatch.setattr(rucio.client, "Client", fake_client)
+    monkeypatch.delenv("RUCIO_AUTH_TYPE", raising=False)
+    monkeypatch.delenv("RUCIO_CLIENT_PROXY", raising=False)
+    monkeypatch.setenv("X509_USER_PROXY", str(tmp_path / "x509up"))
+    vetted = []
+
+    def vet(path, source):
+        vetted.append((path, source))
+        if rucio_settings.get("expired"):
+            raise ValueError("X.509 proxy ...: EXPIRED 1 s ago; make a new one: voms-proxy-init")
+        return "X.509 proxy $X509_USER_PROXY: /DC=org/CN=Someone, 11 h left"
+
+    # Userpass: nothing to vet.
+    rucio_settings.update(rucio_host="https://rucio.example", auth_type="userpass")
+    assert replicas.client(vet) == "client" and vetted == []
+    # A proxy: vetted first, then the client made.
+    rucio_settings["auth_type"] = "x509_proxy"
+    assert replicas.client(vet) == "client" and vetted == [(tmp_path / "x509up", "$X509_USER_PROXY")]
+    # Refused by the vetting: the client is not made, the words say what and how.
+    rucio_settings["expired"] = True
+    with pytest.raises(replicas.ResolutionError, match=r"auth_type = x509_proxy\): X.509 proxy .*EXPIRED.*voms-proxy"):
+        replicas.client(vet)
+    assert len(made) == 2
+    # Refused by the server: the error names the proxy presented.
+    rucio_settings.update(expired=False, refuse=True)
+    with pytest.raises(
+        replicas.ResolutionError, match=r"with the X.509 proxy \$X509_USER_PROXY: /DC=org/CN=Someone.*Refused"
+    ):
+        replicas.client(vet)
+    # No server named: said before anything else, with where the configuration comes from.
+    del rucio_settings["rucio_host"]
+    with pytest.raises(replicas.ResolutionError, match=r"no server to ask.*RUCIO_CONFIG"):
+        replicas.client(vet)

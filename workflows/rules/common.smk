@@ -144,7 +144,10 @@ if not workflow.remote_exec:
     except hv_dataset.DatasetError as e:
         raise WorkflowError(f"{e}\nFix the spec given as --config dataset=... and run again.")
     except hv_replicas.ResolutionError as e:
-        raise WorkflowError(f"{e}\n(the spec given as --config dataset={config['dataset']} names it; no job was run)")
+        raise WorkflowError(
+            f"{e}\n(resolving the Rucio DIDs that the spec given as --config dataset={config['dataset']} names; no job "
+            "was run)"
+        )
     if PLANNED != config["dataset"]:
         PARSED.append(PLANNED)
 

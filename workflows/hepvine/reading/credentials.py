@@ -49,7 +49,8 @@ class CredentialError(ValueError):
 class Credential:
     """A credential found for KIND: where (PATH, or None for a token in ``$BEARER_TOKEN``), how it was found
     (SOURCE), whose (SUBJECT: the proxy's identity without its proxy CNs, or the token's ``sub``), the VO or the
-    token's issuer (AUTHORITY), its FQANs or scopes (ATTRIBUTES), and NOT_AFTER (seconds since the epoch)."""
+    token's issuer (AUTHORITY), its FQANs or scopes (ATTRIBUTES), and NOT_AFTER (seconds since the epoch; for a
+    proxy, the sooner of its certificates' end, CERTIFICATES_NOT_AFTER, and its VOMS attributes')."""
 
     kind: str
     path: Path | None
@@ -59,6 +60,7 @@ class Credential:
     attributes: tuple[str, ...] = ()
     not_after: float = 0.0
     notes: tuple[str, ...] = field(default=())
+    certificates_not_after: float = 0.0
 
     def time_left_s(self, now: float | None = None) -> float:
         return self.not_after - (time.time() if now is None else now)
@@ -130,10 +132,13 @@ def find(kind: str, environ: dict[str, str] | None = None, uid: int | None = Non
 
 def vetted_proxy(path: Path, source: str) -> str:
     """The X.509 proxy at PATH (found by SOURCE) described in one line, for a service other than the storage that
-    authenticates the user with it (Rucio's client); CredentialError naming the renewal when it is missing,
-    unreadable or expired."""
+    authenticates the user by its certificates alone (Rucio maps the DN; its VOMS attributes do not count);
+    CredentialError naming the renewal when it is missing, unreadable, or its certificates have expired."""
     credential = read_proxy(_read(path, source, "x509"), path, source)
-    check(credential, None, 0)
+    if credential.certificates_not_after <= time.time():
+        raise CredentialError(
+            f"{credential.describe()}: its certificates have expired; make a new one: {RENEW['x509']}"
+        )
     return credential.describe()
 
 
@@ -180,7 +185,7 @@ def read_proxy(pem: bytes, path: Path | None, source: str) -> Credential:
         raise CredentialError(f"{path} ({source}) is not an X.509 proxy: {e}") from None
     if not chain:
         raise CredentialError(f"{path} ({source}) holds no certificate: is it an X.509 proxy? {RENEW['x509']}")
-    not_after = min(c.not_valid_after_utc.timestamp() for c in chain)
+    not_after = chain_end = min(c.not_valid_after_utc.timestamp() for c in chain)
     identity = next((c for c in chain if not _is_proxy(c)), chain[-1])
     vo, fqans, notes = "", (), ()
     for cert in chain:
@@ -194,7 +199,7 @@ def read_proxy(pem: bytes, path: Path | None, source: str) -> Credential:
         if ac_end is not None and ac_end < not_after:
             not_after, notes = ac_end, ("its VOMS attributes expire before the proxy",)
         break
-    return Credential("x509", path, source, _dn(identity), vo, tuple(fqans), not_after, notes)
+    return Credential("x509", path, source, _dn(identity), vo, tuple(fqans), not_after, notes, chain_end)
 
 
 def _is_proxy(cert) -> bool:

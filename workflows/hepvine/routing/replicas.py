@@ -200,35 +200,44 @@ def resolve(spec: dict, files: Callable[[str], list[dict]]) -> dict:
     return out
 
 
-def presented_proxy(environ: Mapping[str, str] | None = None, uid: int | None = None) -> tuple[Path, str] | None:
+def presented_proxy(environ: Mapping[str, str] | None = None, euid: int | None = None) -> tuple[Path, str] | None:
     """(the X.509 proxy Rucio's client presents to its server, how it was found) when it authenticates with one
-    (``auth_type`` x509_proxy: ``$RUCIO_AUTH_TYPE``, else rucio.cfg's), looked for where that client looks:
-    ``$RUCIO_CLIENT_PROXY``, rucio.cfg's ``client_x509_proxy``, ``$X509_USER_PROXY``, ``/tmp/x509up_u<uid>``; None
-    when it authenticates otherwise."""
-    from rucio.common.config import config_get
+    (``auth_type`` x509_proxy: ``$RUCIO_AUTH_TYPE`` if set, else rucio.cfg's), looked for as that client looks
+    (``rucio.client.baseclient``): ``$RUCIO_CLIENT_PROXY`` if set, rucio.cfg's ``client_x509_proxy``,
+    ``$X509_USER_PROXY`` if set, the default ``/tmp/x509up_u<euid>``; expanded as it expands them. None when it
+    authenticates otherwise; ResolutionError for a variable set to nothing (the client finds no proxy there)."""
+    from rucio.common.config import config_get, config_has_section
 
     environ = os.environ if environ is None else environ
+    configured = config_has_section("client")
 
     def setting(key: str) -> str:
-        return config_get("client", key, raise_exception=False, default="") or ""
+        return (config_get("client", key, raise_exception=False, default="") or "") if configured else ""
 
-    if (environ.get("RUCIO_AUTH_TYPE") or setting("auth_type")) != PROXY_AUTH:
+    auth_type = environ["RUCIO_AUTH_TYPE"] if "RUCIO_AUTH_TYPE" in environ else setting("auth_type")
+    if auth_type != PROXY_AUTH:
         return None
-    for value, source in (
-        (environ.get("RUCIO_CLIENT_PROXY"), "$RUCIO_CLIENT_PROXY"),
-        (setting("client_x509_proxy"), "rucio.cfg's client_x509_proxy"),
-        (environ.get("X509_USER_PROXY"), "$X509_USER_PROXY"),
-    ):
-        if value:
-            return Path(os.path.expandvars(os.path.expanduser(value))), source
-    path = Path(f"/tmp/x509up_u{os.getuid() if uid is None else uid}")
-    return path, str(path)
+    if "RUCIO_CLIENT_PROXY" in environ:
+        value, source = environ["RUCIO_CLIENT_PROXY"], "$RUCIO_CLIENT_PROXY"
+    elif setting("client_x509_proxy"):
+        value, source = setting("client_x509_proxy"), "rucio.cfg's client_x509_proxy"
+    elif "X509_USER_PROXY" in environ:
+        value, source = environ["X509_USER_PROXY"], "$X509_USER_PROXY"
+    else:
+        value, source = f"/tmp/x509up_u{os.geteuid() if euid is None else euid}", "the default place"
+    if not value.strip():
+        raise ResolutionError(
+            f"{source} is set to nothing, so Rucio's client (auth_type = {PROXY_AUTH}) finds no proxy: set it to "
+            "your proxy's path, or unset it"
+        )
+    return Path(os.path.abspath(os.path.expanduser(os.path.expandvars(value.strip())))), source
 
 
 def client(vet: Callable[[Path, str], str] | None = None):
     """Rucio's client, as the user's rucio.cfg configures it. When it authenticates with an X.509 proxy, VET(path,
     how it was found) first describes that proxy, raising ValueError (naming the renewal) for one that is missing or
-    expired; the description is in the error if the server refuses it."""
+    expired: every ValueError of VET is reported as the proxy's. The description is in the error if the server
+    refuses the proxy."""
     try:
         from rucio.client import Client
         from rucio.common.config import config_get
@@ -238,13 +247,14 @@ def client(vet: Callable[[Path, str], str] | None = None):
             "(rucio-clients)"
         ) from e
     try:
-        host = config_get("client", "rucio_host", raise_exception=False, default="") or "?"
-        proxy = presented_proxy()
-    except Exception as e:  # Rucio's own types (ConfigNotFound, ...)
+        host = config_get("client", "rucio_host")
+    except Exception as e:  # Rucio's own types (ConfigNotFound, NoSectionError, NoOptionError)
+        where = os.environ.get("RUCIO_CONFIG") or "none: $RUCIO_CONFIG is not set"
         raise ResolutionError(
-            f"cannot read Rucio's client configuration ({type(e).__name__}: {e}); check the rucio.cfg that "
-            "$RUCIO_CONFIG names"
+            f"Rucio's client has no server to ask ({type(e).__name__}: {e}); its configuration: {where}. Point "
+            "$RUCIO_CONFIG at your rucio.cfg (its [client] section names rucio_host, auth_type and account)"
         ) from e
+    proxy = presented_proxy()
     described = ""
     if proxy is not None and vet is not None:
         try:
@@ -259,8 +269,9 @@ def client(vet: Callable[[Path, str], str] | None = None):
         with_what = f" with the {described}" if described else ""
         raise ResolutionError(
             f"Rucio at {host} could not be reached or did not let you in{with_what} ({type(e).__name__}: {e}); "
-            "check the rucio.cfg that $RUCIO_CONFIG names (host, account, auth_type) and that Rucio knows your "
-            "identity (`rucio whoami` says who you are)"
+            "check the rucio.cfg that $RUCIO_CONFIG names (rucio_host, account, auth_type; ca_cert, or "
+            "$X509_CERT_DIR, which Rucio's client prefers, for the server's CA) and that Rucio knows your identity "
+            "(`rucio whoami` says who you are)"
         ) from e
 
 
