@@ -13,7 +13,8 @@ CMD ?=
 # make demo DEMO_SITE=sandbox-gsi (or sandbox-token): the demo over the sandbox's GSI (or token) services: a profile
 # and a site config of that name.
 DEMO_SITE ?= sandbox
-# make demo DEMO_RUCIO=1: the demo's dataset named through the sandbox's Rucio (containers, replicas at two sites).
+# make demo DEMO_RUCIO=1: the demo's dataset named through the sandbox's Rucio (containers, replicas at two sites);
+# DEMO_RUCIO=failover: every file at both sites, the second preferred and taken down after its first read.
 DEMO_RUCIO ?=
 # make run CMD='...': the command reaches the shell as typed. Make would expand `$` in CMD when it exports it to the
 # recipe's environment (`$HOME` -> `OME`, `$(...)` evaluated by make), so CMD is not exported; the run recipe gets
@@ -26,7 +27,8 @@ help:
 	@echo "make demo            run the demo campaign end to end on the sandbox (DEMO_SITE=sandbox-gsi: over"
 	@echo "                     its GSI origin and caches, reading with an X.509 proxy; sandbox-token: over its"
 	@echo "                     token origin and caches, reading with a bearer token; DEMO_RUCIO=1: the dataset named"
-	@echo "                     through the sandbox's Rucio)"
+	@echo "                     through the sandbox's Rucio; DEMO_RUCIO=failover: and one of its two sites taken down"
+	@echo "                     mid-run, its files read at the other)"
 	@echo "make check           the fast check (~1.5 min, no services): ruff, snakefmt, snakemake --lint, and every"
 	@echo "                     test that needs neither the services nor root"
 	@echo "make test            the tests (tests/ and the executor plugin's own) on the sandbox's real services"
@@ -81,7 +83,7 @@ chaos: sandbox
 
 demo: sandbox
 	@$(WITH_SERVICES) python -m hepvine.devtools.demo --profile profiles/$(DEMO_SITE) --site site-configs/$(DEMO_SITE).yaml \
-		$(if $(DEMO_RUCIO),--rucio)
+		$(if $(DEMO_RUCIO),--rucio $(filter failover,$(DEMO_RUCIO)))
 
 bench: sandbox
 	@$(WITH_SERVICES) sh -c "python benchmarks/analysis.py && python benchmarks/processor.py && python benchmarks/recompress.py && python benchmarks/dispatch.py && python benchmarks/manager_rate.py && python benchmarks/many_workers.py && python benchmarks/resolution.py"

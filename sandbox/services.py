@@ -625,18 +625,21 @@ def service_proxy(gsi: dict, cert: Path, key: Path, out: Path) -> Path:
     return out
 
 
-def start_xrootd(name: str, config: str, user: str, env: dict[str, str] | None = None) -> dict:
-    """Start XRootD instance NAME with CONFIG as USER (ENV added to its environment); where its files are."""
+def start_xrootd(name: str, config: str, user: str, env: dict[str, str] | None = None, wholly: bool = False) -> dict:
+    """Start XRootD instance NAME with CONFIG as USER (ENV added to its environment); where its files are. XRootD
+    drops root itself (``-R``), keeping it as its real user; WHOLLY starts it as USER from the start instead, so that
+    USER may also signal it (the second site's server, which the failover demo takes down)."""
     base = owned_dir(STATE / "xrootd" / name, user)
     admin = owned_dir(base / "admin", user)
     cfg = base / "xrootd.cfg"
     cfg.write_text(config)
+    entry = pwd.getpwnam(user)
+    as_user = {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []} if wholly else {}
     subprocess.run(
         [
             "xrootd",
             "-b",
-            "-R",
-            user,
+            *([] if wholly else ["-R", user]),
             "-n",
             name,
             "-c",
@@ -648,6 +651,7 @@ def start_xrootd(name: str, config: str, user: str, env: dict[str, str] | None =
         ],
         check=True,
         env={**os.environ, **(env or {})},
+        **as_user,
     )
     # With -n, XRootD puts its log in a directory named for the instance.
     return {"config": str(cfg), "admin": str(admin), "log": str(base / name / "xrootd.log")}
@@ -819,7 +823,10 @@ def start_all() -> None:
         "port": port_b,
         "data_dir": str(data_b),
         **start_xrootd(
-            "origin-b", origin_config(port_b, data_b, STATE / "xrootd" / "origin-b" / "admin"), ANALYSIS_USER
+            "origin-b",
+            origin_config(port_b, data_b, STATE / "xrootd" / "origin-b" / "admin"),
+            ANALYSIS_USER,
+            wholly=True,
         ),
     }
     analysis_user = pwd.getpwnam(ANALYSIS_USER)

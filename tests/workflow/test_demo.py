@@ -7,11 +7,13 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
-from hepvine.devtools import demo, generate
+from hepvine.devtools import catalogue, demo, generate
 from hepvine.model import dataset
 
 ORIGIN = "root://127.0.0.1:1094"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def fake_write(path, process, n_events, index=0, seed=1, compression=None, schema="compact", physics=None):
@@ -61,3 +63,17 @@ def test_the_demo_refuses_a_number_of_generating_processes_below_one(workers, ca
     with pytest.raises(SystemExit) as stopped:
         demo.main(["--generate-workers", workers])
     assert stopped.value.code == 2 and "is not a whole number of at least 1" in capsys.readouterr().err
+
+
+def test_the_failover_demo_puts_every_file_at_both_sites_and_prefers_the_second(tmp_path):
+    assert {demo.demo_rse(i, both=True) for i in range(12)} == {(catalogue.ORIGIN, catalogue.SITE_B)}
+    assert {len(demo.demo_rse(i)) for i in range(12)} == {1, 2}  # the plain demo: some files at one site only
+    site = REPO / "site-configs" / "sandbox.yaml"
+    preferred = demo.site_b_preferred(str(site), tmp_path / "site.yaml")
+    assert yaml.safe_load(preferred.read_text())["replicas"]["prefer"] == [catalogue.SITE_B, catalogue.ORIGIN]
+    assert preferred.read_text().replace("SANDBOX_SITE_B, SANDBOX_ORIGIN", "SANDBOX_ORIGIN, SANDBOX_SITE_B") == (
+        site.read_text()
+    )
+    # A site config that does not prefer the origin first has no failover to show: said, not run.
+    with pytest.raises(SystemExit, match="does not prefer SANDBOX_ORIGIN first"):
+        demo.site_b_preferred(str(preferred), tmp_path / "again.yaml")

@@ -248,3 +248,27 @@ def test_the_branches_an_analysis_reads_are_traced_once_and_preloaded_without_ch
     untraceable = processor.load(f"{tmp_path}/untraceable.py:f", chunksize=CHUNKSIZE)
     out, n, _ = processor.run_file(path, task, untraceable)
     assert untraceable.traced == {(task.dataset, "Events"): None} and out["n"] == n == events
+
+
+def test_the_agc_processor_reads_the_file_it_is_given_never_the_datasets_url_again(tmp_path):
+    """The AGC processor's era comes from the file's tag, read from the file its events come from (a cache's or a
+    recompressed copy's when hepvine reads one): the dataset's URL for it (``events.metadata["filename"]``) is not
+    opened again, so that a replica that is down, or a slow origin, is not asked for what the copy holds."""
+    from hepvine.devtools import generate
+
+    local = generate.write_file(
+        tmp_path / "t.root", "ttbar", 2000, seed=5, compression=uproot.ZSTD(1), schema="nanoaod", physics="compact"
+    )["path"]
+    with uproot.open(local) as f:
+        assert "tag" in f.keys(cycle=False)
+    gone = "root://127.0.0.1:9//store/gone/t.root"  # nothing listens on port 9
+
+    def task(path: str):
+        spec = {"ttbar": {"xsec": 1.0, "nominal": {"nevts_total": 2000, "files": [{"path": path, "nevts": 2000}]}}}
+        return next(iter(dataset.tasks(spec)))
+
+    analysis = processor.load("hepvine.examples.agc:TtbarProcessor", {"lumi_pb": 1000.0}, chunksize=700)
+    ours, events, _ = processor.run_file(local, task(gone), analysis)
+    theirs, _, _ = processor.run_file(local, task(local), analysis)
+    assert events == 2000
+    assert_same(ours, theirs)

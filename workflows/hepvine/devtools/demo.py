@@ -22,6 +22,10 @@ over its token origin and caches, with a bearer token of the sandbox's issuer.
 (``demo-rucio``): each process's files are registered once as a container ``/HepvineDemo_<process>/Sandbox-v1/
 NANOAODSIM`` (``hepvine.devtools.catalogue``), a replica of every file on the origin the caches front and of every
 third file on the second site's origin too (of every sixth on that site only), and the spec names the containers.
+``DEMO_RUCIO=failover`` (``demo-rucio-failover``): every file on both sites (containers ``.../Sandbox-v1-both/...``),
+the second site preferred, and the second site's XRootD server taken down (SIGKILL, by its pidfile) as soon as it
+has served its first file: the files not yet read come from their other replica, and the campaign is complete all
+the same (the demo's services are stopped after it, and started whole by the next command).
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -93,30 +99,61 @@ def ensure_dataset(services: dict, workers: int, origin: str | None = None) -> d
     return spec
 
 
-def demo_rse(index: int) -> tuple[str, ...]:
-    """Where the demo's file INDEX (of its process) has replicas in the sandbox's Rucio."""
-    if index % 6 == 5:
-        return (catalogue.SITE_B,)
-    return (catalogue.ORIGIN, catalogue.SITE_B) if index % 3 == 2 else (catalogue.ORIGIN,)
+def demo_rse(index: int, both: bool = False) -> tuple[str, ...]:
+    """Where the demo's file INDEX (of its process) has replicas in the sandbox's Rucio (BOTH: every file on both
+    sites)."""
+    if both or index % 3 == 2:
+        return (catalogue.ORIGIN, catalogue.SITE_B)
+    return (catalogue.SITE_B,) if index % 6 == 5 else (catalogue.ORIGIN,)
 
 
-def named_in_rucio(services: dict, spec: dict) -> dict:
+def named_in_rucio(services: dict, spec: dict, both: bool = False) -> dict:
     """SPEC with each process's files registered in the sandbox's Rucio (once: Rucio keeps them while the services
-    run) and named by their container's DID."""
+    run; BOTH: every file on both sites, in containers of their own) and named by their container's DID."""
     from rucio.client import Client
 
     client = Client()
     scope = services["rucio"]["scope"]
     named = json.loads(json.dumps(spec))
     for process, variations in spec.items():
-        container = f"/HepvineDemo_{process}/Sandbox-v1/NANOAODSIM"
+        container = f"/HepvineDemo_{process}/Sandbox-v1{'-both' if both else ''}/NANOAODSIM"
         files = [(site.ROOT_URL.match(f["path"]).group(2), f["nevts"]) for f in variations["nominal"]["files"]]
         if not list(client.list_dids(scope, {"name": container}, did_type="container")):
             print(f"demo: registering {len(files)} files of {process} in the sandbox's Rucio as {container}")
-            rses = {lfn: demo_rse(i) for i, (lfn, _) in enumerate(files)}
+            rses = {lfn: demo_rse(i, both) for i, (lfn, _) in enumerate(files)}
             catalogue.register(client, services, container, {f"{container}/block-1": files}, rses.__getitem__)
         named[process]["nominal"] = {"rucio": f"{scope}:{container}"}
     return named
+
+
+def site_b_preferred(site_path: str, out: Path) -> Path:
+    """A copy of the site config SITE_PATH, at OUT, that prefers the second site's replicas."""
+    text = Path(site_path).read_text()
+    preferred = text.replace(
+        f"prefer: [{catalogue.ORIGIN}, {catalogue.SITE_B}]", f"prefer: [{catalogue.SITE_B}, {catalogue.ORIGIN}]"
+    )
+    if preferred == text:
+        raise SystemExit(f"demo: {site_path} does not prefer {catalogue.ORIGIN} first: no failover to show on it")
+    out.write_text(preferred)
+    return out
+
+
+def take_down_after_first_read(services: dict, campaign: subprocess.Popen) -> str:
+    """Once the second site's XRootD server has opened a file of the store (or CAMPAIGN has ended), SIGKILL it, by
+    its pidfile (it runs as this user); what was done, in words."""
+    log = Path(services["xrootd"]["origin_b"]["log"])
+    pid = int((Path(services["state_dir"]) / "xrootd" / "origin-b" / "xrootd.pid").read_text().split()[0])
+    seen, opened = log.stat().st_size, re.compile(rb"/store/\S+\.root")
+    began = time.monotonic()
+    while campaign.poll() is None:
+        with open(log, "rb") as f:
+            f.seek(seen)
+            if opened.search(f.read()):
+                os.kill(pid, signal.SIGKILL)
+                after = time.monotonic() - began
+                return f"{catalogue.SITE_B}'s server (pid {pid}) killed {after:.1f} s in, after its first read"
+        time.sleep(0.1)
+    return f"the campaign ended before {catalogue.SITE_B}'s server was asked for a file: nothing taken down"
 
 
 def ensure_credential(services: dict, kind: str) -> None:
@@ -161,22 +198,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--generate-workers", type=positive, default=2, help="processes generating the dataset")
     parser.add_argument("--recompress", default="zstd:5", help="codec for the copies the analysis reads, or off")
     parser.add_argument(
-        "--rucio", action="store_true", help="name the dataset through the sandbox's Rucio (campaign demo-rucio)"
+        "--rucio",
+        nargs="?",
+        const="names",
+        choices=("names", "failover"),
+        help="name the dataset through the sandbox's Rucio (campaign demo-rucio); failover: every file on both "
+        "sites, the second preferred and taken down after its first read (campaign demo-rucio-failover)",
     )
     args = parser.parse_args(argv)
     services, chosen = hepvine.devtools.services.load(), site.load(args.site)
     name = "demo" if chosen.name == "sandbox" else f"demo-{chosen.name}"
-    args.campaign = args.campaign or (f"{name}-rucio" if args.rucio else name)
+    suffix = {None: "", "names": "-rucio", "failover": "-rucio-failover"}[args.rucio]
+    args.campaign = args.campaign or f"{name}{suffix}"
     if chosen.credentials != "none":
         ensure_credential(services, chosen.credentials)
     spec = ensure_dataset(services, args.generate_workers, chosen.origins[0]["url"])
     if args.rucio:
-        spec = named_in_rucio(services, spec)
+        spec = named_in_rucio(services, spec, both=args.rucio == "failover")
     spec_path = Path("results") / f"{args.campaign}-input.json"
     spec_path.parent.mkdir(parents=True, exist_ok=True)
     spec_path.write_text(json.dumps(spec, indent=2) + "\n")
+    if args.rucio == "failover":
+        args.site = str(site_b_preferred(args.site, Path("results") / f"{args.campaign}-site.yaml"))
     start = time.time()
-    done = subprocess.run(
+    done = subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -190,6 +235,9 @@ def main(argv: list[str] | None = None) -> int:
             f"site={args.site}",
         ]
     )
+    if args.rucio == "failover":
+        print(f"demo: {take_down_after_first_read(services, done)}", flush=True)
+    done.wait()
     report = Path("results") / args.campaign / "report.json"
     if done.returncode == 0 and report.exists():
         r = json.loads(report.read_text())
@@ -209,6 +257,12 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['event_rate_hz']:.0f} Hz, {r['data_rate_gbps']:.3f} Gbps; complete: {r['complete']}. "
             f"Products in results/{args.campaign}/"
         )
+        failed_over = [i for i in r["inputs"] if i["fetch"]["failover"]]
+        if args.rucio == "failover":
+            print(
+                f"demo: {len(failed_over)} of {r['files']['total']} files read at their other replica after "
+                f"{catalogue.SITE_B} went down (each file's record names the replica that failed: report.json, inputs)"
+            )
     return done.returncode
 
 

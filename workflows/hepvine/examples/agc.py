@@ -297,12 +297,22 @@ class Branches:
         return found
 
 
-def _tag(filename: str) -> str | None:
-    """The file's ``tag`` object (a TObjString naming its campaign), if it has one."""
+def _tag(events) -> str | None:
+    """The ``tag`` object (a TObjString naming its campaign) of the file EVENTS come from, if it has one: read from
+    the file they are read from (their factory's ``file_handle``: a cache's, or a recompressed copy's, the same
+    objects), opened again by its name (``metadata["filename"]``, the dataset's URL for it) only when the events
+    have no file handle."""
+
+    def tag_in(directory) -> str | None:
+        return str(directory["tag"]) if "tag" in directory.keys(cycle=False) else None
+
+    handle = getattr(events.attrs.get("@events_factory"), "file_handle", None)
+    if handle is not None:
+        return tag_in(getattr(handle, "root_directory", handle))  # a ReadOnlyFile (a tree's .file) or a directory
     import uproot
 
-    with uproot.open(filename) as f:
-        return str(f["tag"]) if "tag" in f.keys(cycle=False) else None
+    with uproot.open(events.metadata["filename"]) as f:
+        return tag_in(f)
 
 
 def file_selection(events, branches: Branches) -> eras.Selection:
@@ -312,7 +322,7 @@ def file_selection(events, branches: Branches) -> eras.Selection:
     names = branches.names()
     tag = first_run = None
     if forced is None:
-        tag = _tag(filename)
+        tag = _tag(events)
         if "genWeight" not in names and "run" in names and len(events):
             first_run = int(branches["run"][0])
     return eras.select(filename, names, *eras.era_of(filename, names, forced, tag, first_run))
