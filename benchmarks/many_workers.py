@@ -200,7 +200,15 @@ def start_workers(via: str, n: int, manager: taskvine.Manager, password: Path, s
     ]
 
 
-def one_n(via: str, n: int, tasks_per_worker: int, inputs: int, connect_timeout_s: float, scratch: Path) -> dict:
+def one_n(
+    via: str,
+    n: int,
+    tasks_per_worker: int,
+    inputs: int,
+    connect_timeout_s: float,
+    scratch: Path,
+    queue_wait_s: float = QUEUE_EMPTY_TIMEOUT_S,
+) -> dict:
     files = []
     for k in range(inputs):
         files.append(scratch / f"input-{k}.dat")
@@ -274,9 +282,9 @@ def one_n(via: str, n: int, tasks_per_worker: int, inputs: int, connect_timeout_
         if via == "condor":  # the factory's stop removed its jobs: their workers end as HTCondor kills them, and the
             # schedd lets the jobs go one shadow at a time; the pool is narrowed again only after (a startd restarted
             # under live shadows leaves them waiting for their starters until the job lease runs out)
-            ended, row["left_after_stop"] = draining(stop0, QUEUE_EMPTY_TIMEOUT_S)
+            ended, row["left_after_stop"] = draining(stop0, queue_wait_s)
             row["workers_ended_s"] = round(ended - stop0, 2) if ended is not None else None
-            gone = wait_until(lambda: jobs_in_queue() == 0, stop0 + QUEUE_EMPTY_TIMEOUT_S - time.perf_counter())
+            gone = wait_until(lambda: jobs_in_queue() == 0, stop0 + queue_wait_s - time.perf_counter())
             row["jobs_left_in_queue"] = jobs_in_queue()
             row["queue_empty_s"] = round(time.perf_counter() - stop0, 2) if gone else None
             print(
@@ -295,6 +303,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks-per-worker", type=int, default=5, help="empty tasks dispatched per worker")
     parser.add_argument("--inputs", type=int, default=100, help="distinct small input files the tasks read")
     parser.add_argument("--connect-timeout", type=float, default=300, help="seconds for all workers to connect")
+    parser.add_argument(
+        "--queue-wait",
+        type=float,
+        default=QUEUE_EMPTY_TIMEOUT_S,
+        help="with --via condor: seconds from the stop to wait for the workers to end and the queue to empty",
+    )
     parser.add_argument("--output", type=Path, help="where the table goes (results/bench/many-workers[-condor].json)")
     args = parser.parse_args(argv)
     suffix = "" if args.via == "local" else f"-{args.via}"
@@ -314,13 +328,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.via == "condor":
             widen_pool(n + 4)
         try:
-            rows.append(one_n(args.via, n, args.tasks_per_worker, args.inputs, args.connect_timeout, run_dir))
+            rows.append(
+                one_n(args.via, n, args.tasks_per_worker, args.inputs, args.connect_timeout, run_dir, args.queue_wait)
+            )
         finally:
             if args.via == "condor":
                 widen_pool(None)
         if "stopped_because" in rows[-1]:
             print(f"stopped at {n} workers: {rows[-1]['stopped_because']}; their logs are in {run_dir}")
             break
+        for log in run_dir.glob("run-info/*/vine-logs/transactions"):  # what each worker did, kept
+            shutil.copyfile(log, scratch / f"{n}-transactions")
         shutil.rmtree(run_dir, ignore_errors=True)  # N workspaces
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(
