@@ -145,8 +145,8 @@ if not workflow.remote_exec:
         raise WorkflowError(f"{e}\nFix the spec given as --config dataset=... and run again.")
     except hv_replicas.ResolutionError as e:
         raise WorkflowError(
-            f"{e}\n(resolving the Rucio DIDs that the spec given as --config dataset={config['dataset']} names; no job "
-            "was run)"
+            f"{e}\n(resolving the Rucio DIDs that the spec given as --config dataset={config['dataset']} names; "
+            "no job was run)"
         )
     if PLANNED != config["dataset"]:
         PARSED.append(PLANNED)

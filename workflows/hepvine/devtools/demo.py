@@ -235,9 +235,13 @@ def main(argv: list[str] | None = None) -> int:
             f"site={args.site}",
         ]
     )
-    if args.rucio == "failover":
-        print(f"demo: {take_down_after_first_read(services, done)}", flush=True)
-    done.wait()
+    try:
+        if args.rucio == "failover":
+            print(f"demo: {take_down_after_first_read(services, done)}", flush=True)
+    finally:  # never leave the campaign running without the demo (its services are stopped after the demo)
+        if sys.exc_info()[0] is not None and done.poll() is None:
+            done.send_signal(signal.SIGINT)  # Snakemake's clean stop: its workers and their jobs ended
+        done.wait()
     report = Path("results") / args.campaign / "report.json"
     if done.returncode == 0 and report.exists():
         r = json.loads(report.read_text())
@@ -257,8 +261,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['event_rate_hz']:.0f} Hz, {r['data_rate_gbps']:.3f} Gbps; complete: {r['complete']}. "
             f"Products in results/{args.campaign}/"
         )
-        failed_over = [i for i in r["inputs"] if i["fetch"]["failover"]]
         if args.rucio == "failover":
+            failed_over = [i for i in r["inputs"] if i["fetch"]["failover"]]
             print(
                 f"demo: {len(failed_over)} of {r['files']['total']} files read at their other replica after "
                 f"{catalogue.SITE_B} went down (each file's record names the replica that failed: report.json, inputs)"
