@@ -10,6 +10,7 @@ import concurrent.futures
 import dataclasses
 import fnmatch
 import functools
+import gc
 import os
 import re
 import secrets
@@ -676,13 +677,19 @@ class Manager:
     def close(self) -> int:
         """End the run's work with its workers now: every task it holds is cancelled and every worker still
         connected told to exit (TaskVine's "exit" goes to idle workers only, hence the cancelling first), whether or
-        not its HTCondor job has been removed yet; returns how many were told. Done when the run ends, after what was
-        provisioned has been stopped (issue 36: with 1,000 worker jobs, HTCondor's removal alone left workers running
-        for minutes). Nothing may be asked of it after."""
+        not its HTCondor job has been removed yet; returns how many were told. Then the manager itself ends (its
+        port closed), which releases the workers that could not be told: those running the library (a worker's
+        library instance is never a task of ours) or a task in flight; a released worker ends (--single-shot on
+        every worker we start). Done when the run ends, after what was provisioned has been stopped (issue 36: with
+        1,000 worker jobs, HTCondor's removal alone left workers running for minutes). Nothing may be asked of it
+        after."""
         for task_id in list(self._tasks):
             self.cancel(task_id)
         told = self._m.workers_shutdown(0)
-        self._m = None  # what is left (its port) goes with the object
+        # The bindings end the manager (vine_delete: release every worker, close the port) when their Manager is
+        # freed, and each task submitted refers to it and it to each task: a cycle that only the collector frees.
+        self._m = None
+        gc.collect()
         return told
 
 
@@ -902,8 +909,10 @@ class Factory(_Process):
             f"--timeout={worker_timeout_s}",
             "--parent-death",
             *_worker_options(password_file, ssl, memory_mb, disk_mb, features),
-            # After the factory's own -t in each worker's command: the idle timeout a safe one (_timeout_options).
-            "--extra-options=" + " ".join(_timeout_options(worker_timeout_s, worker_timeout_s)),
+            # After the factory's own -t in each worker's command: the idle timeout a safe one (_timeout_options);
+            # and a worker ends with its manager's connection, as ours do, instead of looking for it again for its
+            # connect timeout (a worker the ended manager released, issue 36).
+            "--extra-options=" + " ".join([*_timeout_options(worker_timeout_s, worker_timeout_s), "--single-shot"]),
         ]
         if condor_requirements:
             if not SAFE_REQUIREMENTS.match(condor_requirements):  # validated with the settings already

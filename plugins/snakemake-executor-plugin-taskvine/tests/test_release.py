@@ -4,11 +4,15 @@ connected (``taskvine.Manager.close``: told to exit, a worker ends by itself, a 
 otherwise try to reconnect), however long HTCondor takes to remove its job (with 1,000 worker jobs on this machine,
 minutes). Checked with workers the plugin did not start (by hand), so that nothing but the manager's end can stop
 them: through the dispatcher as a run ends, and with a manager in this process closed while the process lives on (as
-the many-workers bench does). Real manager, real workers, on loopback."""
+the many-workers bench does); a worker running the library (which no "exit" reaches: it is released when the manager
+ends), one started by hand and one started by a factory, which its factory does not end. Real manager, real workers,
+real factory, on loopback."""
 
 from __future__ import annotations
 
+import socket
 import time
+from pathlib import Path
 
 import pytest
 from test_idle_workers import local_workers, plain_run, results_within
@@ -61,3 +65,78 @@ def test_a_closed_manager_releases_its_workers_while_its_process_lives_on(tmp_pa
         assert not running, f"workers still running {EXIT_WITHIN_S} s after the manager was closed: {running}"
     finally:
         taskvine.stop_all(workers)
+
+
+def vine_workers_of(group: int) -> set[int]:
+    """The pids of the vine_worker processes in process GROUP (a local factory's workers are in the factory's)."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        name, rest = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
+        if name == "vine_worker" and int(rest[2]) == group:
+            found.add(int(stat.parent.name))
+    return found
+
+
+def pids_running(pids: set[int], timeout_s: float) -> set[int]:
+    """Those of PIDS still running after TIMEOUT_S (returns as soon as none is)."""
+    deadline = time.monotonic() + timeout_s
+    while (running := {p for p in pids if Path(f"/proc/{p}").exists()}) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return running
+
+
+def library_call_running(manager: taskvine.Manager, timeout_s: float = 120) -> None:
+    """Submit a library call that sleeps for a minute, and wait until a worker runs it."""
+    busy = manager.submit(taskvine.TaskSpec(command="sleep 60", tag="busy", function=True))
+    deadline = time.monotonic() + timeout_s
+    while manager.is_waiting(busy) and time.monotonic() < deadline:
+        manager.wait(1)
+    assert not manager.is_waiting(busy), "the library call never started"
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_a_closed_manager_releases_the_workers_running_its_library(tmp_path):
+    password = taskvine.write_password_file(tmp_path)
+    manager = taskvine.Manager(port=0, password_file=password, run_info_dir=tmp_path / "manager", library=True)
+    port = manager.port
+    workers = local_workers(port, password, tmp_path, 1, "worker")
+    try:
+        library_call_running(manager)
+        manager.close()
+        assert not port_open(port), "the closed manager still listens"
+        running = exited_within(workers, EXIT_WITHIN_S)
+        assert not running, f"a worker running the library still runs {EXIT_WITHIN_S} s after the close: {running}"
+    finally:
+        taskvine.stop_all(workers)
+
+
+def test_a_factorys_worker_ends_when_its_manager_ends_and_the_factory_lives_on(tmp_path):
+    password = taskvine.write_password_file(tmp_path)
+    manager = taskvine.Manager(port=0, password_file=password, run_info_dir=tmp_path / "manager", library=True)
+    factory = taskvine.Factory(
+        batch_type="local",
+        manager_host="127.0.0.1",
+        manager_port=manager.port,
+        scratch_dir=tmp_path / "factory",
+        password_file=password,
+        memory_mb=500,
+        disk_mb=500,
+    )
+    try:
+        library_call_running(manager)
+        started = vine_workers_of(factory.proc.pid)
+        assert started, "the factory's worker is not in its process group"
+        manager.close()
+        running = pids_running(started, EXIT_WITHIN_S)
+        assert not running, f"the factory's workers still run {EXIT_WITHIN_S} s after their manager ended: {running}"
+        assert factory.proc.poll() is None, "the factory ended: nothing would have checked its workers"
+    finally:
+        factory.stop()
