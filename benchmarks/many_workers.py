@@ -58,45 +58,54 @@ def task(i: int, files: list[Path], command: str) -> taskvine.TaskSpec:
 
 def left_processes(groups: set[int]) -> list[str]:
     """'pid state command' of each process in one of the process GROUPS."""
-    found = []
+    return sorted(f"{pid} {state} {name}" for pid, (name, _, group, state, _) in processes().items() if group in groups)
+
+
+def processes(*names: str) -> dict[int, tuple[str, int, int, str, str]]:
+    """The processes named one of NAMES (all, without NAMES) running now: pid -> (name, parent pid, process group,
+    state, command line)."""
+    found = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             text = stat.read_text()
+            name = text[text.index("(") + 1 : text.rindex(")")]
+            if names and name not in names:
+                continue
+            rest = text[text.rindex(")") + 2 :].split()
+            cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
             continue
-        name, rest = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
-        if int(rest[2]) in groups:
-            found.append(f"{stat.parent.name} {rest[0]} {name}")
-    return sorted(found)
+        found[int(stat.parent.name)] = (name, int(rest[1]), int(rest[2]), rest[0], cmdline)
+    return found
 
 
-def processes_named(*names: str) -> list[int]:
-    """How many processes of each of NAMES run on this machine, counted in one pass (the bench runs alone on the
-    sandbox: its HTCondor jobs' workers and starters)."""
-    counts = dict.fromkeys(names, 0)
-    for comm in Path("/proc").glob("[0-9]*/comm"):
-        try:
-            name = comm.read_text().strip()
-        except OSError:
-            continue
-        if name in counts:
-            counts[name] += 1
-    return list(counts.values())
+STRAGGLER_AFTER_S = 15  # vine_workers still running this long after the stop are described in the row
 
 
-def draining(since: float, timeout_s: float) -> tuple[float | None, list[list]]:
-    """(when no vine_worker was left, or None after TIMEOUT_S from SINCE; how they went: [seconds after SINCE,
-    vine_workers, condor_starters] at each second at which either count changed, the last one with no worker left)."""
+def draining(since: float, timeout_s: float, before: set[int]) -> tuple[float | None, list[list], list[str]]:
+    """(when no vine_worker of the run was left, or None after TIMEOUT_S from SINCE; how they went: [seconds after
+    SINCE, vine_workers, condor_starters] at each second at which either count changed, the last one with no worker
+    left; the vine_workers left STRAGGLER_AFTER_S after SINCE, 'pid parent(name) state command line'). Processes in
+    BEFORE (running before the run began) are not the run's and are not counted."""
     samples: list[list] = []
+    stragglers: list[str] = []
     while time.perf_counter() < since + timeout_s:
         now = time.perf_counter()
-        counts = processes_named("vine_worker", "condor_starter")
+        found = {pid: p for pid, p in processes("vine_worker", "condor_starter").items() if pid not in before}
+        workers = {pid: p for pid, p in found.items() if p[0] == "vine_worker"}
+        counts = [len(workers), len(found) - len(workers)]
         if not samples or samples[-1][1:] != counts:
             samples.append([round(now - since, 1), *counts])
+        if workers and not stragglers and now - since >= STRAGGLER_AFTER_S:
+            parents = processes("vine_worker", "condor_starter", "sh", "bash")
+            stragglers = [
+                f"{pid} {ppid}({parents.get(ppid, ('?',))[0]}) {state} {cmdline[:120]}"
+                for pid, (_, ppid, _, state, cmdline) in sorted(workers.items())
+            ]
         if counts[0] == 0:
-            return now, samples
+            return now, samples, stragglers
         time.sleep(max(0.0, 1 - (time.perf_counter() - now)))
-    return None, samples
+    return None, samples, stragglers
 
 
 def last_line(log: Path) -> str:
@@ -217,6 +226,7 @@ def one_n(
     manager = taskvine.Manager(port=0, password_file=password, run_info_dir=scratch / "run-info")
     row: dict = {"via": via, "workers": n}
     workers = []
+    before = set(processes("vine_worker", "condor_starter"))  # not the run's: left by something else
     try:
         began = time.perf_counter()
         workers = start_workers(via, n, manager, password, scratch)
@@ -282,7 +292,7 @@ def one_n(
         if via == "condor":  # the factory's stop removed its jobs: their workers end as HTCondor kills them, and the
             # schedd lets the jobs go one shadow at a time; the pool is narrowed again only after (a startd restarted
             # under live shadows leaves them waiting for their starters until the job lease runs out)
-            ended, row["left_after_stop"] = draining(stop0, queue_wait_s)
+            ended, row["left_after_stop"], row["stragglers"] = draining(stop0, queue_wait_s, before)
             row["workers_ended_s"] = round(ended - stop0, 2) if ended is not None else None
             gone = wait_until(lambda: jobs_in_queue() == 0, stop0 + queue_wait_s - time.perf_counter())
             row["jobs_left_in_queue"] = jobs_in_queue()
