@@ -67,10 +67,19 @@ def test_a_closed_manager_releases_its_workers_while_its_process_lives_on(tmp_pa
         taskvine.stop_all(workers)
 
 
+def alive(pid: int) -> bool:
+    """Whether PID runs (an ended process its parent has not reaped yet, a zombie, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
 def pids_running(pids: set[int], timeout_s: float) -> set[int]:
     """Those of PIDS still running after TIMEOUT_S (returns as soon as none is)."""
     deadline = time.monotonic() + timeout_s
-    while (running := {p for p in pids if Path(f"/proc/{p}").exists()}) and time.monotonic() < deadline:
+    while (running := {p for p in pids if alive(p)}) and time.monotonic() < deadline:
         time.sleep(0.2)
     return running
 
