@@ -97,9 +97,9 @@ def draining(since: float, timeout_s: float, before: set[int]) -> tuple[float | 
         if not samples or samples[-1][1:] != counts:
             samples.append([round(now - since, 1), *counts])
         if workers and not stragglers and now - since >= STRAGGLER_AFTER_S:
-            parents = processes("vine_worker", "condor_starter", "sh", "bash")
+            parents = processes()
             stragglers = [
-                f"{pid} {ppid}({parents.get(ppid, ('?',))[0]}) {state} {cmdline[:120]}"
+                f"{pid} {ppid}({parents.get(ppid, ('gone',))[0]}) {state} {cmdline[:120]}"
                 for pid, (_, ppid, _, state, cmdline) in sorted(workers.items())
             ]
         if counts[0] == 0:

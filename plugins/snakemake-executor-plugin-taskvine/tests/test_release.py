@@ -25,12 +25,26 @@ WORKERS = 3
 EXIT_WITHIN_S = 15
 
 
+def alive(pid: int) -> bool:
+    """Whether PID runs (an ended process its parent has not reaped yet, a zombie, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def pids_running(pids: set[int], timeout_s: float) -> set[int]:
+    """Those of PIDS still running after TIMEOUT_S (returns as soon as none is)."""
+    deadline = time.monotonic() + timeout_s
+    while (running := {p for p in pids if alive(p)}) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return running
+
+
 def exited_within(workers: list[taskvine.Worker], timeout_s: float) -> list[int]:
     """The pids of WORKERS still running after TIMEOUT_S (returns as soon as none is)."""
-    deadline = time.monotonic() + timeout_s
-    while any(w.proc.poll() is None for w in workers) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return [w.proc.pid for w in workers if w.proc.poll() is None]
+    return sorted(pids_running({w.proc.pid for w in workers}, timeout_s))
 
 
 def test_workers_end_by_themselves_when_the_manager_stops(tmp_path):
@@ -65,23 +79,6 @@ def test_a_closed_manager_releases_its_workers_while_its_process_lives_on(tmp_pa
         assert not running, f"workers still running {EXIT_WITHIN_S} s after the manager was closed: {running}"
     finally:
         taskvine.stop_all(workers)
-
-
-def alive(pid: int) -> bool:
-    """Whether PID runs (an ended process its parent has not reaped yet, a zombie, does not)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
-
-
-def pids_running(pids: set[int], timeout_s: float) -> set[int]:
-    """Those of PIDS still running after TIMEOUT_S (returns as soon as none is)."""
-    deadline = time.monotonic() + timeout_s
-    while (running := {p for p in pids if alive(p)}) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return running
 
 
 def library_call_running(manager: taskvine.Manager, timeout_s: float = 120) -> None:
