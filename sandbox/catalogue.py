@@ -1,14 +1,14 @@
 """The sandbox's Rucio: a real Rucio server (PyPI's ``rucio``, in a venv of its own: sandbox/rucio-server.lock) served
 over HTTPS by gunicorn on loopback as the analysis user (the test grid's host certificate; catalogue_tls.py and
-catalogue_app.py stand for a deployment's mod_ssl), its database SQLite in the services' state. Two ways in:
-userpass as the root account (a password made with the database, in the client configuration only its owner
-reads), and X.509: a proxy of the test grid's user certificate is the account ``X509_ACCOUNT`` (its DN an identity
-of it), as a physicist's grid proxy is theirs at a Rucio of the grid. The database is kept from one start to the
-next (delete the state's rucio/ directory to start afresh); at every start the catalogue is set up through the
+catalogue_app.py stand for a deployment's mod_ssl), its database SQLite in the services' state (so served one request at
+a time). Two ways in: userpass as the root account (a password made with the database, in the client configuration only
+its owner reads), and X.509: a proxy of the test grid's user certificate is the account ``X509_ACCOUNT`` (its DN an
+identity of it), as a physicist's grid proxy is theirs at a Rucio of the grid. The database is kept from one start to
+the next (delete the state's rucio/ directory to start afresh); at every start the catalogue is set up through the
 server's own REST API (``catalogue_setup.py``, run by the Rucio venv's client): the scope ``cms``, the grid user's
-account, and two storage elements, each an XRootD server of the sandbox — SANDBOX_ORIGIN (the origin the caches
-front) and SANDBOX_SITE_B (a second origin on data of its own, standing for another site). What is registered in it
-(files, datasets, containers) is for the demo and the tests to say (``hepvine.devtools.catalogue``).
+account, and two storage elements, each an XRootD server of the sandbox — SANDBOX_ORIGIN (the origin the caches front)
+and SANDBOX_SITE_B (a second origin on data of its own, standing for another site). What is registered in it (files,
+datasets, containers) is for the demo and the tests to say (``hepvine.devtools.catalogue``).
 
 Used by services.py (the same directory), which runs it as root with the system Python."""
 
@@ -161,10 +161,10 @@ def start(base: Path, port: int, user, pidfile: Path, storage: dict[str, dict], 
             str(pidfile),
             "--bind",
             f"127.0.0.1:{port}",
-            "--workers",
+            "--workers",  # one process serving one request at a time: SQLite takes one writer, and concurrent
+            "1",  # requests' transactions (Rucio's are deferred) fail at once ("database is locked") when two upgrade
+            "--threads",  # their read locks to write locks together, whatever the busy timeout
             "1",
-            "--threads",
-            "4",
             "--no-control-socket",
             "--config",
             str(TLS),
