@@ -49,6 +49,18 @@ WORKER_IDLE_S = 300  # a worker with nothing to do for this long ends; one that 
 IDLE_LEAVE_FIXED_IN = (7, 14, 6)
 NEVER_IDLE_S = 10 * 365 * 24 * 3600
 LIBRARY_NAME = "snakemake-jobs"
+# What every task's and the library's command line becomes (own_group). cctools' worker makes a task the leader of a
+# process group of its own from its side of the fork only (setpgid after fork(), unchecked); a task that execs before
+# it does stays in the worker's group, and the worker's kill (kill(-pid): a task cancelled, the manager gone) then
+# signals no one and waits for the task's natural end, serving nothing meanwhile (seen on 6 of 1,000 workers stopped
+# at once on this 2-core machine; docs/upstream/cctools-task-kill-race.md). So the worker's shell execs (same pid)
+# into this one, which, if it is still in its parent's (the worker's) group, makes itself a session (setsid execs in
+# place: no fork, as it leads no group) before it execs the task's words: the pid the worker kills leads a group.
+OWN_GROUP = (
+    'read -r me < /proc/$$/stat; me=${me##*") "}; me=${me#* }; parent=${me%% *}; me=${me#* }; group=${me%% *}; '
+    'if [ "$group" != $$ ]; then read -r up < /proc/"$parent"/stat; up=${up##*") "}; up=${up#* }; up=${up#* }; '
+    'if [ "${up%% *}" = "$group" ] && command -v setsid > /dev/null; then exec setsid "$@"; fi; fi; exec "$@"'
+)
 # A task's environment (TaskSpec.env) arrives as this file in its sandbox, which the task's shell sources first:
 # TaskVine's own set_env_var would write each value into the manager's debug log.
 ENV_FILE = ".taskvine-task-env"
@@ -126,6 +138,12 @@ DEFAULT_WORKER_ENV = (
 )
 # What the HTCondor command-line tools that vine_factory runs need (the factory's own environment, not the jobs').
 CONDOR_CLIENT_ENV = ("PATH", "HOME", "USER", "LOGNAME", "CONDOR_CONFIG", "_CONDOR_*")
+
+
+def own_group(command: str) -> str:
+    """COMMAND (a simple command: words a worker may append arguments to, as it does to the library's) as a command
+    line whose process leads its own group (OWN_GROUP)."""
+    return f"exec /bin/sh -c {shlex.quote(OWN_GROUP)} task {command}"
 
 
 def import_taskvine():
@@ -480,6 +498,7 @@ class Manager:
         )
         if self._environment is not None:  # the library's `python` is the environment's
             lib.add_environment(self._environment)
+        lib.set_command(own_group(lib.command))  # the worker appends the library's arguments to it
         self._m.tune("watch-library-logfiles", 1)  # its log comes back to the run directory (library-logs/)
         self._m.install_library(lib)
 
@@ -494,14 +513,14 @@ class Manager:
             t = self._vine.FunctionCall(LIBRARY_NAME, "run_job", spec.command, spec.directory, dict(spec.env), files)
         else:
             sourced = spec.env or credentials
-            command = f". ./{ENV_FILE} && {spec.command}" if sourced else spec.command
+            # One simple command (TaskVine puts `run_in_env` in front of the command line as it is, so that all of
+            # it, the env file, the cd and the job, runs inside the environment), then made to lead its own group.
+            t = self._vine.Task(
+                f"/bin/sh -c {shlex.quote(f'. ./{ENV_FILE} && {spec.command}' if sourced else spec.command)}"
+            )
             if self._environment is not None:
-                # TaskVine puts `run_in_env` in front of the command line as it is: make the line one command, so
-                # that all of it (the env file, the cd, the job) runs inside the environment.
-                t = self._vine.Task(f"/bin/sh -c {shlex.quote(command)}")
                 t.add_environment(self._environment)
-            else:
-                t = self._vine.Task(command)
+            t.set_command(own_group(t.command))
             if sourced:
                 t.add_input(self._env_file(spec.env, [(var, name) for var, _, name in credentials]), ENV_FILE)
             if spec.cores:
