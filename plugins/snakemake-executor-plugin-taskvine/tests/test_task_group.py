@@ -1,10 +1,10 @@
 """A task, and the library, can be killed with all they started however the race in cctools' worker went (issue 36;
 docs/upstream/cctools-task-kill-race.md): the worker forks the task and makes it the leader of its own process group
-from its side only, then kills the group (kill(-pid)). A stand-in worker (a process named vine_worker, the name a
-task's first process checks) starts the task's command line as the worker does, in its own group when the worker
-wins the race and in the worker's group when the task won it, and the test kills the group as the worker would.
-Before the task's command line made itself a group (``taskvine.own_group``; ``library.lead_own_group``), the lost
-race left a kill that signals no one (ESRCH) and the task running."""
+from its side only, then kills the group (kill(-pid)). A stand-in worker starts a command line as the worker does
+(``/bin/sh -c LINE``; the library's with its arguments appended), in a group of its own when the worker wins the race
+and in the worker's group when the task won it, and the test kills the group as the worker would. Before the command
+lines made themselves a group (``taskvine.own_group``), the lost race left a kill that signalled no one (ESRCH) and
+the task running."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_release import alive
 
 from snakemake_executor_plugin_taskvine import taskvine
 
@@ -37,15 +38,6 @@ LIBRARY = (
     "subprocess.run(['/bin/sh', '-c', {children!r}])"
 )
 APPENDED = "--in-pipe-fd 3 --out-pipe-fd 4 --worker-pid 1"  # as the worker appends to the library's line
-
-
-def alive(pid: int) -> bool:
-    """Whether PID runs (a zombie does not)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
 
 
 def wait_for_lines(path: Path, n: int, timeout_s: float = 30) -> list[int]:
