@@ -1,7 +1,7 @@
 """What the tests of campaigns over the sandbox's authenticating services share (tests/sandbox/test_gsi.py,
-test_tokens.py): a processor that holds each file until a wall-clock time (so that a credential can be made to expire
-while tasks are still to be handed out), and a campaign over a fileset on a sandbox site's profile whose workers
-have no credential of their own."""
+test_tokens.py; test_rucio.py uses the processor): a processor that holds each file until a wall-clock time (so that a
+credential can be made to expire while tasks are still to be handed out) or until the test says, and a campaign over a
+fileset on a sandbox site's profile whose workers have no credential of their own."""
 
 from __future__ import annotations
 
@@ -19,19 +19,23 @@ from hepvine.devtools import proxies
 REPO = Path(__file__).resolve().parents[1]
 FILES = 8  # twice the sandbox pool's worker cores: the second half is handed out after the first has run
 
-# With the sandbox's four worker cores busy until UNTIL, every later task is handed out after it.
+# With the sandbox's four worker cores busy until UNTIL, every later task is handed out after it; or, given a GATE
+# (a path the workers see), until the test makes that file, UNTIL then only a bound.
 GATED_ANALYSIS = """
+import os
 import time
 
 from coffea import processor
 
 
 class Gated(processor.ProcessorABC):
-    def __init__(self, until):
+    def __init__(self, until, gate=""):
         self.until = until
+        self.gate = gate
 
     def process(self, events):
-        time.sleep(max(0.0, self.until - time.time()))
+        while time.time() < self.until and not (self.gate and os.path.exists(self.gate)):
+            time.sleep(0.2)
         return {"events": len(events), "files": {events.metadata["filename"]: len(events)}}
 
     def postprocess(self, accumulator):

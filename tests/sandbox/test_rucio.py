@@ -220,11 +220,12 @@ def test_a_storage_element_taken_down_mid_campaign_its_files_come_from_their_oth
             .replace("prefer: [SANDBOX_ORIGIN, SANDBOX_SITE_B]", f"prefer: [{other.rse}, SANDBOX_ORIGIN]")
         )
         opened = re.compile(rf"/store/{tag}/(dimuon-\d+\.root)")
-        until = time.time() + 90  # the first tasks hold their cores until then (workers take ~30 s to come)
+        # The first tasks hold their cores until the site is down (the gate made), or 90 s (workers take ~30 s to come).
+        until, gate = time.time() + 90, inputs / "site-down"
         run = subprocess.Popen(
             [sys.executable, "-m", "snakemake", "--profile", "profiles/sandbox", "--config"]
             + [f"dataset=results/{tag}/fileset.json", f"site={site}", f"campaign={tag}-run", "files_per_job=1"]
-            + [f"analysis=results/{tag}/gated.py:Gated", f"analysis_args={{until: {until}}}"],
+            + [f"analysis=results/{tag}/gated.py:Gated", f"analysis_args={{until: {until}, gate: {gate}}}"],
             cwd=REPO,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -239,6 +240,7 @@ def test_a_storage_element_taken_down_mid_campaign_its_files_come_from_their_oth
             )
             assert run.poll() is None and time.time() < until - 5, "the first files were not held: nothing to fail over"
             other.server.stop()
+            gate.touch()
             _, stderr = run.communicate(timeout=600)
         finally:
             if run.poll() is None:
