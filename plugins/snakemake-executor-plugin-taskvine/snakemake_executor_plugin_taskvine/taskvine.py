@@ -56,10 +56,15 @@ LIBRARY_NAME = "snakemake-jobs"
 # at once on this 2-core machine; docs/upstream/cctools-task-kill-race.md). So the worker's shell execs (same pid)
 # into this one, which, if it is still in its parent's (the worker's) group, makes itself a session (setsid execs in
 # place: no fork, as it leads no group) before it execs the task's words: the pid the worker kills leads a group.
+# Anything it cannot read (no /proc) leaves the task as it is. It takes its parent for the worker: true as long as no
+# wrapper (TaskVine's resource monitor, which the plugin does not turn on) comes between them.
 OWN_GROUP = (
-    'read -r me < /proc/$$/stat; me=${me##*") "}; me=${me#* }; parent=${me%% *}; me=${me#* }; group=${me%% *}; '
-    'if [ "$group" != $$ ]; then read -r up < /proc/"$parent"/stat; up=${up##*") "}; up=${up#* }; up=${up#* }; '
-    'if [ "${up%% *}" = "$group" ] && command -v setsid > /dev/null; then exec setsid "$@"; fi; fi; exec "$@"'
+    'read -r me 2> /dev/null < /proc/$$/stat && read -r up 2> /dev/null < /proc/"$PPID"/stat || exec "$@"; '
+    'me=${me##*") "}; me=${me#* }; me=${me#* }; group=${me%% *}; up=${up##*") "}; up=${up#* }; up=${up#* }; '
+    'up=${up%% *}; case "$group:$up" in *[!0-9:]* | :* | *:) exec "$@" ;; esac; '
+    'if [ "$group" != $$ ] && [ "$group" = "$up" ]; then command -v setsid > /dev/null && exec setsid "$@"; '
+    'echo "task: no setsid: this task stays in its worker\'s process group, where its kill may miss it" >&2; fi; '
+    'exec "$@"'
 )
 # A task's environment (TaskSpec.env) arrives as this file in its sandbox, which the task's shell sources first:
 # TaskVine's own set_env_var would write each value into the manager's debug log.
@@ -498,7 +503,8 @@ class Manager:
         )
         if self._environment is not None:  # the library's `python` is the environment's
             lib.add_environment(self._environment)
-        lib.set_command(own_group(lib.command))  # the worker appends the library's arguments to it
+        # A simple command (no init_command), to which the worker appends the library's arguments.
+        lib.set_command(own_group(lib.command))
         self._m.tune("watch-library-logfiles", 1)  # its log comes back to the run directory (library-logs/)
         self._m.install_library(lib)
 

@@ -8,6 +8,7 @@ the task running."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -54,6 +55,11 @@ def command(kind: str, pids: Path) -> str:
     children = CHILDREN.format(pids=shlex.quote(str(pids)))
     if kind == "task":
         return taskvine.own_group(f"/bin/sh -c {shlex.quote(children)}")
+    if kind == "environment":  # as TaskVine writes the line of a task with an environment; this one forks the task
+        run_in_env = pids.with_name("run_in_env")
+        run_in_env.write_text('#!/bin/sh\nexport IN_ENV=1\n"$@"\n')
+        run_in_env.chmod(0o755)
+        return taskvine.own_group(f"{shlex.quote(str(run_in_env))} /bin/sh -c {shlex.quote(children)}")
     library = LIBRARY.format(args=str(pids.with_name("args")), children=children)
     return f"{taskvine.own_group(f'{shlex.quote(sys.executable)} -c {shlex.quote(library)}')} {APPENDED}"
 
@@ -63,6 +69,7 @@ def killed_as_the_worker_kills(line: str, race: str, pids: Path) -> list[int]:
     started its two children (their pids in PIDS), and return those of them still running 10 s later."""
     worker = subprocess.Popen([sys.executable, "-c", WORKER, line, race], stdout=subprocess.PIPE, text=True)
     started: list[int] = []
+    task = 0
     try:
         task = int(worker.stdout.readline())
         started = wait_for_lines(pids, 2)
@@ -76,6 +83,9 @@ def killed_as_the_worker_kills(line: str, race: str, pids: Path) -> list[int]:
             time.sleep(0.1)
         return [p for p in started if alive(p)]
     finally:
+        if task:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(task, signal.SIGKILL)
         worker.kill()
         worker.stdout.close()
         for pid in started:
@@ -84,7 +94,7 @@ def killed_as_the_worker_kills(line: str, race: str, pids: Path) -> list[int]:
 
 
 @pytest.mark.parametrize("race", ["lost", "won"])
-@pytest.mark.parametrize("kind", ["task", "library"])
+@pytest.mark.parametrize("kind", ["task", "environment", "library"])
 def test_the_workers_kill_ends_a_task_and_all_it_started_however_the_fork_race_went(tmp_path, kind, race):
     pids = tmp_path / "pids"
     running = killed_as_the_worker_kills(command(kind, pids), race, pids)
