@@ -120,8 +120,12 @@ def test_a_taken_port_stops_the_start_with_the_fix(tmp_path, monkeypatch):
     module = services_module(tmp_path, monkeypatch)
     ports = module.kept_ports()
     with socket.socket() as holder:
-        holder.bind(("127.0.0.1", ports["catalog"]))
+        # A port this process holds, kept for the catalog (the one picked may have been taken meanwhile by another
+        # test's connection: binding it here failed once in CI).
+        holder.bind(("127.0.0.1", 0))
         holder.listen()
+        ports["catalog"] = holder.getsockname()[1]
+        (tmp_path / "ports.json").write_text(json.dumps(ports))
         with pytest.raises(SystemExit) as stopped:
             module.kept_ports()
     message = str(stopped.value)
