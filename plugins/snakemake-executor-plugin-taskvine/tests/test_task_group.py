@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_release import alive
+from test_release import alive, pids_running
 
 from snakemake_executor_plugin_taskvine import taskvine
 
@@ -78,10 +78,7 @@ def killed_as_the_worker_kills(line: str, race: str, pids: Path) -> list[int]:
         except ProcessLookupError:
             pytest.fail("no process group is the task's: the worker's kill signals no one")
         assert worker.wait(timeout=15) == 1, "the task was not killed"
-        deadline = time.monotonic() + 10
-        while any(alive(p) for p in started) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        return [p for p in started if alive(p)]
+        return sorted(pids_running(set(started), 10))
     finally:
         if task:
             with contextlib.suppress(ProcessLookupError):
