@@ -60,8 +60,9 @@ def entries(path: Path) -> int:
         return f["Events"].num_entries
 
 
-def campaign(tag: str, *config: str) -> Path:
-    """A campaign of the test's processor on the sandbox profile with CONFIG; its results directory."""
+def campaign(tag: str, *config: str) -> tuple[Path, str]:
+    """A campaign of the test's processor on the sandbox profile with CONFIG; its results directory and what
+    Snakemake printed."""
     run = subprocess.run(
         [
             sys.executable,
@@ -83,7 +84,15 @@ def campaign(tag: str, *config: str) -> Path:
         timeout=900,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    return REPO / "results" / next(c.split("=", 1)[1] for c in config if c.startswith("campaign="))
+    return REPO / "results" / next(c.split("=", 1)[1] for c in config if c.startswith("campaign=")), run.stderr
+
+
+def last_steps(log: str) -> dict[str, str]:
+    """Where each of a campaign's last steps ran, from Snakemake's log: "host" (a local rule) or "worker"."""
+    where = {}
+    for step in ("merge_root", "report", "plots"):
+        where[step] = "host" if f"localrule {step}:" in log else "worker" if f"rule {step}:" in log else "not run"
+    return where
 
 
 @pytest.mark.pool
@@ -122,7 +131,12 @@ def test_a_users_processor_on_taskvine_workers_equals_coffeas_runner(served):
     }
     preprocessed["data"]["files"][bad] = {"object_path": "Events", "num_entries": 100}
     (inputs / "fileset.json").write_text(json.dumps(preprocessed))
-    out = campaign(tag, f"dataset=results/{tag}/fileset.json", f"campaign={tag}-run", "recompress=zstd:5")
+    # Its last steps on workers as a large campaign's are (config host_steps_max_files; the next campaign's on the
+    # login node, as a small one's are by default): both equal the Runner's.
+    out, log = campaign(
+        tag, f"dataset=results/{tag}/fileset.json", f"campaign={tag}-run", "recompress=zstd:5", "host_steps_max_files=0"
+    )
+    assert last_steps(log) == {"merge_root": "worker", "report": "worker", "plots": "worker"}, log[-3000:]
     report = json.loads((out / "report.json").read_text())
     assert report["files"] == {"total": 5, "ok": 4, "failed": 1} and not report["complete"]
     (failed,) = report["failed_files"]
@@ -138,7 +152,8 @@ def test_a_users_processor_on_taskvine_workers_equals_coffeas_runner(served):
 
     # The copies serve the next campaign: listed by absolute path, read by the workers where they are.
     copies = json.loads((out / "dataset.zstd.json").read_text())
-    again = campaign(tag, f"dataset={out / 'dataset.zstd.json'}", f"campaign={tag}-again", "recompress=off")
+    again, log = campaign(tag, f"dataset={out / 'dataset.zstd.json'}", f"campaign={tag}-again", "recompress=off")
+    assert last_steps(log) == {"merge_root": "host", "report": "host", "plots": "host"}, log[-3000:]
     report = json.loads((again / "report.json").read_text())
     assert report["files"] == {"total": 5, "ok": 4, "failed": 1}, report["failed_files"]
     assert [f["path"] for f in report["failed_files"]] == [bad]  # not copied: kept as it was, and still not ROOT

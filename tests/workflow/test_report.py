@@ -7,6 +7,9 @@ class, once per report."""
 from __future__ import annotations
 
 import json
+import pickle
+import subprocess
+import sys
 
 import hist
 import numpy as np
@@ -175,6 +178,31 @@ def test_timeline_keeps_every_byte_and_counts_running_tasks():
     assert np.sum(series["gbps"]) * width * 1e9 / 8 == pytest.approx(12e9)
     assert series["running"].max() == pytest.approx(2)  # a and b overlap from 105 to 110
     assert series["gbps"][0] == pytest.approx(6.4)  # a alone: 8 GB over 10 s
+
+
+def test_plots_drawn_by_two_processes_are_those_one_draws(tmp_path):
+    """draw_all shares the figures among forked processes: every histogram gets its plot, byte for byte as drawn
+    alone, and one that has no default view (three numeric axes) gets none."""
+    rng = np.random.default_rng(3)
+    named = []
+    for i in range(6):
+        h = hist.Hist.new.Reg(20, 0, 10, name="x").Weight()
+        h.fill(x=rng.uniform(0, 10, 100 + i))
+        named.append((f"region/h{i}", h))
+    named.append(("cube", hist.Hist.new.Reg(2, 0, 1).Reg(2, 0, 1).Reg(2, 0, 1).Double()))
+    (tmp_path / "named.pkl").write_bytes(pickle.dumps(named))
+    one, two = tmp_path / "one", tmp_path / "two"
+    for outdir, processes in ((one, 1), (two, 2)):
+        outdir.mkdir()
+        # In an interpreter of its own, as the plots job's: this one has threads (a fork would copy their locks).
+        draw = "import pickle, sys; from pathlib import Path; from hepvine.products import plots; "
+        draw += "plots.draw_all(pickle.loads(Path(sys.argv[1]).read_bytes()), Path(sys.argv[2]), int(sys.argv[3]))"
+        args = [sys.executable, "-W", "error::DeprecationWarning:multiprocessing.popen_fork", "-c", draw]
+        subprocess.run([*args, str(tmp_path / "named.pkl"), str(outdir), str(processes)], check=True, timeout=120)
+    drawn = sorted(p.name for p in one.iterdir())
+    assert drawn == [f"region__h{i}.png" for i in range(6)]
+    assert sorted(p.name for p in two.iterdir()) == drawn
+    assert all((one / name).read_bytes() == (two / name).read_bytes() for name in drawn)
 
 
 def test_summary_names_failures_and_where_the_products_are():

@@ -37,6 +37,18 @@ if HAS_SITE:
             write_cache_stats(output[0])
 
 
+# A small campaign's last steps on the login node (config host_steps_max_files): a worker job's start (TaskVine's
+# dispatch, the job's parse of this workflow, sending outputs back) costs seconds each, more than these steps do.
+# Only the main process knows the campaign's size; a job's own parse has no batches and needs no such decision.
+HOST_STEPS = bool(BATCHES) and sum(len(b.files) for b in BATCHES) <= config["host_steps_max_files"]
+if HOST_STEPS:
+
+    localrules:
+        merge_root,
+        report,
+        plots,
+
+
 rule resolve_spec:
     input:
         PARSED,
@@ -175,6 +187,9 @@ rule plots:
         f"{OUT}/logs/plots.log",
     params:
         histograms=lambda wildcards, input: f"--output {shlex.quote(input.output)}" if config["plots"] else "",
+    # On the login node its figures are drawn by two processes (Snakemake gives fewer if --cores is less); a
+    # worker's job takes one core, as every other job does.
+    threads: 2 if HOST_STEPS else 1
     shell:
         f"python -m hepvine.products.plots {ANALYSIS_MODULE} --merged {{input.merged:q}}"
-        " {params.histograms} --outdir {output.plots:q} 2> {log:q}"
+        " {params.histograms} --outdir {output.plots:q} --processes {threads} 2> {log:q}"
