@@ -185,11 +185,11 @@ rule plots:
         ),
     log:
         f"{OUT}/logs/plots.log",
-    params:
-        histograms=lambda wildcards, input: f"--output {shlex.quote(input.output)}" if config["plots"] else "",
     # On the login node its figures are drawn by two processes (Snakemake gives fewer if --cores is less); a
     # worker's job takes one core, as every other job does.
     threads: 2 if HOST_STEPS else 1
+    params:
+        histograms=lambda wildcards, input: f"--output {shlex.quote(input.output)}" if config["plots"] else "",
     shell:
         f"python -m hepvine.products.plots {ANALYSIS_MODULE} --merged {{input.merged:q}}"
         " {params.histograms} --outdir {output.plots:q} --processes {threads} 2> {log:q}"
