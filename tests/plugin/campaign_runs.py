@@ -110,10 +110,10 @@ class CampaignDir:
 
 
 def run_campaign(
-    work: Path, name: str, *options: str, recompress: str = "off", timeout: float = 600
+    work: Path, name: str, *options: str, recompress: str = "off", config: tuple = (), timeout: float = 600
 ) -> subprocess.CompletedProcess:
     """`snakemake --executor taskvine` in WORK without a shared filesystem, one file a job, campaign NAME; OPTIONS
-    say where the workers come from."""
+    say where the workers come from, CONFIG adds config words (key=value)."""
     cmd = [
         sys.executable,
         "-m",
@@ -136,6 +136,7 @@ def run_campaign(
         "site=site.yaml",
         f"recompress={recompress}",
         "files_per_job=1",
+        *config,
     ]
     return subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=timeout)
 

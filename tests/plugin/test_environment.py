@@ -281,9 +281,13 @@ def test_worker_with_nothing_installed_runs_the_campaign_only_with_the_environme
         "--taskvine-run-info-dir",
         str(tmp_path / "run-info"),
         recompress=RECOMPRESS,
+        # The root merge, the report (the postprocess) and the plots on the workers too, as a large campaign's are
+        # (a small one's run on the login node: config host_steps_max_files).
+        config=("host_steps_max_files=0",),
     )
     elapsed = time.monotonic() - began
     assert with_env.returncode == 0, with_env.stderr[-4000:]
+    assert all(f"\nrule {step}:" in with_env.stderr for step in ("merge_root", "report", "plots")), with_env.stderr
     report = json.loads((campaign_dir / "results" / "with" / "report.json").read_text())
     assert report["complete"] and report["files"] == {"total": 3, "ok": 3, "failed": 0}
     # Copied basket by basket by hepvine's transcoder, built on the hidden workers against the environment's ROOT.

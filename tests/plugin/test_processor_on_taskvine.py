@@ -88,7 +88,8 @@ def campaign(tag: str, *config: str) -> tuple[Path, str]:
 
 
 def last_steps(log: str) -> dict[str, str]:
-    """Where each of a campaign's last steps ran, from Snakemake's log: "host" (a local rule) or "worker"."""
+    """Where each of a campaign's last steps ran, from Snakemake's log: "host" (a local rule), "worker" or "not
+    run"."""
     where = {}
     for step in ("merge_root", "report", "plots"):
         where[step] = "host" if f"localrule {step}:" in log else "worker" if f"rule {step}:" in log else "not run"

@@ -77,3 +77,36 @@ def test_counts_are_read_without_the_analysis(tmp_path, monkeypatch):
     plain = tmp_path / "plain.pkl"
     atomic.write_pickle(plain, {"records": [], "output": {"n": 1}, "events": {}})
     assert merge.read_counts(plain) == pickle.loads(plain.read_bytes())
+
+
+class Counted:
+    """An output that counts its live instances (and the most alive at once)."""
+
+    live = peak = 0
+
+    def __init__(self, n):
+        self.n = n
+        Counted.live += 1
+        Counted.peak = max(Counted.peak, Counted.live)
+
+    def __del__(self):
+        Counted.live -= 1
+
+    def __add__(self, other):
+        return Counted(self.n + other.n)
+
+
+def test_a_merge_holds_a_few_outputs_at_a_time_whatever_its_fan_in():
+    """A merge node's inputs are read one at a time as it adds them (the root merge of a small campaign runs on the
+    login node): 64 inputs, at most 4 outputs alive at once (the sum, the new sum, the input being added, the next
+    read), and every record and count kept."""
+    Counted.live = Counted.peak = 0
+
+    def results():
+        for i in range(64):
+            yield {"records": [{"fid": i}], "output": {"tally": Counted(1)}, "events": {"d": 10}}
+
+    merged = merge.merge(results())
+    assert merged["output"]["tally"].n == 64 and merged["events"] == {"d": 640}
+    assert [r["fid"] for r in merged["records"]] == list(range(64))
+    assert Counted.peak <= 4, Counted.peak

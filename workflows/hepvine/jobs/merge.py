@@ -8,22 +8,29 @@ from __future__ import annotations
 import argparse
 import pickle
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 from hepvine.model import atomic
 
 
-def merge(results: list[dict]) -> dict:
+def merge(results: Iterable[dict]) -> dict:
     """{"records": every file's record, "output": the analysis's outputs accumulated (None if none), "events": the
-    summed events per dataset of the files that succeeded}."""
+    summed events per dataset of the files that succeeded}. RESULTS is gone through once: given as a generator that
+    reads each from its file, no more than two outputs and the sum are held at a time, whatever the fan-in."""
     from coffea.processor import accumulate
 
     records, events = [], {}
-    for result in results:
-        records += result["records"]
-        for key, n in result["events"].items():
-            events[key] = events.get(key, 0) + n
-    return {"records": records, "output": accumulate(r["output"] for r in results), "events": events}
+
+    def outputs():
+        for result in results:
+            records.extend(result["records"])
+            for key, n in result["events"].items():
+                events[key] = events.get(key, 0) + n
+            yield result["output"]
+
+    output = accumulate(outputs())
+    return {"records": records, "output": output, "events": events}
 
 
 class OldResult(Exception):
@@ -88,11 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.analysis:
             processor.make_importable(args.analysis)
-        results = [load(p) for p in args.inputs]
+        merged = merge(load(p) for p in args.inputs)
     except (OldResult, processor.AnalysisSpecError) as e:
         print(f"hepvine.jobs.merge: {e}", file=sys.stderr)
         return 1
-    atomic.write_pickle(args.output, merge(results))
+    atomic.write_pickle(args.output, merged)
     return 0
 
 

@@ -57,25 +57,26 @@ def _draw(index: int) -> bool:
 
 
 def draw_all(named: list[tuple[str, object]], outdir: Path, processes: int = 1) -> None:
-    """A default plot of each (name, histogram) of NAMED into OUTDIR, as ``<name, '/' as '__'>.png``. The first is
-    drawn here, which loads what every figure needs (fonts, the error intervals' scipy); with PROCESSES > 1 the rest
-    are shared among that many processes forked from this one (a figure costs ~50 ms; an analysis has hundreds)."""
+    """A default plot of each (name, histogram) of NAMED into OUTDIR, as ``<name, '/' as '__'>.png``. The first one
+    with a default view is drawn here, which loads what every figure needs (fonts, the error intervals' scipy); with
+    PROCESSES > 1 the rest are shared among that many processes forked from this one (a figure costs ~50 ms; an
+    analysis has hundreds). A figure that fails fails the whole (a child's exception is raised here)."""
     global _TO_DRAW
     _TO_DRAW = [(name, h, outdir / f"{name.replace('/', '__')}.png") for name, h in named]
-    if not _TO_DRAW:
-        return
-    _draw(0)
-    rest = range(1, len(_TO_DRAW))
-    if processes > 1 and len(rest) > 1:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
+    try:
+        first = next((i for i in range(len(_TO_DRAW)) if _draw(i)), len(_TO_DRAW))
+        rest = range(first + 1, len(_TO_DRAW))
+        if processes > 1 and len(rest) > 1:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
 
-        with ProcessPoolExecutor(min(processes, len(rest)), mp_context=multiprocessing.get_context("fork")) as pool:
-            list(pool.map(_draw, rest, chunksize=max(1, len(rest) // (4 * processes))))
-    else:
-        for index in rest:
-            _draw(index)
-    _TO_DRAW = []
+            with ProcessPoolExecutor(min(processes, len(rest)), mp_context=multiprocessing.get_context("fork")) as pool:
+                list(pool.map(_draw, rest, chunksize=max(1, len(rest) // (4 * processes))))
+        else:
+            for index in rest:
+                _draw(index)
+    finally:
+        _TO_DRAW = []
 
 
 def timeline_series(records: list[dict], bins: int = 100) -> dict:
