@@ -50,13 +50,15 @@ def bench_inputs(files: int, events: int, schema: str) -> list[Path]:
 
 def merged(paths: list[Path], k: int) -> list[Path]:
     """PATHS merged K at a time by ROOT's ``hadd -ff`` (baskets copied as they are, the same LZMA-9: files of K times
-    the events, as a production NanoAOD file has hundreds of thousands), made once and kept beside them."""
+    the events, as a production NanoAOD file has hundreds of thousands), made once and kept beside them. With fewer
+    than K paths, one file of K of them taken in turn (the same events more than once: as costly to read)."""
     if k <= 1:
         return paths
     out = []
-    for i in range(0, len(paths) - k + 1, k):
-        group = paths[i : i + k]
-        target = group[0].parent.parent / f"merged-{k}" / f"ttbar_{i // k:04d}.root"
+    groups = [paths[i : i + k] for i in range(0, len(paths) - k + 1, k)]
+    groups = groups or [[paths[j % len(paths)] for j in range(k)]]
+    for n, group in enumerate(groups):
+        target = group[0].parent.parent / f"merged-{k}" / f"ttbar_{n:04d}.root"
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
             print(f"bench: merging {len(group)} files into {target}", flush=True)
