@@ -86,7 +86,7 @@ demo: sandbox
 		$(if $(DEMO_RUCIO),--rucio $(filter failover,$(DEMO_RUCIO)))
 
 bench: sandbox
-	@$(WITH_SERVICES) sh -c "python benchmarks/analysis.py && python benchmarks/processor.py && python benchmarks/recompress.py && python benchmarks/dispatch.py && python benchmarks/manager_rate.py && python benchmarks/many_workers.py && python benchmarks/resolution.py && python benchmarks/loop.py"
+	@$(WITH_SERVICES) sh -c "python benchmarks/analysis.py && python benchmarks/processor.py && python benchmarks/processor.py --schema nanoaod --merge 10 --repeat 2 && python benchmarks/recompress.py && python benchmarks/dispatch.py && python benchmarks/manager_rate.py && python benchmarks/many_workers.py && python benchmarks/resolution.py && python benchmarks/loop.py"
 
 clean-sandbox: services-stop
 	@$(SANDBOX)/clean.sh
