@@ -17,7 +17,8 @@ from hepvine.model import atomic
 def merge(results: Iterable[dict]) -> dict:
     """{"records": every file's record, "output": the analysis's outputs accumulated (None if none), "events": the
     summed events per dataset of the files that succeeded}. RESULTS is gone through once: given as a generator that
-    reads each from its file, no more than two outputs and the sum are held at a time, whatever the fan-in."""
+    reads each from its file, only the sum, the output being added and the next one read are held, whatever the
+    fan-in."""
     from coffea.processor import accumulate
 
     records, events = [], {}
