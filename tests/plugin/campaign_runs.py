@@ -109,6 +109,15 @@ class CampaignDir:
         shutil.rmtree(self.store, ignore_errors=True)
 
 
+def last_steps(log: str) -> dict[str, str]:
+    """Where each of a campaign's last steps ran, from Snakemake's log: "host" (a local rule), "worker" or "not
+    run"."""
+    where = {}
+    for step in ("merge_root", "report", "plots"):
+        where[step] = "host" if f"localrule {step}:" in log else "worker" if f"rule {step}:" in log else "not run"
+    return where
+
+
 def run_campaign(
     work: Path, name: str, *options: str, recompress: str = "off", config: tuple = (), timeout: float = 600
 ) -> subprocess.CompletedProcess:

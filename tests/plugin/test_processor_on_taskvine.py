@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import uproot
+from campaign_runs import last_steps
 from coffea import util
 from processors import CHUNKSIZE, NEW_PROCESSOR, assert_same, coffea_runner
 
@@ -85,15 +86,6 @@ def campaign(tag: str, *config: str) -> tuple[Path, str]:
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     return REPO / "results" / next(c.split("=", 1)[1] for c in config if c.startswith("campaign=")), run.stderr
-
-
-def last_steps(log: str) -> dict[str, str]:
-    """Where each of a campaign's last steps ran, from Snakemake's log: "host" (a local rule), "worker" or "not
-    run"."""
-    where = {}
-    for step in ("merge_root", "report", "plots"):
-        where[step] = "host" if f"localrule {step}:" in log else "worker" if f"rule {step}:" in log else "not run"
-    return where
 
 
 @pytest.mark.pool
