@@ -39,7 +39,7 @@ rule all:
         f"{OUT}/report.json",
         f"{OUT}/output.coffea",
         f"{OUT}/histograms.root",
-        rules.plots.output,
+        rules.report.output.plots,
         [f"{OUT}/dataset.{RECOMPRESS_CODEC}.json"] if RECOMPRESS else [],
 
 

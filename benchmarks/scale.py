@@ -240,7 +240,8 @@ def run(n: int, workdir: Path, before: Path | None, before_dry_max: int, files_p
 
 
 def products(n: int, workdir: Path) -> dict:
-    """The report and the plots of a campaign of N files (synthetic records, the default analysis's output of one
+    """The report of a campaign of N files — the root merge (here of one result holding every record), the products
+    and the plots, drawn by one process as on a worker — (synthetic records, the default analysis's output of one
     filled histogram and the event count): seconds and RSS."""
     sys.path.insert(0, str(REPO / "workflows"))
     from hepvine.examples import agc
@@ -292,7 +293,7 @@ def products(n: int, workdir: Path) -> dict:
         )
         expected.append([fid, recs[-1]["path"], batch])
     atomic.write_pickle(
-        workdir / "merged.pkl", {"records": recs, "output": output, "events": {"ttbar__nominal": 100_000 * n}}
+        workdir / "results.pkl", {"records": recs, "output": output, "events": {"ttbar__nominal": 100_000 * n}}
     )
     (workdir / "expected.json").write_text(json.dumps({"files": expected}))
     del recs, expected
@@ -301,8 +302,8 @@ def products(n: int, workdir: Path) -> dict:
             sys.executable,
             "-m",
             "hepvine.products.report",
-            "--merged",
-            str(workdir / "merged.pkl"),
+            "--results",
+            str(workdir / "results.pkl"),
             "--expected",
             str(workdir / "expected.json"),
             "--analysis",
@@ -317,27 +318,15 @@ def products(n: int, workdir: Path) -> dict:
             str(workdir / "summary.html"),
             "--failures",
             str(workdir / "failures.tsv"),
-        ],
-        REPO,
-    )
-    plots = measured(
-        [
-            sys.executable,
-            "-m",
-            "hepvine.products.plots",
-            "--merged",
-            str(workdir / "merged.pkl"),
-            "--output",
-            str(workdir / "output.coffea"),
-            "--outdir",
+            "--plots",
             str(workdir / "plots"),
+            "--plot-histograms",
         ],
         REPO,
     )
     return {
         "files": n,
         "report": {k: v for k, v in report.items() if k != "output"},
-        "plots": {k: v for k, v in plots.items() if k != "output"},
         "report_json_mb": round((workdir / "report.json").stat().st_size / 1e6, 1),
     }
 
@@ -660,7 +649,7 @@ def main(argv: list[str] | None = None) -> int:
         "--settle", type=float, default=120, help="seconds of --steady's fill phase, from the first job handed over"
     )
     parser.add_argument("--library", action="store_true", help="--steady's jobs as TaskVine library calls")
-    parser.add_argument("--products", type=int, default=0, help="also time the report and plots at this many files")
+    parser.add_argument("--products", type=int, default=0, help="also time the report (and its plots) at N files")
     parser.add_argument("--output", type=Path, default=OUT / "scale.json")
     args = parser.parse_args(argv)
     before = None

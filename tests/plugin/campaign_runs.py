@@ -109,13 +109,10 @@ class CampaignDir:
         shutil.rmtree(self.store, ignore_errors=True)
 
 
-def last_steps(log: str) -> dict[str, str]:
-    """Where each of a campaign's last steps ran, from Snakemake's log: "host" (a local rule), "worker" or "not
-    run"."""
-    where = {}
-    for step in ("merge_root", "report", "plots"):
-        where[step] = "host" if f"localrule {step}:" in log else "worker" if f"rule {step}:" in log else "not run"
-    return where
+def last_step(log: str) -> str:
+    """Where a campaign's last step (the report: the root merge, the products and the plots) ran, from Snakemake's
+    log: "host" (a local rule), "worker" or "not run"."""
+    return "host" if "localrule report:" in log else "worker" if "rule report:" in log else "not run"
 
 
 def run_campaign(

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import uproot
-from campaign_runs import last_steps
+from campaign_runs import last_step
 from coffea import util
 from processors import CHUNKSIZE, NEW_PROCESSOR, assert_same, coffea_runner
 
@@ -124,12 +124,12 @@ def test_a_users_processor_on_taskvine_workers_equals_coffeas_runner(served):
     }
     preprocessed["data"]["files"][bad] = {"object_path": "Events", "num_entries": 100}
     (inputs / "fileset.json").write_text(json.dumps(preprocessed))
-    # Its last steps on workers as a large campaign's are (config host_steps_max_files; the next campaign's on the
+    # Its last step on a worker as a large campaign's is (config host_steps_max_files; the next campaign's on the
     # login node, as a small one's are by default): both equal the Runner's.
     out, log = campaign(
         tag, f"dataset=results/{tag}/fileset.json", f"campaign={tag}-run", "recompress=zstd:5", "host_steps_max_files=0"
     )
-    assert last_steps(log) == {"merge_root": "worker", "report": "worker", "plots": "worker"}, log[-3000:]
+    assert last_step(log) == "worker", log[-3000:]
     report = json.loads((out / "report.json").read_text())
     assert report["files"] == {"total": 5, "ok": 4, "failed": 1} and not report["complete"]
     (failed,) = report["failed_files"]
@@ -146,7 +146,7 @@ def test_a_users_processor_on_taskvine_workers_equals_coffeas_runner(served):
     # The copies serve the next campaign: listed by absolute path, read by the workers where they are.
     copies = json.loads((out / "dataset.zstd.json").read_text())
     again, log = campaign(tag, f"dataset={out / 'dataset.zstd.json'}", f"campaign={tag}-again", "recompress=off")
-    assert last_steps(log) == {"merge_root": "host", "report": "host", "plots": "host"}, log[-3000:]
+    assert last_step(log) == "host", log[-3000:]
     report = json.loads((again / "report.json").read_text())
     assert report["files"] == {"total": 5, "ok": 4, "failed": 1}, report["failed_files"]
     assert [f["path"] for f in report["failed_files"]] == [bad]  # not copied: kept as it was, and still not ROOT

@@ -59,8 +59,8 @@ WORKFLOW_LAYERS = (
             "products.cachestats",
             "products.retries",
             "products.progress",
-            "products.report",
             "products.plots",
+            "products.report",
         ),
     ),
     # Not needed to run a campaign: the sandbox's services file, test data, the demo, the profiles' writer.

@@ -104,7 +104,7 @@ def resources(name: str) -> dict[str, dict[str, int]]:
     """Per rule of the workflow, the mem_mb and disk_mb its jobs ask for under PROFILE."""
     p = profile(name)
     default = dict(item.split("=") for item in p.get("default-resources", []))
-    rules = ("analyse", "merge", "merge_root", "report", "plots")
+    rules = ("analyse", "merge", "report")
     return {
         rule: {k: int(v) for k, v in {**default, **p.get("set-resources", {}).get(rule, {})}.items()} for rule in rules
     }
@@ -208,7 +208,7 @@ def test_profile_dry_runs_a_small_campaign(name, results, request, tmp_path):
     assert f"Using profile profiles/{name}" in output, output[-2000:]
     counts = job_counts(output)
     # 6 files of each process, at most 4 a job and one home cache each: between 2 and 6 batches per process.
-    assert 4 <= counts["analyse"] <= 12 and counts["report"] == 1 and counts["plots"] == 1, counts
+    assert 4 <= counts["analyse"] <= 12 and counts["report"] == 1, counts
     shards = list((REPO / "results" / f"{results}-dry" / "index").rglob("*/*.json"))
     assert len([s for s in shards if "merge" not in s.parts]) == counts["analyse"]
     run = json.loads((REPO / "results" / f"{results}-dry" / "index" / "run.json").read_text())

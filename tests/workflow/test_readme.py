@@ -211,13 +211,13 @@ class Run:
 
 
 def dry_run_plans_the_campaign(profile: str | None = None) -> Callable[[str, Path, str], None]:
-    """The dry run plans the small spec's two files as one batch (one analyse job), a report and plots, with PROFILE
+    """The dry run plans the small spec's two files as one batch (one analyse job) and a report, with PROFILE
     if given, and writes its index under the view (never the checkout)."""
 
     def check(output: str, view: Path, campaign: str) -> None:
         assert "This was a dry-run" in output and "Job stats:" in output, output[-3000:]
         counts = job_counts(output)
-        assert counts.get("analyse") == 1 and counts.get("report") == 1 and counts.get("plots") == 1, counts
+        assert counts.get("analyse") == 1 and counts.get("report") == 1, counts
         if profile:
             assert f"Using profile {profile}" in output, output[-3000:]
         assert (view / "results" / campaign / "index" / "run.json").is_file()

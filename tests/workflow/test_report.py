@@ -124,20 +124,19 @@ def test_every_histogram_of_the_output_goes_to_histograms_root_under_its_path(tm
 
 @pytest.mark.parametrize("events, written", [(200, True), (201, False)])
 def test_the_report_is_written_only_when_the_merged_events_equal_the_ok_records(tmp_path, events, written):
-    """The merged result's events per dataset must sum to the ok records' events, or the merge lost or doubled a
-    result: ReportError and no product. When they agree: output.coffea holds the (postprocessed) output, and
-    report.json lists the histograms written and skipped and the events per dataset."""
-    merged = tmp_path / "merged.pkl"
-    counts = {"ttbar_nominal": analysis.events_histogram(200)}
-    atomic.write_pickle(
-        merged,
-        {"records": [record("a", 0, 1), record("b", 0, 1)], "output": counts, "events": {"ttbar__nominal": events}},
-    )
+    """The report adds up the results of the merge tree's root (here two batches' results); their events per
+    dataset must sum to the ok records' events, or the merge lost or doubled a result: ReportError and no product.
+    When they agree: output.coffea holds the (postprocessed) sum, report.json lists the histograms written and
+    skipped and the events per dataset, and the plots are drawn: the timeline and one per histogram."""
+    results = [tmp_path / "a.pkl", tmp_path / "b.pkl"]
+    for path, name, n in zip(results, "ab", (100, events - 100)):
+        output_ = {"ttbar_nominal": analysis.events_histogram(100)}
+        atomic.write_pickle(path, {"records": [record(name, 0, 1)], "output": output_, "events": {"ttbar__nominal": n}})
     (tmp_path / "expected.json").write_text(json.dumps({"files": [list(e) for e in expected("a", "b")]}))
     out = tmp_path / "out"
     argv = [
-        "--merged",
-        str(merged),
+        "--results",
+        *map(str, results),
         "--expected",
         str(tmp_path / "expected.json"),
         "--analysis",
@@ -152,9 +151,12 @@ def test_the_report_is_written_only_when_the_merged_events_equal_the_ok_records(
         str(out / "summary.html"),
         "--failures",
         str(out / "failures.tsv"),
+        "--plots",
+        str(out / "plots"),
+        "--plot-histograms",
     ]
     if not written:
-        with pytest.raises(report.ReportError, match="counts 201 events, the ok records 200"):
+        with pytest.raises(report.ReportError, match="count 201 events, the ok records 200"):
             report.main(argv)
         assert not out.exists() or not any(out.iterdir())
         return
@@ -165,6 +167,7 @@ def test_the_report_is_written_only_when_the_merged_events_equal_the_ok_records(
     result = json.loads((out / "report.json").read_text())
     assert result["histograms"] == {"written": ["ttbar_nominal"], "skipped": {}}
     assert result["events_per_dataset"] == {"ttbar__nominal": 200} and result["complete"] is True
+    assert sorted(p.name for p in (out / "plots").iterdir()) == ["timeline.png", "ttbar_nominal.png"]
 
 
 def test_back_to_back_tasks_share_a_core():
@@ -181,43 +184,61 @@ def test_timeline_keeps_every_byte_and_counts_running_tasks():
     assert series["gbps"][0] == pytest.approx(6.4)  # a alone: 8 GB over 10 s
 
 
-def test_plots_drawn_by_two_processes_are_those_one_draws(tmp_path):
-    """draw_all shares the figures among forked processes: every histogram gets its plot, byte for byte as drawn
-    alone, and one that has no default view (three numeric axes, here first) gets none."""
+def test_plots_drawn_by_two_processes_while_the_report_writes_are_those_one_draws(tmp_path):
+    """drawing shares the figures among processes forked on entry, which draw while the body of the context runs:
+    every histogram gets its plot and the records their timeline, byte for byte as one process draws them after the
+    body, and one that has no default view (three numeric axes, here first) gets none. A figure that fails fails
+    the drawing, with its error."""
     rng = np.random.default_rng(3)
     named = [("cube", hist.Hist.new.Reg(2, 0, 1).Reg(2, 0, 1).Reg(2, 0, 1).Double())]
     for i in range(8):
         h = hist.Hist.new.Reg(20, 0, 10, name="x").Weight()
         h.fill(x=rng.uniform(0, 10, 100 + i))
         named.append((f"region/h{i}", h))
-    (tmp_path / "named.pkl").write_bytes(pickle.dumps(named))
-    # In an interpreter of its own, as the plots job is (this one has threads: a fork would copy their locks), with
+    named.append(("by/category", hist.Hist.new.StrCat(["a", "b"], name="c").Reg(5, 0, 1, name="x").Double()))
+    records = [record("a", 100, 110, nbytes=8e9), record("b", 105, 120, nbytes=1e9)]
+    (tmp_path / "named.pkl").write_bytes(pickle.dumps((named, records)))
+    # In an interpreter of its own, as the report job is (this one has threads: a fork would copy their locks), with
     # the thread counts Snakemake gives a 2-thread job; a fork with threads running fails it. Each figure's drawer
-    # is written beside it.
-    draw = """import os, pickle, sys
+    # is written beside it, and the body's own pid and when it ended.
+    draw = """import os, pickle, sys, time
 from pathlib import Path
 from hepvine.products import plots
-drawn = plots.histogram
+drawn, drawn_timeline = plots.histogram, plots.timeline
 def histogram(h, title, path):
-    (path.parent / f"{path.name}.pid").write_text(str(os.getpid()))
+    if title == "fails":
+        raise ValueError("this figure fails")
+    (path.parent / f"{path.name}.pid").write_text(f"{os.getpid()} {time.time()}")
     return drawn(h, title, path)
-plots.histogram = histogram
-plots.draw_all(pickle.loads(Path(sys.argv[1]).read_bytes()), Path(sys.argv[2]), int(sys.argv[3]))
+def timeline(records, path):
+    (path.parent / f"{path.name}.pid").write_text(f"{os.getpid()} {time.time()}")
+    return drawn_timeline(records, path)
+plots.histogram, plots.timeline = histogram, timeline
+named, records = pickle.loads(Path(sys.argv[1]).read_bytes())
+outdir = Path(sys.argv[2])
+with plots.drawing(named, records, outdir, int(sys.argv[3])):
+    (outdir / "body").write_text(f"{os.getpid()} {time.time()}")
 """
     env = {**os.environ, "OMP_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "2"}
-    drawers = {}
+    args = [sys.executable, "-W", "error::DeprecationWarning:multiprocessing.popen_fork", "-c", draw]
+    drawers, body = {}, {}
     for processes in (1, 2):
         outdir = tmp_path / str(processes)
-        outdir.mkdir()
-        args = [sys.executable, "-W", "error::DeprecationWarning:multiprocessing.popen_fork", "-c", draw]
         subprocess.run([*args, tmp_path / "named.pkl", outdir, str(processes)], check=True, timeout=120, env=env)
-        drawers[processes] = {p.read_text() for p in outdir.glob("*.pid")}
+        drawers[processes] = [p.read_text().split() for p in outdir.glob("*.pid")]
+        body[processes] = (outdir / "body").read_text().split()
     drawn = sorted(p.name for p in (tmp_path / "1").glob("*.png"))
-    assert drawn == [f"region__h{i}.png" for i in range(8)]
+    assert drawn == ["by__category.png", *(f"region__h{i}.png" for i in range(8)), "timeline.png"]
     assert sorted(p.name for p in (tmp_path / "2").glob("*.png")) == drawn
     assert all((tmp_path / "1" / name).read_bytes() == (tmp_path / "2" / name).read_bytes() for name in drawn)
-    # One process, then the first here and the rest by the forked processes (which of the two takes what is theirs).
-    assert len(drawers[1]) == 1 and 2 <= len(drawers[2]) <= 3, drawers
+    # One process draws after the body; two others draw what they share.
+    assert {pid for pid, _ in drawers[1]} == {body[1][0]}
+    assert min(float(t) for _, t in drawers[1]) >= float(body[1][1])
+    assert len({pid for pid, _ in drawers[2]}) == 2 and body[2][0] not in {pid for pid, _ in drawers[2]}
+    # A figure that fails fails the drawing (in a child: raised in the parent), and the process with it.
+    (tmp_path / "named.pkl").write_bytes(pickle.dumps(([*named, ("fails", named[1][1])], records)))
+    failed = subprocess.run([*args, tmp_path / "named.pkl", tmp_path / "3", "2"], capture_output=True, text=True)
+    assert failed.returncode != 0 and "ValueError: this figure fails" in failed.stderr, failed.stderr[-2000:]
 
 
 def test_summary_names_failures_and_where_the_products_are():

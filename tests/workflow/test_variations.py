@@ -58,16 +58,17 @@ def campaign(tmp_path_factory):
     batches = index.plan(dataset.tasks(spec), 8, fetch.local_route)
     analysis_ = processor.load(AGC, {"lumi_pb": LUMI_PB})
     results = [driver.run_batch(index.shard(b, {}), analysis_, retry=fetch.Retry(1, 0)) for b in batches]
-    merged = merge.merge(results)
     index.write(where / "index", batches, {})
-    merge_pkl = where / "merged.pkl"
-    atomic.write_pickle(merge_pkl, merged)
+    paths = [where / f"batch-{i}.pkl" for i in range(len(results))]  # the root merge's inputs: the report adds them up
+    for path, result in zip(paths, results):
+        atomic.write_pickle(path, result)
+    merged = merge.merge(merge.load(path) for path in paths)
     out = where / "out"
     assert (
         report.main(
             [
-                "--merged",
-                str(merge_pkl),
+                "--results",
+                *map(str, paths),
                 "--expected",
                 str(where / "index" / "expected.json"),
                 "--analysis",

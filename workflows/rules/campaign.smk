@@ -1,5 +1,5 @@
 # The campaign: one job per batch of files (read over each file's route, recompressed first if asked, analysed), a
-# merge tree, histograms and report, plots. A job's inputs are its own index files; nothing it reads grows with N.
+# merge tree, histograms, report and plots. A job's inputs are its own index files; nothing it reads grows with N.
 
 
 localrules:
@@ -27,7 +27,8 @@ if HAS_SITE:
 
     rule cache_stats:
         input:
-            MERGED,
+            # The results the merge tree's root adds up: made when every file's job has ended.
+            unpack(lambda wildcards: node_inputs(ROOT_NODE)),
             parsed=PARSED,
         output:
             f"{CACHE_STATS}/run.json",
@@ -37,16 +38,14 @@ if HAS_SITE:
             write_cache_stats(output[0])
 
 
-# A small campaign's last steps on the login node (config host_steps_max_files): a worker job's start (TaskVine's
-# dispatch, the job's parse of this workflow, sending outputs back) costs seconds each, more than these steps do.
+# A small campaign's last step on the login node (config host_steps_max_files): a worker job's start (TaskVine's
+# dispatch, the job's parse of this workflow, sending outputs back) costs seconds, more than the report does.
 # Only the main process knows the campaign's size; a job's own parse has no batches and needs no such decision.
 HOST_STEPS = bool(BATCHES) and sum(len(b.files) for b in BATCHES) <= config["host_steps_max_files"]
 if HOST_STEPS:
 
     localrules:
-        merge_root,
         report,
-        plots,
 
 
 rule resolve_spec:
@@ -132,25 +131,13 @@ rule merge:
         f"python -m hepvine.jobs.merge {ANALYSIS_MODULE} --output {{output:q}} {{input.results:q}} 2> {{log:q}}"
 
 
-rule merge_root:
-    input:
-        unpack(lambda wildcards: node_inputs(f"{INDEX}/merge/root.json")),
-        analysis=ANALYSIS_FILES,
-    output:
-        MERGED,
-    log:
-        f"{OUT}/logs/merge/root.log",
-    shell:
-        f"python -m hepvine.jobs.merge {ANALYSIS_MODULE} --output {{output:q}} {{input.results:q}} 2> {{log:q}}"
-
-
 rule report:
     input:
         unpack(report_inputs),
         # What the main process recorded of this run (hepvine.products.provenance; written by the Snakefile): an input, so it
         # reaches a report job on a worker, and a changed command line, profile, config or checkout remakes the report.
         run=f"{INDEX}/run.json",
-        # Its postprocess runs here, once, on the merged output.
+        # Its module is imported before the results are read; its postprocess runs here, once, on their sum.
         analysis=ANALYSIS_FILES,
     output:
         # What coffea's processor.Runner returns for the same analysis and dataset (coffea.util.load reads it).
@@ -160,36 +147,24 @@ rule report:
         # The same outcome for `snakemake --report report.html` (captions in workflows/report/).
         summary=report(f"{OUT}/summary.html", category="Campaign", caption="../report/summary.rst"),
         failures=report(f"{OUT}/failures.tsv", category="Campaign", caption="../report/failures.rst"),
+        # Drawn by the same job while it writes the rest (one program less to start and to load the output).
+        plots=report(
+            directory(f"{OUT}/plots"), patterns=["{name}.png"], category="Plots", caption="../report/plots.rst"
+        ),
     log:
         f"{OUT}/logs/report.log",
+    # On the login node its plots are drawn by two processes (Snakemake gives fewer if --cores is less); a worker's
+    # job takes one core, as every other job does.
+    threads: 2 if HOST_STEPS else 1
     params:
         analysis_args=ANALYSIS_ARGS,
         cache=lambda wildcards, input: (
             f"--site {shlex.quote(input.site)} --cache-stats {shlex.quote(input.cache_stats)}" if HAS_SITE else ""
         ),
+        histograms="--plot-histograms" if config["plots"] else "",
     shell:
-        "python -m hepvine.products.report --merged {input.merged:q} --expected {input.expected:q} --run {input.run:q} "
+        "python -m hepvine.products.report --results {input.results:q} --expected {input.expected:q} --run {input.run:q} "
         + ANALYSIS_OPTIONS
         + " --output {output.output:q} --histograms {output.histograms:q} --report {output.report:q} --summary {output.summary:q}"
-        " --failures {output.failures:q} {params.cache} 2> {log:q}"
-
-
-rule plots:
-    input:
-        merged=MERGED,
-        output=rules.report.output.output,
-        analysis=ANALYSIS_FILES,
-    output:
-        plots=report(
-            directory(f"{OUT}/plots"), patterns=["{name}.png"], category="Plots", caption="../report/plots.rst"
-        ),
-    log:
-        f"{OUT}/logs/plots.log",
-    # On the login node its figures are drawn by two processes (Snakemake gives fewer if --cores is less); a
-    # worker's job takes one core, as every other job does.
-    threads: 2 if HOST_STEPS else 1
-    params:
-        histograms=lambda wildcards, input: f"--output {shlex.quote(input.output)}" if config["plots"] else "",
-    shell:
-        f"python -m hepvine.products.plots {ANALYSIS_MODULE} --merged {{input.merged:q}}"
-        " {params.histograms} --outdir {output.plots:q} --processes {threads} 2> {log:q}"
+        " --failures {output.failures:q} {params.cache} --plots {output.plots:q} {params.histograms}"
+        " --processes {threads} 2> {log:q}"

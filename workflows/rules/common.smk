@@ -24,7 +24,8 @@ from hepvine.routing import site as hv_site
 
 OUT = f"results/{config['campaign']}"
 INDEX = f"{OUT}/index"
-MERGED = f"{OUT}/merged.pkl"
+# The merge tree's root: the results the report adds up (hepvine.routing.index.merge_tree).
+ROOT_NODE = f"{INDEX}/merge/root.json"
 HAS_SITE = bool(config["site"])
 RECOMPRESS = config["recompress"] != "off"
 RECOMPRESS_CODEC = config["recompress"].split(":")[0]
@@ -247,8 +248,9 @@ def node_inputs(node):
 
 
 def report_inputs(wildcards):
-    """The report's inputs: the merged result and the expected files, and with a site its caches' counters."""
-    inputs = {"merged": MERGED, "expected": f"{INDEX}/expected.json"}
+    """The report's inputs: the results the merge tree's root adds up and the expected files, and with a site its
+    caches' counters."""
+    inputs = {**node_inputs(ROOT_NODE), "expected": f"{INDEX}/expected.json"}
     if HAS_SITE:
         inputs["cache_stats"] = rules.cache_stats.output[0]
         inputs["site"] = f"{INDEX}/site.json"

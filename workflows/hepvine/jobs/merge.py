@@ -1,7 +1,8 @@
-"""One node of the merge tree: the analysis's outputs of several batch (or already merged) results added with
-coffea's own ``processor.accumulate`` (dicts key by key, histograms added, sets united, numbers summed), their event
-counts summed and every file's record kept. The tree (fan-in ``merge_fan_in``) is laid out by the workflow; this
-merges one group. The analysis's module is imported first, for outputs that hold instances of the user's classes."""
+"""One node of the merge tree: the analysis's outputs of several batch (or already merged) results added with coffea's
+own ``processor.accumulate`` (dicts key by key, histograms added, sets united, numbers summed), their event counts
+summed and every file's record kept. The tree (fan-in ``merge_fan_in``) is laid out by the workflow; this merges one
+group (the root's merge is the report's first step: ``hepvine.products.report``). The analysis's module is imported
+first, for outputs that hold instances of the user's classes."""
 
 from __future__ import annotations
 
@@ -78,17 +79,12 @@ def load(path: Path) -> dict:
     return result
 
 
-def add_analysis_option(parser: argparse.ArgumentParser) -> None:
-    """--analysis, for the programs that read the analysis's outputs (this merge, the plots)."""
-    parser.add_argument(
-        "--analysis", help="<file.py>:<Name> or <module>:<Name>: its module is imported first (its classes unpickle)"
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output", required=True, type=Path)
-    add_analysis_option(parser)
+    parser.add_argument(
+        "--analysis", help="<file.py>:<Name> or <module>:<Name>: its module is imported first (its classes unpickle)"
+    )
     parser.add_argument("inputs", nargs="+", type=Path)
     args = parser.parse_args(argv)
     from hepvine.work import processor  # here: the readers of counts import this module without the analysis's

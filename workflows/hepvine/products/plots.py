@@ -7,76 +7,110 @@ Written as PNG files into one directory: ``<path in the output, '/' as '__'>.png
 
 from __future__ import annotations
 
-import argparse
-import sys
+import contextlib
 from pathlib import Path
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")  # files only; a login node has no display
 
-import matplotlib.pyplot as plt  # noqa: E402 (the backend is chosen first)
-import mplhep  # noqa: E402
-import numpy as np  # noqa: E402
+def _pyplot():
+    """matplotlib's pyplot, drawing to files only (a login node has no display). Imported where figures are drawn:
+    the processes that ``drawing`` forks import it side by side, not the report's process before them."""
+    import matplotlib
 
-from hepvine.jobs.merge import add_analysis_option, load  # noqa: E402
-from hepvine.products import output as hv_output  # noqa: E402
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _steps(ax, h, **style) -> None:
+    """1-D histogram H on AX: its contents as steps, with error bars (the square root of its variances, or of its
+    counts when it keeps none) at the bins' centres."""
+    values, variances = h.values(), h.variances()
+    steps = ax.stairs(values, h.axes[0].edges, **style)
+    errors = np.sqrt(variances if variances is not None else np.abs(values))
+    ax.errorbar(h.axes[0].centers, values, yerr=errors, fmt="none", ecolor=steps.get_edgecolor(), linewidth=1)
 
 
 def histogram(h, title: str, path: Path) -> bool:
-    """A default plot of H (1-D: steps; 2-D: colour map; category axes: one 1-D line per category, up to a 1-D
-    remainder) at PATH; False when H has no such view."""
+    """A default plot of H (1-D: steps with error bars; 2-D: colour map; category axes: one 1-D line per category,
+    up to a 1-D remainder) at PATH; False when H has no such view."""
     import hist
 
     categories = [a for a in h.axes if isinstance(a, (hist.axis.StrCategory, hist.axis.IntCategory))]
     numeric = [a for a in h.axes if a not in categories]
     if len(numeric) not in (1, 2) or (categories and len(numeric) != 1) or len(categories) > 1:
         return False
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 6))
     if categories:
         axis = categories[0]
         for value in list(axis)[:20]:
-            mplhep.histplot(h[{axis.name: value}], ax=ax, label=f"{axis.name}={value}")
+            _steps(ax, h[{axis.name: value}], label=f"{axis.name}={value}")
         ax.legend(fontsize="small")
     elif len(numeric) == 1:
-        mplhep.histplot(h, ax=ax)
+        _steps(ax, h)
     else:
+        import mplhep
+
         mplhep.hist2dplot(h, ax=ax)
+    if len(numeric) == 1:
+        ax.set_xlabel(numeric[0].label or numeric[0].name)
     ax.set_title(title, loc="left", fontsize="medium")
     fig.savefig(path, dpi=72)
     plt.close(fig)
     return True
 
 
-_TO_DRAW: list = []  # (name, histogram, path) for the processes draw_all forks
+# What ``drawing`` draws, for the processes it forks (they inherit it rather than receive a copy): the figures as
+# (name, histogram or None for the timeline, path), and the records of the timeline.
+_TO_DRAW: list = []
+_RECORDS: list = []
 
 
-def _draw(index: int) -> bool:
-    name, h, path = _TO_DRAW[index]
-    return histogram(h, name, path)
-
-
-def draw_all(named: list[tuple[str, object]], outdir: Path, processes: int = 1) -> None:
-    """A default plot of each (name, histogram) of NAMED into OUTDIR, as ``<name, '/' as '__'>.png``. The first one
-    with a default view is drawn here, which loads what every figure needs (fonts, the error intervals' scipy); with
-    PROCESSES > 1 the rest are shared among that many processes forked from this one (a figure costs ~50 ms; an
-    analysis has hundreds). A figure that fails fails the whole (a child's exception is raised here)."""
-    global _TO_DRAW
-    _TO_DRAW = [(name, h, outdir / f"{name.replace('/', '__')}.png") for name, h in named]
-    try:
-        first = next((i for i in range(len(_TO_DRAW)) if _draw(i)), len(_TO_DRAW))
-        rest = range(first + 1, len(_TO_DRAW))
-        if processes > 1 and len(rest) > 1:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
-
-            with ProcessPoolExecutor(min(processes, len(rest)), mp_context=multiprocessing.get_context("fork")) as pool:
-                list(pool.map(_draw, rest, chunksize=max(1, len(rest) // (4 * processes))))
+def _draw(indices: list[int]) -> None:
+    for index in indices:
+        name, h, path = _TO_DRAW[index]
+        if h is None:
+            timeline(_RECORDS, path)
         else:
-            for index in rest:
-                _draw(index)
+            histogram(h, name, path)
+
+
+@contextlib.contextmanager
+def drawing(named: list[tuple[str, object]], records: list[dict], outdir: Path, processes: int = 1):
+    """The campaign's plots into OUTDIR, drawn while the body of this context runs (the report writes its files):
+    the timeline of RECORDS as ``timeline.png`` and a default plot of each (name, histogram) of NAMED as ``<name, '/'
+    as '__'>.png``. With PROCESSES > 1 they are shared among that many processes forked on entry (a figure costs
+    ~50 ms and each process ~0.5 s to load matplotlib and its fonts; an analysis has hundreds); with 1 they are
+    drawn here when the body ends. Leaving waits for them; a figure that fails fails the whole (a child's exception
+    is raised here), and an exception of the body ends the drawing."""
+    global _TO_DRAW, _RECORDS
+    outdir.mkdir(parents=True, exist_ok=True)
+    _TO_DRAW = [("timeline", None, outdir / "timeline.png")]
+    _TO_DRAW += [(name, h, outdir / f"{name.replace('/', '__')}.png") for name, h in named]
+    _RECORDS = records
+    shares = [list(range(len(_TO_DRAW)))[i::processes] for i in range(min(processes, len(_TO_DRAW)))]
+    try:
+        if len(shares) < 2:
+            yield
+            _draw(shares[0])
+            return
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(len(shares), mp_context=multiprocessing.get_context("fork")) as pool:
+            drawn = [pool.submit(_draw, share) for share in shares]
+            try:
+                yield
+            except BaseException:
+                pool.shutdown(cancel_futures=True)
+                raise
+            for future in drawn:
+                future.result()
     finally:
-        _TO_DRAW = []
+        _TO_DRAW, _RECORDS = [], []
 
 
 def timeline_series(records: list[dict], bins: int = 100) -> dict:
@@ -99,42 +133,19 @@ def timeline_series(records: list[dict], bins: int = 100) -> dict:
 
 
 def timeline(records: list[dict], path: Path) -> None:
+    import mplhep
+
+    plt = _pyplot()
     series = timeline_series(records)
-    mplhep.style.use("CMS")
-    fig, (rate, running) = plt.subplots(2, 1, sharex=True, figsize=(10, 8))
-    rate.stairs(series["gbps"], series["time"], fill=True, alpha=0.6)
-    rate.set_ylabel("data rate [Gbps]")
-    running.stairs(series["running"], series["time"], color="tab:orange")
-    running.set_ylabel("tasks running")
-    running.set_xlabel("time since the first file task started [s]")
-    failed = sum(1 for r in records if r["failure"] is not None)
-    rate.set_title(f"{len(records)} files, {failed} failed", loc="left", fontsize="medium")
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--merged", required=True, type=Path, help="the merged result (its records: the timeline)")
-    parser.add_argument("--output", type=Path, help="output.coffea: one plot per 1-D/2-D histogram")
-    parser.add_argument("--outdir", required=True, type=Path)
-    parser.add_argument(
-        "--processes", type=int, default=1, help="draw the histograms in this many processes (the job's threads)"
-    )
-    add_analysis_option(parser)
-    args = parser.parse_args(argv)
-    args.outdir.mkdir(parents=True, exist_ok=True)
-    if args.analysis:
-        from hepvine.work import processor
-
-        processor.make_importable(args.analysis)
-    if args.output is not None:
-        from coffea.util import load as coffea_load
-
-        draw_all(list(hv_output.histograms(coffea_load(str(args.output)))), args.outdir, args.processes)
-    timeline(load(args.merged)["records"], args.outdir / "timeline.png")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    with plt.style.context(mplhep.style.CMS):
+        # (CMS style for this figure only: the process may draw histograms after it)
+        fig, (rate, running) = plt.subplots(2, 1, sharex=True, figsize=(10, 8))
+        rate.stairs(series["gbps"], series["time"], fill=True, alpha=0.6)
+        rate.set_ylabel("data rate [Gbps]")
+        running.stairs(series["running"], series["time"], color="tab:orange")
+        running.set_ylabel("tasks running")
+        running.set_xlabel("time since the first file task started [s]")
+        failed = sum(1 for r in records if r["failure"] is not None)
+        rate.set_title(f"{len(records)} files, {failed} failed", loc="left", fontsize="medium")
+        fig.savefig(path, dpi=80)
+        plt.close(fig)

@@ -1,6 +1,7 @@
-"""The campaign's products from the merged result: ``histograms.root`` and ``report.json``, and for ``snakemake
---report`` the same outcome as ``summary.html`` (throughput figures, caches, accounting, failed files) and
-``failures.tsv`` (one row per failed file: identity, path, rule, output, class, kind, cause, fix).
+"""The campaign's last step: the merge tree's root (its results added up, ``hepvine.jobs.merge``) and the products
+from it: ``output.coffea``, ``histograms.root`` and ``report.json``, and for ``snakemake --report`` the same outcome
+as ``summary.html`` (throughput figures, caches, accounting, failed files) and ``failures.tsv`` (one row per failed
+file: identity, path, rule, output, class, kind, cause, fix).
 
 The analysis's products (``hepvine.products.output``): the merged output goes through the processor's ``postprocess``
 once, as coffea's Runner does, into ``output.coffea``, and its histograms into ``histograms.root``. ``report.json``
@@ -9,7 +10,8 @@ failed; it lists failed files with their failure class, cause, fix and output, a
 which histograms went to ``histograms.root``. The report is checked before it is written: the events the merged
 result counts must equal the sum of the ok records. Its ``provenance`` says what made the products
 (``hepvine.products.provenance``: software, checkout, command line, profile, the analysis and its SHA-256,
-checksums, times).
+checksums, times). With ``--plots`` it draws the campaign's plots too (``hepvine.products.plots``), while it writes
+the rest: one process less to start and to load the output.
 
 Retries (``hepvine.products.retries``): transient failures are retried by running the same command again; permanent
 ones once their cause is fixed (the file replaced or restored, its spec entry or the analysis changed): the same
@@ -25,11 +27,12 @@ import os
 import sys
 import time
 from collections import Counter
+from contextlib import nullcontext
 from pathlib import Path
 
-from hepvine.jobs.merge import load
+from hepvine.jobs.merge import OldResult, load, merge
 from hepvine.model import atomic
-from hepvine.products import cachestats, output, provenance
+from hepvine.products import cachestats, output, plots, provenance
 from hepvine.routing import index as hv_index
 from hepvine.work import processor
 
@@ -295,7 +298,13 @@ def summary_html(report: dict, where: Path | str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--merged", required=True, type=Path)
+    parser.add_argument(
+        "--results",
+        required=True,
+        nargs="+",
+        type=Path,
+        help="the batch or merged results the merge tree's root adds up (read one at a time)",
+    )
     parser.add_argument("--expected", required=True, type=Path, help="the index's expected.json: every file")
     parser.add_argument(
         "--analysis",
@@ -320,6 +329,15 @@ def main(argv: list[str] | None = None) -> int:
         "{start, end} of hepvine.products.cachestats snapshots)",
     )
     parser.add_argument(
+        "--plots", type=Path, help="draw the campaign's plots into this directory (hepvine.products.plots)"
+    )
+    parser.add_argument(
+        "--plot-histograms", action="store_true", help="a default plot of each 1-D and 2-D histogram of the output too"
+    )
+    parser.add_argument(
+        "--processes", type=int, default=1, help="draw the plots in this many processes (the job's threads)"
+    )
+    parser.add_argument(
         "--run",
         type=Path,
         help="the index's run.json (what the main Snakemake process recorded: "
@@ -332,28 +350,35 @@ def main(argv: list[str] | None = None) -> int:
     except processor.AnalysisSpecError as e:
         print(f"hepvine.products.report: {e}", file=sys.stderr)
         return 2
-    merged = load(args.merged)
+    try:
+        merged = merge(load(p) for p in args.results)
+    except OldResult as e:
+        print(f"hepvine.products.report: {e}", file=sys.stderr)
+        return 1
     expected = hv_index.expected(args.expected)
     report = summarise(merged["records"], expected, str(args.report.parent))
     analysed = sum(merged["events"].values())
     if analysed != report["events"]:
         raise ReportError(
-            f"{args.merged} counts {analysed} events, the ok records {report['events']}: the merge "
-            "lost or doubled a result; this is a bug in hepvine, please report it"
+            f"{args.results[0].parent}: the merged results count {analysed} events, the ok records "
+            f"{report['events']}: the merge lost or doubled a result; this is a bug in hepvine, please report it"
         )
     result = merged["output"] if merged["output"] is None else analysis.postprocess(merged["output"])
     output.save(result, args.output)
-    report["histograms"] = output.write_root(result, args.histograms)
-    report["events_per_dataset"] = dict(sorted(merged["events"].items()))
-    if args.site and args.cache_stats:
-        stats = json.loads(args.cache_stats.read_text())
-        report["cache"] = cache_section(
-            merged["records"], stats["start"], stats["end"], json.loads(args.site.read_text())["rack_cores"]
-        )
-    report["provenance"] = provenance.section(provenance.load_run(args.run), merged["records"])
-    atomic.write_json(args.report, report)
-    atomic.write_text(args.summary, summary_html(report, args.report.parent))
-    atomic.write_text(args.failures, failures_tsv(report))
+    named = output.histograms(result) if args.plot_histograms else []
+    drawn = plots.drawing(named, merged["records"], args.plots, args.processes) if args.plots else nullcontext()
+    with drawn:  # (the plots are drawn while the rest is written)
+        report["histograms"] = output.write_root(result, args.histograms)
+        report["events_per_dataset"] = dict(sorted(merged["events"].items()))
+        if args.site and args.cache_stats:
+            stats = json.loads(args.cache_stats.read_text())
+            report["cache"] = cache_section(
+                merged["records"], stats["start"], stats["end"], json.loads(args.site.read_text())["rack_cores"]
+            )
+        report["provenance"] = provenance.section(provenance.load_run(args.run), merged["records"])
+        atomic.write_json(args.report, report)
+        atomic.write_text(args.summary, summary_html(report, args.report.parent))
+        atomic.write_text(args.failures, failures_tsv(report))
     for failure in report["failed_files"]:
         print(f"FAILED ({failure['class']}) {failure['path']}: {failure['error']}", file=sys.stderr)
     print(summary_line(report, args.report.parent), file=sys.stderr)
