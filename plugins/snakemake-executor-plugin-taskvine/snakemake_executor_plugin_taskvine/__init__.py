@@ -490,6 +490,11 @@ class Executor(RemoteExecutor):
     def stop_workers(self):
         # All at once: the time to stop stays bounded (STOP_TIMEOUT_S) with any number of workers and factories.
         provisioned, self.provisioned = self.provisioned, []
+        if self.dispatcher is not None:
+            # Its manager ends at its next turn (up to a second later): meanwhile what was provisioned is stopped, so
+            # the run's end waits for the longer of the two, not for both. (The factories are signalled at once; a
+            # worker a factory starts after the manager's end finds no manager and is removed with its factory's jobs.)
+            self.dispatcher.ask_to_stop()
         stop_all(provisioned)
         if self.dispatcher is not None:
             self.dispatcher.stop()

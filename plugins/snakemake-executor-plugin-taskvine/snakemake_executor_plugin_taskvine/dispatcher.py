@@ -104,7 +104,7 @@ def _serve(
         results.send(("error", f"{type(e).__name__}: {e}"))
     finally:
         tasks.cancel_all()
-        manager.close()  # the parent stops what it provisioned first: here the workers left are released
+        manager.close()  # the workers still connected are released (the parent stops what it provisioned meanwhile)
 
 
 class Tasks:
@@ -353,6 +353,7 @@ class Dispatcher:
         self.notes: list[str] = []  # what the manager process tells the user (taken by take_notes)
         self.error: str | None = None
         self.stopped: str | None = None  # why the manager process cannot go on (an expired credential)
+        self._stop_asked = False  # (ask_to_stop: once)
 
     def start(self) -> int:
         """Start the manager; returns its port once it listens."""
@@ -426,12 +427,20 @@ class Dispatcher:
             notes, self.notes = self.notes, []
         return notes
 
-    def stop(self, timeout_s: float = 30) -> None:
-        if self._process.is_alive():
+    def ask_to_stop(self) -> None:
+        """Tell the manager process to end at its next turn (within WAIT_S: a wait in progress is not cut short, and
+        a worker's library keeps TaskVine's wait busy for all of it), without waiting for it: the run's last
+        seconds, such as stopping what it provisioned, go on meanwhile. ``stop`` then waits for it."""
+        if self._process.is_alive() and not self._stop_asked:
+            self._stop_asked = True
             try:
                 self._send(("stop", None))
             except (BrokenPipeError, OSError):
                 pass
+
+    def stop(self, timeout_s: float = 30) -> None:
+        if self._process.is_alive():
+            self.ask_to_stop()
             self._process.join(timeout_s)
         if self._process.is_alive():
             self._process.kill()

@@ -705,7 +705,7 @@ class Manager:
         not its HTCondor job has been removed yet; returns how many were told. Then the manager itself ends (its
         port closed), which releases the workers that could not be told: those running the library (a worker's
         library instance is never a task of ours) or a task in flight; a released worker ends (--single-shot on
-        every worker we start). Done when the run ends, after what was provisioned has been stopped (issue 36: with
+        every worker we start). Done when the run ends, while what was provisioned is being stopped (issue 36: with
         1,000 worker jobs, HTCondor's removal alone left workers running for minutes). Nothing may be asked of it
         after."""
         for task_id in list(self._tasks):

@@ -1,5 +1,5 @@
 """A run's workers end on their own when its manager ends (issue 36), a busy one too: the plugin stops what it
-provisioned (factories ended, their HTCondor jobs removed), then its manager, which releases every worker still
+provisioned (factories ended, their HTCondor jobs removed) and its manager, which releases every worker still
 connected (``taskvine.Manager.close``: told to exit, a worker ends by itself, a factory's worker too, which would
 otherwise try to reconnect), however long HTCondor takes to remove its job (with 1,000 worker jobs on this machine,
 minutes). Checked with workers the plugin did not start (by hand), so that nothing but the manager's end can stop

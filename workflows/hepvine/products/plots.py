@@ -67,6 +67,7 @@ def histogram(h, title: str, path: Path) -> bool:
 # (name, histogram or None for the timeline, path), and the records of the timeline.
 _TO_DRAW: list = []
 _RECORDS: list = []
+FIGURES_A_TIME = 4
 
 
 def _draw(indices: list[int]) -> None:
@@ -85,23 +86,26 @@ def drawing(named: list[tuple[str, object]], records: list[dict], outdir: Path, 
     as '__'>.png``. With PROCESSES > 1 they are shared among that many processes forked on entry (a figure costs
     ~50 ms and each process ~0.5 s to load matplotlib and its fonts; an analysis has hundreds); with 1 they are
     drawn here when the body ends. Leaving waits for them; a figure that fails fails the whole (a child's exception
-    is raised here), and an exception of the body ends the drawing."""
+    is raised here). An exception of the body cancels what no process has begun, and is raised once they end."""
     global _TO_DRAW, _RECORDS
     outdir.mkdir(parents=True, exist_ok=True)
     _TO_DRAW = [("timeline", None, outdir / "timeline.png")]
     _TO_DRAW += [(name, h, outdir / f"{name.replace('/', '__')}.png") for name, h in named]
     _RECORDS = records
-    shares = [list(range(len(_TO_DRAW)))[i::processes] for i in range(min(processes, len(_TO_DRAW)))]
+    indices = list(range(len(_TO_DRAW)))
     try:
-        if len(shares) < 2:
+        if processes < 2 or len(indices) < 2:
             yield
-            _draw(shares[0])
+            _draw(indices)
             return
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        with ProcessPoolExecutor(len(shares), mp_context=multiprocessing.get_context("fork")) as pool:
-            drawn = [pool.submit(_draw, share) for share in shares]
+        with ProcessPoolExecutor(min(processes, len(indices)), mp_context=multiprocessing.get_context("fork")) as pool:
+            # A few figures at a time: the processes share them as they go.
+            drawn = [
+                pool.submit(_draw, indices[i : i + FIGURES_A_TIME]) for i in range(0, len(indices), FIGURES_A_TIME)
+            ]
             try:
                 yield
             except BaseException:
