@@ -3,10 +3,10 @@ on the sandbox profile — the command a physicist runs again after changing the
 analysis window (first file started to last ended), as each campaign's summary gives them.
 
 Side by side in one session, alternated round by round: the process mode and ``--taskvine-library``, each with the
-campaign's last steps (root merge, report, plots) on workers (``host_steps_max_files=0``, as a large campaign's are)
-and on the login node (the default for a campaign this small). Each run starts from no results (``results/loop``
-removed). The aim (issue 30): the whole command within 2x its analysis window. Writes results/bench/loop.json and
-prints one table.
+campaign's last step (the report: root merge, products, plots) on a worker (``host_steps_max_files=0``, as a large
+campaign's is) and on the login node (the default for a campaign this small). Each run starts from no results
+(``results/loop`` removed). The aim (issue 30): the whole command within 2x its analysis window. Writes
+results/bench/loop.json and prints one table.
 
 Needs the demo's copies (``results/demo/dataset.zstd.json``): made by ``make demo``, or here first if missing.
 """
@@ -27,7 +27,7 @@ DATASET = REPO / "results" / "demo" / "dataset.zstd.json"
 CAMPAIGN = "loop"
 SUMMARY = re.compile(r"this command: (?P<whole>[\d.]+) s in all; the analysis window .*?: (?P<window>[\d.]+) s")
 MODES = {"process": [], "library": ["--taskvine-library"]}
-STEPS = {"workers": "host_steps_max_files=0", "login node": None}
+STEPS = {"a worker": "host_steps_max_files=0", "login node": None}
 
 
 def run(mode: str, steps: str) -> dict:
@@ -56,15 +56,15 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for (mode, steps), results in runs.items():
         ratios = [r["whole_s"] / r["window_s"] for r in results]
-        rows.append({"mode": mode, "last_steps_on": steps, "runs": results, "median_ratio": statistics.median(ratios)})
+        rows.append({"mode": mode, "report_on": steps, "runs": results, "median_ratio": statistics.median(ratios)})
     out = REPO / "results" / "bench" / "loop.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"dataset": str(DATASET.relative_to(REPO)), "rows": rows}, indent=1))
-    print("| mode | last steps on | whole command / analysis window, each run | median ratio (aim: 2) |")
+    print("| mode | report on | whole command / analysis window, each run | median ratio (aim: 2) |")
     print("|---|---|---|---|")
     for row in rows:
         each = ", ".join(f"{r['whole_s']:.1f} / {r['window_s']:.1f} s" for r in row["runs"])
-        print(f"| {row['mode']} | {row['last_steps_on']} | {each} | {row['median_ratio']:.1f}x |")
+        print(f"| {row['mode']} | {row['report_on']} | {each} | {row['median_ratio']:.1f}x |")
     print(f"(written to {out.relative_to(REPO)})")
     return 0
 
