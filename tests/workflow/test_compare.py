@@ -34,7 +34,7 @@ def merged(shift: float = 0.0, weight: float = 1.5) -> dict:
 
 
 def write(tmp_path, name: str, result: dict, as_root: bool):
-    """RESULT as a merged.pkl, or AS_ROOT as a results directory whose histograms.root holds its histogram's 1-D
+    """RESULT as a result pickle, or AS_ROOT as a results directory whose histograms.root holds its histogram's 1-D
     slices under the AGC processor's names (``<region>_<process>_<variation>``), as
     hepvine.products.output writes them."""
     if as_root:

@@ -1,7 +1,8 @@
 """``hepvine compare A B``: are two campaigns' histograms byte for byte the same?
 
 A and B are each a campaign's results directory (``results/<campaign>``: its ``histograms.root``), a ROOT file of
-histograms, or a merged result pickle (``merged.pkl``: its histogram and event counts). Every histogram's axes, and
+histograms, or a result pickle (a batch's ``files/<batch>.pkl`` or a merge node's ``merge/<level>/<node>.pkl``: its
+histograms and event counts). Every histogram's axes, and
 the bytes of its bin contents and variances (under- and overflow included), must be identical; file timestamps and
 anything else in the files are not compared. Prints ``identical`` and exits 0, or names the first differing
 histogram (in name order) and bin with both values and exits 1; exits 2 when A or B cannot be read.
@@ -80,7 +81,7 @@ def load(path: Path) -> dict[str, Histogram]:
         if not (path / "histograms.root").exists():
             raise CompareError(
                 f"{path}: no histograms.root in this directory; pass a campaign's results directory "
-                "(results/<campaign>), a ROOT file or a merged.pkl"
+                "(results/<campaign>), a ROOT file or a result pickle (files/<batch>.pkl, merge/<level>/<node>.pkl)"
             )
         path = path / "histograms.root"
     if not path.exists():
@@ -96,7 +97,9 @@ def _from_root(path: Path) -> dict[str, Histogram]:
     try:
         f = uproot.open(path)
     except (OSError, ValueError) as e:
-        raise CompareError(f"{path}: not a ROOT file uproot can read ({e}); pass histograms.root or merged.pkl") from e
+        raise CompareError(
+            f"{path}: not a ROOT file uproot can read ({e}); pass histograms.root or a result pickle"
+        ) from e
     found = {}
     with f:
         for name, classname in sorted(f.classnames(cycle=False).items()):
@@ -116,8 +119,8 @@ def _from_pickle(path: Path) -> dict[str, Histogram]:
         raise CompareError(f"{path}: cannot be unpickled ({e})") from e
     if not isinstance(result, dict) or "output" not in result:
         raise CompareError(
-            f"{path}: not a merged result (a dict with 'output' and 'events'); pass merged.pkl or a "
-            "batch result (files/<batch>.pkl)"
+            f"{path}: not a result (a dict with 'output' and 'events'); pass a batch's result (files/<batch>.pkl) "
+            "or a merge node's (merge/<level>/<node>.pkl)"
         )
     from hepvine.products import output
 
@@ -175,7 +178,7 @@ def compare(a: dict[str, Histogram], b: dict[str, Histogram]) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hepvine compare", description=__doc__.split("\n\n")[0])
-    parser.add_argument("first", type=Path, help="results/<campaign>, a ROOT file of histograms or a merged.pkl")
+    parser.add_argument("first", type=Path, help="results/<campaign>, a ROOT file of histograms or a result pickle")
     parser.add_argument("second", type=Path)
     args = parser.parse_args(argv)
     try:
