@@ -7,9 +7,9 @@ the manager's memory (this process's resident set) idle with N workers and after
 ``--tasks-per-worker`` x N empty tasks (``true``), each reading one of ``--inputs`` distinct small files that the
 workers cache (so the files scheduler weighs which worker has which file): tasks a second and this process's CPU per
 task; then, with a 60 s task on every worker (all busy), the time to stop all N together (``taskvine.stop_all``:
-SIGTERM, SIGKILL after 30 s; then the manager is closed, as the plugin ends a run) and how many are left. Stops with
-the reason at the first N this machine cannot hold (workers that do not connect within ``--connect-timeout``).
-Writes results/bench/many-workers.json.
+SIGTERM, SIGKILL after 30 s; then the manager is closed, which the plugin asks for before it stops them) and how many
+are left. Stops with the reason at the first N this machine cannot hold (workers that do not connect within
+``--connect-timeout``). Writes results/bench/many-workers.json.
 
 With ``--via condor`` the N workers are HTCondor jobs of one ``vine_factory`` (the plugin's ``--taskvine-workers
 condor``) on the sandbox's personal pool, which the bench widens for its run to advertise N + 4 cores (partitionable
@@ -282,7 +282,7 @@ def one_n(
         print(json.dumps(row), flush=True)  # before the teardown, whatever it takes
         stop0 = time.perf_counter()
         taskvine.stop_all(workers)
-        manager.close()  # as the plugin ends a run: what it provisioned, then its manager
+        manager.close()  # what it provisioned, then its manager (the plugin overlaps the two)
         row["stop_s"] = round(time.perf_counter() - stop0, 2)
         time.sleep(2)  # what the last SIGTERM reached has ended by now
         row["left_running"] = taskvine.still_running(workers)

@@ -20,7 +20,7 @@ import hist
 from coffea import processor
 
 
-class Tally:  # an accumulator of the user's own (coffea adds it with +): merges, report and plots unpickle it
+class Tally:  # an accumulator of the user's own (coffea adds it with +): the merges and the report unpickle it
 
     def __init__(self, n=0):
         self.n = n

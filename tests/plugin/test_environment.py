@@ -308,7 +308,7 @@ def test_worker_with_nothing_installed_runs_the_campaign_only_with_the_environme
 
     # Each worker that ran tasks (one or both of the 2: a worker that connects late may find none left) received the
     # environment once (from the manager: no peer transfers) and unpacked it once (TaskVine's transactions log), for
-    # all of the tasks it ran (analyses, merges, report, plots).
+    # all of the tasks it ran (analyses, merges, the report).
     size = packed.stat().st_size
     ran = task_workers(tmp_path / "run-info")
     received = cache_updates(tmp_path / "run-info", lambda name, n: n == size)

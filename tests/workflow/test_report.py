@@ -122,23 +122,20 @@ def test_every_histogram_of_the_output_goes_to_histograms_root_under_its_path(tm
         assert "categories" not in f and "all" not in f
 
 
-@pytest.mark.parametrize("events, written", [(200, True), (201, False)])
-def test_the_report_is_written_only_when_the_merged_events_equal_the_ok_records(tmp_path, events, written):
-    """The report adds up the results of the merge tree's root (here two batches' results); their events per
-    dataset must sum to the ok records' events, or the merge lost or doubled a result: ReportError and no product.
-    When they agree: output.coffea holds the (postprocessed) sum, report.json lists the histograms written and
-    skipped and the events per dataset, and the plots are drawn: the timeline and one per histogram."""
-    results = [tmp_path / "a.pkl", tmp_path / "b.pkl"]
+def report_argv(where, events: int, histograms: int = 1) -> list[str]:
+    """The report's command line over two batches' results (written in WHERE) of 100 events each as the records
+    say, their event counts EVENTS in all, each output HISTOGRAMS histograms, its products into WHERE/out."""
+    results = [where / "a.pkl", where / "b.pkl"]
     for path, name, n in zip(results, "ab", (100, events - 100)):
-        output_ = {"ttbar_nominal": analysis.events_histogram(100)}
+        output_ = {f"ttbar_nominal{'_' * i}": analysis.events_histogram(100) for i in range(histograms)}
         atomic.write_pickle(path, {"records": [record(name, 0, 1)], "output": output_, "events": {"ttbar__nominal": n}})
-    (tmp_path / "expected.json").write_text(json.dumps({"files": [list(e) for e in expected("a", "b")]}))
-    out = tmp_path / "out"
-    argv = [
+    (where / "expected.json").write_text(json.dumps({"files": [list(e) for e in expected("a", "b")]}))
+    out = where / "out"
+    return [
         "--results",
         *map(str, results),
         "--expected",
-        str(tmp_path / "expected.json"),
+        str(where / "expected.json"),
         "--analysis",
         "hepvine.examples.agc:TtbarProcessor",
         "--output",
@@ -155,6 +152,16 @@ def test_the_report_is_written_only_when_the_merged_events_equal_the_ok_records(
         str(out / "plots"),
         "--plot-histograms",
     ]
+
+
+@pytest.mark.parametrize("events, written", [(200, True), (201, False)])
+def test_the_report_is_written_only_when_the_merged_events_equal_the_ok_records(tmp_path, events, written):
+    """The report adds up the results of the merge tree's root (here two batches' results); their events per
+    dataset must sum to the ok records' events, or the merge lost or doubled a result: ReportError and no product.
+    When they agree: output.coffea holds the (postprocessed) sum, report.json lists the histograms written and
+    skipped and the events per dataset, and the plots are drawn: the timeline and one per histogram."""
+    argv = report_argv(tmp_path, events)
+    out = tmp_path / "out"
     if not written:
         with pytest.raises(report.ReportError, match="count 201 events, the ok records 200"):
             report.main(argv)
@@ -168,6 +175,36 @@ def test_the_report_is_written_only_when_the_merged_events_equal_the_ok_records(
     assert result["histograms"] == {"written": ["ttbar_nominal"], "skipped": {}}
     assert result["events_per_dataset"] == {"ttbar__nominal": 200} and result["complete"] is True
     assert sorted(p.name for p in (out / "plots").iterdir()) == ["timeline.png", "ttbar_nominal.png"]
+
+
+def test_the_report_on_the_login_node_forks_its_drawers_safely_and_draws_what_one_process_draws(tmp_path):
+    """As the login node runs it (a job of 2 threads, its own interpreter): the report forks two drawing processes
+    after the analysis's module, coffea and its postprocess — with no thread running (a fork that copies a running
+    thread's locks is an error here) — and its plots are byte for byte those it draws in one process. Each
+    figure's drawer is written beside it."""
+    run = """import os, sys
+from hepvine.products import plots, report
+drawn = plots.histogram
+def histogram(h, title, path):
+    (path.parent / f"{path.name}.pid").write_text(str(os.getpid()))
+    return drawn(h, title, path)
+plots.histogram = histogram
+sys.exit(report.main(sys.argv[1:]))
+"""
+    plots_of, drawers = {}, {}
+    for processes in (1, 2):
+        where = tmp_path / str(processes)
+        where.mkdir()
+        args = [sys.executable, "-W", "error::DeprecationWarning:multiprocessing.popen_fork", "-c", run]
+        args += [*report_argv(where, 200, histograms=8), "--processes", str(processes)]
+        env = {**os.environ, "OMP_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "2"}
+        done = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
+        assert done.returncode == 0 and "not drawn" not in done.stderr, done.stderr[-3000:]
+        plots = where / "out" / "plots"
+        plots_of[processes] = {p.name: p.read_bytes() for p in plots.glob("*.png")}
+        drawers[processes] = {p.read_text() for p in plots.glob("*.pid")}
+    assert len(plots_of[1]) == 9 and "timeline.png" in plots_of[1] and plots_of[1] == plots_of[2]
+    assert len(drawers[1]) == 1 and len(drawers[2]) == 2, drawers
 
 
 def test_back_to_back_tasks_share_a_core():
@@ -186,9 +223,10 @@ def test_timeline_keeps_every_byte_and_counts_running_tasks():
 
 def test_plots_drawn_by_two_processes_while_the_report_writes_are_those_one_draws(tmp_path):
     """drawing shares the figures among processes forked on entry, which draw while the body of the context runs:
-    every histogram gets its plot and the records their timeline, byte for byte as one process draws them after the
-    body, and one that has no default view (three numeric axes, here first) gets none. A figure that fails fails
-    the drawing, with its error."""
+    every histogram gets its plot (one line per category of a category axis, integer categories by value) and the
+    records their timeline, byte for byte as one process draws them after the body, and one that has no default
+    view (three numeric axes, here first) gets none. A figure that fails is left out and named with its error; the
+    others are drawn and the drawing succeeds (the report's products do not depend on a plot)."""
     rng = np.random.default_rng(3)
     named = [("cube", hist.Hist.new.Reg(2, 0, 1).Reg(2, 0, 1).Reg(2, 0, 1).Double())]
     for i in range(8):
@@ -196,6 +234,9 @@ def test_plots_drawn_by_two_processes_while_the_report_writes_are_those_one_draw
         h.fill(x=rng.uniform(0, 10, 100 + i))
         named.append((f"region/h{i}", h))
     named.append(("by/category", hist.Hist.new.StrCat(["a", "b"], name="c").Reg(5, 0, 1, name="x").Double()))
+    flavour = hist.Hist.new.IntCat([0, 4, 5], name="flavour").Reg(5, 0, 1, name="x").Double()
+    flavour.fill(flavour=[5, 5, 0], x=[0.1, 0.2, 0.3])
+    named.append(("by/flavour", flavour))
     records = [record("a", 100, 110, nbytes=8e9), record("b", 105, 120, nbytes=1e9)]
     (tmp_path / "named.pkl").write_bytes(pickle.dumps((named, records)))
     # In an interpreter of its own, as the report job is (this one has threads: a fork would copy their locks), with
@@ -228,17 +269,21 @@ with plots.drawing(named, records, outdir, int(sys.argv[3])):
         drawers[processes] = [p.read_text().split() for p in outdir.glob("*.pid")]
         body[processes] = (outdir / "body").read_text().split()
     drawn = sorted(p.name for p in (tmp_path / "1").glob("*.png"))
-    assert drawn == ["by__category.png", *(f"region__h{i}.png" for i in range(8)), "timeline.png"]
+    assert drawn == ["by__category.png", "by__flavour.png", *(f"region__h{i}.png" for i in range(8)), "timeline.png"]
     assert sorted(p.name for p in (tmp_path / "2").glob("*.png")) == drawn
     assert all((tmp_path / "1" / name).read_bytes() == (tmp_path / "2" / name).read_bytes() for name in drawn)
     # One process draws after the body; two others draw what they share.
     assert {pid for pid, _ in drawers[1]} == {body[1][0]}
     assert min(float(t) for _, t in drawers[1]) >= float(body[1][1])
     assert len({pid for pid, _ in drawers[2]}) == 2 and body[2][0] not in {pid for pid, _ in drawers[2]}
-    # A figure that fails fails the drawing (in a child: raised in the parent), and the process with it.
-    (tmp_path / "named.pkl").write_bytes(pickle.dumps(([*named, ("fails", named[1][1])], records)))
-    failed = subprocess.run([*args, tmp_path / "named.pkl", tmp_path / "3", "2"], capture_output=True, text=True)
-    assert failed.returncode != 0 and "ValueError: this figure fails" in failed.stderr, failed.stderr[-2000:]
+    # A figure that fails (in a child) is named with its error; the others are drawn.
+    (tmp_path / "named.pkl").write_bytes(pickle.dumps(([("fails", named[1][1]), *named], records)))
+    done = subprocess.run(
+        [*args, tmp_path / "named.pkl", tmp_path / "3", "2"], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "not drawn: fails.png: ValueError: this figure fails" in done.stderr, done.stderr[-2000:]
+    assert sorted(p.name for p in (tmp_path / "3").glob("*.png")) == drawn
 
 
 def test_summary_names_failures_and_where_the_products_are():

@@ -163,8 +163,9 @@ rule report:
         ),
         histograms="--plot-histograms" if config["plots"] else "",
     shell:
-        "python -m hepvine.products.report --results {input.results:q} --expected {input.expected:q} --run {input.run:q} "
+        "python -m hepvine.products.report --results {input.results:q} --expected {input.expected:q}"
+        " --run {input.run:q} "
         + ANALYSIS_OPTIONS
-        + " --output {output.output:q} --histograms {output.histograms:q} --report {output.report:q} --summary {output.summary:q}"
-        " --failures {output.failures:q} {params.cache} --plots {output.plots:q} {params.histograms}"
+        + " --output {output.output:q} --histograms {output.histograms:q} --report {output.report:q}"
+        " --summary {output.summary:q} --failures {output.failures:q} {params.cache} --plots {output.plots:q} {params.histograms}"
         " --processes {threads} 2> {log:q}"

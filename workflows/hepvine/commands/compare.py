@@ -2,10 +2,10 @@
 
 A and B are each a campaign's results directory (``results/<campaign>``: its ``histograms.root``), a ROOT file of
 histograms, or a result pickle (a batch's ``files/<batch>.pkl`` or a merge node's ``merge/<level>/<node>.pkl``: its
-histograms and event counts). Every histogram's axes, and
-the bytes of its bin contents and variances (under- and overflow included), must be identical; file timestamps and
-anything else in the files are not compared. Prints ``identical`` and exits 0, or names the first differing
-histogram (in name order) and bin with both values and exits 1; exits 2 when A or B cannot be read.
+histograms and event counts). Every histogram's axes, and the bytes of its bin contents and variances (under- and
+overflow included), must be identical; file timestamps and anything else in the files are not compared. Prints
+``identical`` and exits 0, or names the first differing histogram (in name order) and bin with both values and exits
+1; exits 2 when A or B cannot be read.
 """
 
 from __future__ import annotations

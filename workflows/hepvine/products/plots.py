@@ -8,6 +8,8 @@ Written as PNG files into one directory: ``<path in the output, '/' as '__'>.png
 from __future__ import annotations
 
 import contextlib
+import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -46,8 +48,8 @@ def histogram(h, title: str, path: Path) -> bool:
     fig, ax = plt.subplots(figsize=(8, 6))
     if categories:
         axis = categories[0]
-        for value in list(axis)[:20]:
-            _steps(ax, h[{axis.name: value}], label=f"{axis.name}={value}")
+        for value in list(axis)[:20]:  # (hist.loc: an integer category is a value, not an index)
+            _steps(ax, h[{axis.name: hist.loc(value)}], label=f"{axis.name}={value}")
         ax.legend(fontsize="small")
     elif len(numeric) == 1:
         _steps(ax, h)
@@ -70,13 +72,19 @@ _RECORDS: list = []
 FIGURES_A_TIME = 4
 
 
-def _draw(indices: list[int]) -> None:
+def _draw(indices: list[int]) -> list[str]:
+    """The figures of INDICES; a figure that cannot be drawn is left out, named with its error (returned)."""
+    failed = []
     for index in indices:
         name, h, path = _TO_DRAW[index]
-        if h is None:
-            timeline(_RECORDS, path)
-        else:
-            histogram(h, name, path)
+        try:
+            if h is None:
+                timeline(_RECORDS, path)
+            else:
+                histogram(h, name, path)
+        except Exception as e:  # a default plot; the campaign's products do not depend on it
+            failed.append(f"{path.name}: {type(e).__name__}: {e}")
+    return failed
 
 
 @contextlib.contextmanager
@@ -85,36 +93,39 @@ def drawing(named: list[tuple[str, object]], records: list[dict], outdir: Path, 
     the timeline of RECORDS as ``timeline.png`` and a default plot of each (name, histogram) of NAMED as ``<name, '/'
     as '__'>.png``. With PROCESSES > 1 they are shared among that many processes forked on entry (a figure costs
     ~50 ms and each process ~0.5 s to load matplotlib and its fonts; an analysis has hundreds); with 1 they are
-    drawn here when the body ends. Leaving waits for them; a figure that fails fails the whole (a child's exception
-    is raised here). An exception of the body cancels what no process has begun, and is raised once they end."""
+    drawn here when the body ends, as they are when this process already runs threads (a fork would copy their
+    locks). Leaving waits for them. A figure that cannot be drawn is left out and named on standard error with its
+    error (a default plot: the products written in the body must not be lost for it). An exception of the body is
+    raised once the processes have drawn what they had begun."""
     global _TO_DRAW, _RECORDS
     outdir.mkdir(parents=True, exist_ok=True)
     _TO_DRAW = [("timeline", None, outdir / "timeline.png")]
     _TO_DRAW += [(name, h, outdir / f"{name.replace('/', '__')}.png") for name, h in named]
     _RECORDS = records
     indices = list(range(len(_TO_DRAW)))
+    shares = [indices[i : i + FIGURES_A_TIME] for i in range(0, len(indices), FIGURES_A_TIME)]
+    failed = []
     try:
-        if processes < 2 or len(indices) < 2:
+        if processes < 2 or len(shares) < 2 or threading.active_count() > 1:
             yield
-            _draw(indices)
+            failed = _draw(indices)
             return
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        with ProcessPoolExecutor(min(processes, len(indices)), mp_context=multiprocessing.get_context("fork")) as pool:
+        with ProcessPoolExecutor(min(processes, len(shares)), mp_context=multiprocessing.get_context("fork")) as pool:
             # A few figures at a time: the processes share them as they go.
-            drawn = [
-                pool.submit(_draw, indices[i : i + FIGURES_A_TIME]) for i in range(0, len(indices), FIGURES_A_TIME)
-            ]
+            drawn = [pool.submit(_draw, share) for share in shares]
             try:
                 yield
             except BaseException:
                 pool.shutdown(cancel_futures=True)
                 raise
-            for future in drawn:
-                future.result()
+            failed = [name for future in drawn for name in future.result()]
     finally:
         _TO_DRAW, _RECORDS = [], []
+        for what in failed:
+            print(f"hepvine.products.plots: not drawn: {what}", file=sys.stderr)
 
 
 def timeline_series(records: list[dict], bins: int = 100) -> dict:

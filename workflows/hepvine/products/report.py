@@ -360,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     analysed = sum(merged["events"].values())
     if analysed != report["events"]:
         raise ReportError(
-            f"{args.results[0].parent}: the merged results count {analysed} events, the ok records "
+            f"{args.report.parent}: the merged results count {analysed} events, the ok records "
             f"{report['events']}: the merge lost or doubled a result; this is a bug in hepvine, please report it"
         )
     result = merged["output"] if merged["output"] is None else analysis.postprocess(merged["output"])
