@@ -61,9 +61,9 @@ def entries(path: Path) -> int:
         return f["Events"].num_entries
 
 
-def campaign(tag: str, *config: str) -> tuple[Path, str]:
-    """A campaign of the test's processor on the sandbox profile with CONFIG; its results directory and what
-    Snakemake printed."""
+def campaign(tag: str, *config: str, options: tuple[str, ...] = ()) -> tuple[Path, str]:
+    """A campaign of the test's processor on the sandbox profile with CONFIG (and Snakemake OPTIONS); its results
+    directory and what Snakemake printed."""
     run = subprocess.run(
         [
             sys.executable,
@@ -71,6 +71,7 @@ def campaign(tag: str, *config: str) -> tuple[Path, str]:
             "snakemake",
             "--profile",
             "profiles/sandbox",
+            *options,
             "--config",
             *config,
             f"analysis=results/{tag}/my_analysis.py:JetsAndMuons",
@@ -91,7 +92,8 @@ def campaign(tag: str, *config: str) -> tuple[Path, str]:
 @pytest.mark.pool
 def test_a_users_processor_on_taskvine_workers_equals_coffeas_runner(served):
     """Recompressed to ZSTD on the workers first (the analysis reads each copy as the file the fileset names), then
-    a later campaign over the copies (dataset.zstd.json) on the same profile: both equal coffea's Runner."""
+    a later campaign over the copies (dataset.zstd.json) on the same profile with its jobs as library calls (the
+    driver forked from each worker's library, coffea imported there once): both equal coffea's Runner."""
     fileset, bad, tag = served
     inputs = REPO / "results" / tag
     inputs.mkdir(parents=True)
@@ -145,7 +147,13 @@ def test_a_users_processor_on_taskvine_workers_equals_coffeas_runner(served):
 
     # The copies serve the next campaign: listed by absolute path, read by the workers where they are.
     copies = json.loads((out / "dataset.zstd.json").read_text())
-    again, log = campaign(tag, f"dataset={out / 'dataset.zstd.json'}", f"campaign={tag}-again", "recompress=off")
+    again, log = campaign(
+        tag,
+        f"dataset={out / 'dataset.zstd.json'}",
+        f"campaign={tag}-again",
+        "recompress=off",
+        options=("--taskvine-library",),
+    )
     assert last_step(log) == "host", log[-3000:]
     report = json.loads((again / "report.json").read_text())
     assert report["files"] == {"total": 5, "ok": 4, "failed": 1}, report["failed_files"]

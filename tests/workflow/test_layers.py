@@ -96,7 +96,7 @@ WORKFLOW_LAYERS = (
 )
 PLUGIN_LAYERS = (
     ("credential files", ("credentials",)),
-    ("worker side", ("library",)),
+    ("worker side", ("warm", "library")),
     ("TaskVine adapter", ("taskvine",)),
     ("jobs as tasks", ("stragglers", "tasks", "failures")),
     ("workers", ("workergroups", "provision", "validation")),
@@ -111,8 +111,12 @@ PLUGIN_FOR_WORKFLOW = ("placement and routing", ("workergroups", "credentials"))
 LIGHT_LAYERS = ("data model", "placement and routing")
 HEAVY = ("uproot", "awkward", "numpy", "hist", "coffea", "matplotlib", "mplhep", "ROOT")
 ADAPTER = "taskvine"  # the plugin's one module that imports ndcctools
-# Modules that may import by a computed name (the import this test cannot see), and why.
-COMPUTED_IMPORTS = {"work.processor": "the user's analysis, <module>:<Name> as config key analysis names it"}
+# Modules that may import (or run) a module by a computed name (the import this test cannot see), and why.
+COMPUTED_IMPORTS = {
+    ("hepvine", "work.processor"): "the user's analysis, <module>:<Name> as config key analysis names it",
+    ("snakemake_executor_plugin_taskvine", "library"): "the modules --taskvine-library-preload names",
+    ("snakemake_executor_plugin_taskvine", "warm"): "a warm command's module, run as `python -m` runs it",
+}
 
 
 @dataclass(frozen=True)
@@ -146,15 +150,15 @@ def imports(source: str, package: str) -> list[tuple[str, int]]:
 
 
 def hidden_imports(source: str) -> list[int]:
-    """Lines of SOURCE that import a module by a computed name (``__import__``, ``importlib.import_module``): an
-    import this test cannot see."""
+    """Lines of SOURCE that import a module by a computed name (``__import__``, ``importlib.import_module``,
+    ``runpy.run_module``): an import this test cannot see."""
     return [
         node.lineno
         for node in ast.walk(ast.parse(source))
         if isinstance(node, ast.Call)
         and (
             (isinstance(node.func, ast.Name) and node.func.id == "__import__")
-            or (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
+            or (isinstance(node.func, ast.Attribute) and node.func.attr in ("import_module", "run_module"))
         )
     ]
 
@@ -244,7 +248,7 @@ def problems(package: Package, texts: dict[str, str]) -> list[str]:
         if module not in place:
             continue
         i, j, layer = place[module]
-        if not (package is WORKFLOW and module in COMPUTED_IMPORTS):
+        if (package.name, module) not in COMPUTED_IMPORTS:
             found += [
                 f"{package.name}.{module} (line {line}) imports a module by a computed name, which the layer "
                 "check cannot see: import it by name (``from package import module``)"

@@ -53,8 +53,8 @@ def typed(value):
 
 ANALYSIS_ARGS = json.dumps(typed(config["analysis_args"]), sort_keys=True, separators=(",", ":"))
 # (Rules that use it have the parameter analysis_args = ANALYSIS_ARGS.)
-# What the jobs that read its outputs (merges, the report) are told of it: they import its module, so that instances of the
-# user's own classes in the outputs unpickle (its files are their inputs too).
+# What the jobs that read its outputs (merges, the report) are told of it: they import its module, so that instances
+# of the user's own classes in the outputs unpickle (its files are their inputs too).
 ANALYSIS_MODULE = f"--analysis {shlex.quote(ANALYSIS)}"
 ANALYSIS_OPTIONS = f"{ANALYSIS_MODULE} --analysis-args {{params.analysis_args:q}}"
 # (A job's parse on a worker without a shared filesystem has the files only when it is a job that runs the analysis.)

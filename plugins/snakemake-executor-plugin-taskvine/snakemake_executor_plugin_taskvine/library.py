@@ -3,7 +3,9 @@ Snakemake once, and each job is a call of ``run_job`` in a child forked from it 
 ``import snakemake.cli`` per job, which are most of a short job's ~2 s.
 
 The library runs ``warm`` once before its first call, so that no call imports and builds again, in its fork, what
-every job needs (Snakemake's parser and plugin registries, its API and DAG modules). ``run_job`` takes the job's
+every job needs (Snakemake's parser and plugin registries, its API and DAG modules), and the modules the run names
+(``--taskvine-library-preload``): a job's ``$TASKVINE_WARM_PYTHON MODULE ARGS`` then runs ``python -m MODULE ARGS``
+forked from the library's process, with them imported (``warm.py``). ``run_job`` takes the job's
 command as Snakemake formats it (``<python> -m snakemake <args>``) and runs those arguments through
 ``snakemake.cli.main`` in the forked child, in DIRECTORY (the workflow directory with a shared filesystem) or in the
 call's own sandbox, with ENV (the job's variables, such as the workflow's ``envvars``) added to its environment; any
@@ -24,17 +26,21 @@ import subprocess
 import sys
 import traceback
 
+from . import warm as warm_commands
+
 OUTPUT_KEEP = 200_000  # characters of output returned to the manager
 SNAKEMAKE_COMMAND = re.compile(r"^\S+ -m snakemake (?P<args>.*)$", re.S)
 WARM_VARIABLE = "TASKVINE_LIBRARY_WARM_S"
+PRELOADED: list[str] = []  # the modules warm imported for the calls' commands (warm.py)
 
 
-def warm() -> None:
+def warm(preload: list[str] | tuple[str, ...] = ()) -> None:
     """Run once in the library process, before its first call: what every call would otherwise redo in its fork —
     Snakemake's command-line parser with its plugin registries (~0.5 s: every installed plugin is found and
     imported), and the modules a job's ``snakemake`` imports after reading its command line (the API, the DAG, the
-    config's validation, source and report handling). The seconds it took go to the calls' environment as
-    WARM_VARIABLE (a job can tell it ran in a warmed library)."""
+    config's validation, source and report handling); then the modules of PRELOAD, for the calls' warm commands (one
+    that cannot be imported here is named in the library's log and left to the commands). The seconds it took go to
+    the calls' environment as WARM_VARIABLE (a job can tell it ran in a warmed library)."""
     import time
 
     from snakemake.cli import get_argument_parser
@@ -54,6 +60,15 @@ def warm() -> None:
         import yte  # noqa: F401
     except ModuleNotFoundError:  # a Snakemake laid out otherwise: what was imported stays, calls import the rest
         pass
+    import importlib
+
+    for name in preload:
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # the module's own failure: its commands import it themselves, and say why
+            print(f"--taskvine-library-preload: {name} not imported: {type(e).__name__}: {e}", file=sys.stderr)
+        else:
+            PRELOADED.append(name)
     os.environ[WARM_VARIABLE] = f"{time.process_time() - start:.3f}"
 
 
@@ -75,6 +90,7 @@ def run_job(command: str, directory: str = "", env: dict | None = None, files_en
     if directory:
         os.chdir(directory)
     match = SNAKEMAKE_COMMAND.match(command)
+    server = warm_commands.start() if PRELOADED else None  # forked while this call is one thread
     try:
         if match:
             import snakemake.cli
@@ -88,6 +104,8 @@ def run_job(command: str, directory: str = "", env: dict | None = None, files_en
     except Exception:  # the job's own failure, reported to the manager with its traceback
         traceback.print_exc()
         code = 1
+    finally:
+        warm_commands.stop(server)
     sys.stdout.flush()
     sys.stderr.flush()
     os.chdir(sandbox)

@@ -439,6 +439,7 @@ class Manager:
         run_info_dir: Path | None = None,
         scheduler: str = "files",
         library: bool = False,
+        library_preload: Sequence[str] = (),
         secrets_dir: Path | None = None,
         environment: Path | None = None,
         credential_files: Mapping[str, str] | None = None,
@@ -476,7 +477,7 @@ class Manager:
         self._generation_of: dict[int, int] = {}
         self._environment = self._declare_environment(environment) if environment is not None else None
         if library:
-            self._install_library()
+            self._install_library(library_preload)
 
     def _declare_environment(self, path: Path):
         """The packed environment at PATH (a tarball with ``bin/run_in_env`` at its top) as
@@ -486,9 +487,10 @@ class Manager:
         tarball = self._m.declare_file(str(path), cache="workflow", peer_transfer=PEER_TRANSFER)
         return self._m.declare_poncho(tarball, cache="workflow", peer_transfer=PEER_TRANSFER)
 
-    def _install_library(self) -> None:
-        """One library per worker that has imported Snakemake; calls are forked from it (library.py). It takes the
-        whole worker, with one function slot per core."""
+    def _install_library(self, preload: Sequence[str] = ()) -> None:
+        """One library per worker that has imported Snakemake (and the modules of PRELOAD, for the calls' warm
+        commands); calls are forked from it (library.py). It takes the whole worker, with one function slot per
+        core."""
         import snakemake.cli
 
         from . import library
@@ -499,7 +501,7 @@ class Manager:
             add_env=False,
             hoisting_modules=[snakemake.cli],
             exec_mode="fork",
-            library_context_info=[library.warm, [], {}],
+            library_context_info=[library.warm, [list(preload)], {}],
         )
         if self._environment is not None:  # the library's `python` is the environment's
             lib.add_environment(self._environment)

@@ -4,6 +4,7 @@ the setting (as the command-line flag) and what to do."""
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -13,6 +14,8 @@ from .provision import WORKER_MODES, worker_groups
 from .tasks import comma_separated
 from .taskvine import ENV_NAME, SAFE_NAME, SAFE_PATH, SCHEDULERS, bad_env_patterns, env_patterns
 from .workergroups import NAME_RULE, requirements_problems
+
+MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
 def flag(name: str) -> str:
@@ -98,6 +101,12 @@ def problems(settings) -> list[str]:
         found.append(
             f"{flag('straggler_factor')} {settings.straggler_factor}: must be more than 1 (a copy of every "
             "task slower than the median would double half the work), or 0 for no copies"
+        )
+    bad = [m for m in comma_separated(settings.library_preload) if not MODULE_NAME.match(m)]
+    if bad:
+        found.append(
+            f"{flag('library_preload')}: {', '.join(map(repr, bad))}: give module names (e.g. coffea.processor), "
+            "separated by commas"
         )
     found += worker_groups(settings)[1]
     if settings.password_file is not None:

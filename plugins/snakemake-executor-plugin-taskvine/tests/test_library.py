@@ -1,6 +1,9 @@
 """--taskvine-library: every job is a call of a TaskVine library on the workers (Snakemake imported once per worker,
 each call a forked child), on real local workers, in both filesystem modes; a failing job is reported like any
-other, with its rule and the last lines of its output."""
+other, with its rule and the last lines of its output. With --taskvine-library-preload a job's
+`$TASKVINE_WARM_PYTHON MODULE ARGS` runs MODULE forked from the library's process with the preloaded modules imported,
+as `python -m MODULE ARGS` would run it (arguments, working directory, environment, redirections, exit status);
+without it the same command runs `python -m`."""
 
 from __future__ import annotations
 
@@ -48,3 +51,34 @@ def test_failing_library_call_names_rule_and_output(workflow):
     done = wf.run("--taskvine-library", timeout=240)
     assert done.returncode != 0
     assert "of rule slow failed" in done.stderr and "about to fail" in done.stderr, done.stderr[-3000:]
+
+
+# A module that says whether it started with the preloaded module imported, and what it was given.
+PROBE = """import os, sys
+warm = "xml.dom.minidom" in sys.modules
+print("to stderr", file=sys.stderr)
+if sys.argv[2] == "fail":
+    sys.exit(3)
+said = {"warm": warm, "args": sys.argv[2:], "cwd": os.getcwd(), "foo": os.environ.get("FOO"), "main": __name__}
+with open(sys.argv[1], "w") as f:
+    f.write(repr(said))
+"""
+WARM = "${{TASKVINE_WARM_PYTHON:-python -m}} probe"
+
+
+@pytest.mark.parametrize("preload", [True, False], ids=["preloaded", "not-preloaded"])
+def test_warm_commands_run_forked_from_the_library_with_its_preloaded_modules(workflow, preload):
+    wf = workflow(slow_snakefile(f"FOO=bar {WARM} {{output}} 'a b' c 2> {{output}}.err", n=4))
+    (wf.root / "probe.py").write_text(PROBE)
+    wf.run("--taskvine-library", *(["--taskvine-library-preload", "xml.dom.minidom"] if preload else []), check=True)
+    for i in range(4):
+        said = eval((wf.root / "out" / f"{i}.txt").read_text())
+        assert said == {"warm": preload, "args": ["a b", "c"], "cwd": str(wf.root), "foo": "bar", "main": "__main__"}
+        assert (wf.root / "out" / f"{i}.txt.err").read_text() == "to stderr\n"
+
+
+def test_a_failing_warm_command_fails_its_job_with_its_exit_status(workflow):
+    wf = workflow(slow_snakefile(f"{WARM} {{output}} fail", n=1))
+    (wf.root / "probe.py").write_text(PROBE)
+    done = wf.run("--taskvine-library", "--taskvine-library-preload", "xml.dom.minidom", timeout=240)
+    assert done.returncode != 0 and "exit status 3" in done.stderr, done.stderr[-3000:]

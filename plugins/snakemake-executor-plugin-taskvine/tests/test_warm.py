@@ -1,0 +1,71 @@
+"""``warm``, the server a library call starts for its warm commands, run here as a call runs it (a process of one
+thread that starts it, then commands through its client): a command killed by a signal kills its client with the
+same signal, as its own interpreter's death would show; a client that ends (its job killed) ends its command; the
+server refuses to start in a process that runs threads; once stopped, a client runs the command cold."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+CALL = textwrap.dedent(
+    """
+    import os, signal, subprocess, sys, threading, time
+    from pathlib import Path
+    from snakemake_executor_plugin_taskvine import warm
+
+    here = Path(sys.argv[1])
+    (here / "sleeper.py").write_text(
+        "import os, signal, sys, time\\n"
+        "open(sys.argv[1], 'w').write(str(os.getpid()))\\n"
+        "time.sleep(float(sys.argv[2]))\\n"
+        "os.kill(os.getpid(), signal.SIGTERM) if sys.argv[3] == 'term' else sys.exit(int(sys.argv[3]))\\n"
+    )
+    server = warm.start()
+    client = os.environ[warm.VARIABLE].split()
+
+    # Killed by SIGTERM: so is the client.
+    done = subprocess.run([*client, "sleeper", str(here / "a.pid"), "0", "term"], cwd=here)
+    print("term", done.returncode)
+
+    # The client killed: its command ends too.
+    running = subprocess.Popen([*client, "sleeper", str(here / "b.pid"), "60", "0"], cwd=here)
+    while not (here / "b.pid").exists() or not (here / "b.pid").read_text():
+        time.sleep(0.05)
+    command = int((here / "b.pid").read_text())
+    running.kill()
+    running.wait()
+    for _ in range(100):
+        try:
+            os.kill(command, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        print("left running", command)
+    print("after client killed: ended")
+
+    warm.stop(server)
+    assert warm.VARIABLE not in os.environ
+    # No server: the same command, cold (`python -m`), its exit status.
+    cold = subprocess.Popen([sys.executable, warm.__file__, "sleeper", str(here / "c.pid"), "0", "5"], cwd=here)
+    print("cold", cold.wait(), int((here / "c.pid").read_text()) == cold.pid)
+
+    threading.Thread(target=time.sleep, args=(1,)).start()
+    print("with threads", warm.start())
+    """
+)
+
+
+def test_warm_commands_exit_status_signals_and_lifetime(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-c", CALL, str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == [
+        "term -15",
+        "after client killed: ended",
+        "cold 5 True",
+        "with threads None",
+    ], done.stdout + done.stderr[-3000:]
