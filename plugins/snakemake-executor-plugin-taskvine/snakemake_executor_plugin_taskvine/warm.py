@@ -5,10 +5,16 @@ once, instead of in a new interpreter that imports them again (coffea's 0.7 s, f
 Each call starts its own server (``start``) before Snakemake runs the job — a fork of the call while it is still one
 thread, so the forks it makes run no thread but their own — and ends it after (``stop``). The command's client
 (this file run as a script: ``python warm.py MODULE ARGS``, importing nothing of the plugin) sends the server its
-arguments, working directory, environment and standard input, output and error (as file descriptors, so ``2> log``
-holds); the server forks the command from itself, waits for it and sends back its exit status. A command whose
-client ends (killed with its job) is killed too. Where no server answers (the variable unset, a job run as a
-process of its own) the client runs ``python -m MODULE ARGS`` in its place: the same command, cold.
+arguments, working directory, environment, umask and standard input, output and error (as file descriptors, so
+``2> log`` holds); the server forks the command from itself, waits for it and sends back its exit status (a
+command killed by a signal kills its client with the same signal). A command ends with its client (killed with its
+job) and with its server. Where no server answers (the variable unset, a job run as a process of its own, a server
+that could not start) the client runs ``python -m MODULE ARGS`` in its place: the same command, cold.
+
+Limits: one command at a time (a job's commands one after another, not in a pipe or in the background: a second
+waits for the first); and the command is the library's interpreter, forked: interpreter settings from the job's
+environment (``PYTHONWARNINGS``, ``PYTHONHASHSEED``, ``-X`` options), and what the preloaded modules read from the
+environment when they were imported (e.g. thread counts), are the library's.
 """
 
 from __future__ import annotations
@@ -22,36 +28,51 @@ import socket
 import sys
 import tempfile
 import threading
+import traceback
 
 VARIABLE = "TASKVINE_WARM_PYTHON"  # the command's prefix, set in a call's environment while its server runs
 SOCKET_VARIABLE = "TASKVINE_WARM_SOCKET"
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent ends
 
 
 def start() -> tuple[int, str] | None:
     """Fork this call's server, listening on a socket in a directory of its own that only this user can enter (a
-    short path: a socket's is at most 107 bytes, a worker's sandboxes are deeper); (its pid, the socket's path), or
-    None when this process runs threads (a fork would copy their locks: the commands then run cold). The call's
-    environment gets VARIABLE and SOCKET_VARIABLE, so that the job's commands find it."""
+    short path: a socket's is at most 107 bytes, a worker's sandboxes are deeper); (its pid, the socket's path). None
+    when it cannot start — this process runs threads (a fork would copy their locks), the system lacks what it needs
+    (``pidfd_open``), or a directory, socket or fork fails (said on standard error) — and the commands then run
+    cold. The call's environment gets VARIABLE and SOCKET_VARIABLE, so that the job's commands find it."""
     if threading.active_count() > 1:
         return None
-    path = os.path.join(tempfile.mkdtemp(prefix="vine-warm-", dir="/tmp"), "s")
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    listener.bind(path)
-    listener.listen()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            _serve(listener)
-        finally:
-            os._exit(0)
-    listener.close()
+    directory = None
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+        directory = tempfile.mkdtemp(prefix="vine-warm-", dir="/tmp")
+        path = os.path.join(directory, "s")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as listener:
+            listener.bind(path)
+            listener.listen()
+            pid = os.fork()
+            if pid == 0:
+                code = 0
+                try:
+                    _serve(listener)
+                except BaseException:
+                    traceback.print_exc()
+                    code = 1
+                finally:
+                    os._exit(code)
+    except OSError as e:
+        print(f"--taskvine-library-preload: this call's commands run cold: {type(e).__name__}: {e}", file=sys.stderr)
+        if directory is not None:
+            shutil.rmtree(directory, ignore_errors=True)
+        return None
     os.environ[SOCKET_VARIABLE] = path
-    os.environ[VARIABLE] = f"{sys.executable} -I {os.path.abspath(__file__)}"
+    os.environ[VARIABLE] = f"{sys.executable} {os.path.abspath(__file__)}"
     return pid, path
 
 
 def stop(server: tuple[int, str] | None) -> None:
-    """End the server START made (and whatever command it still runs: its client is gone with the job)."""
+    """End the server START made; a command it still runs ends with it (see ``_run``)."""
     if server is None:
         return
     pid, path = server
@@ -66,7 +87,7 @@ def stop(server: tuple[int, str] | None) -> None:
 
 
 def _serve(listener: socket.socket) -> None:
-    """The server: one command at a time (a job runs its commands one after another)."""
+    """The server: one command at a time."""
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
         signal.signal(sig, signal.SIG_DFL)
     while True:
@@ -79,8 +100,7 @@ def _serve(listener: socket.socket) -> None:
                 continue
             pid = os.fork()
             if pid == 0:
-                listener.close()
-                _run(json.loads(message), fds)
+                _run(message, fds)
             for fd in fds:
                 os.close(fd)
             ended = os.pidfd_open(pid)
@@ -95,32 +115,45 @@ def _serve(listener: socket.socket) -> None:
                 pass
 
 
-def _run(request: dict, fds: list[int]) -> None:
-    """In the forked command: become ``python -m MODULE ARGS`` as REQUEST says, with the client's descriptors FDS as
-    standard input, output and error; never returns."""
-    import runpy
-    import traceback
-
-    for target, fd in enumerate(fds):
-        os.dup2(fd, target)
-        os.close(fd)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    os.chdir(request["cwd"])
-    os.environ.clear()
-    # (Without the server's variables: a command it runs that runs another runs that one cold, never waiting here.)
-    os.environ.update({k: v for k, v in request["env"].items() if k not in (VARIABLE, SOCKET_VARIABLE)})
-    # As `python -m` begins its path: the working directory, then PYTHONPATH's entries.
-    sys.path[0:0] = [request["cwd"], *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    sys.argv = [request["module"], *request["args"]]
+def _run(message: bytes, fds: list[int]) -> None:
+    """In the forked command: become ``python -m MODULE ARGS`` as MESSAGE (the client's request) says, with the
+    client's descriptors FDS as standard input, output and error; never returns. It ends when the server does."""
     code = 0
     try:
-        runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # the server's socket, the client's copies, the library's files
+        _die_with_parent()
+        import atexit
+        import runpy
+
+        atexit._clear()  # the library's own exit handlers are not the command's
+        request = json.loads(message)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.umask(request["umask"])
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        # (Without the server's variables: a command it runs that runs another runs that one cold, never waiting here.)
+        os.environ.update({k: v for k, v in request["env"].items() if k not in (VARIABLE, SOCKET_VARIABLE)})
+        tempfile.tempdir = None  # from the command's TMPDIR, not the library's
+        # As `python -m` begins its path: the working directory, then PYTHONPATH's entries.
+        sys.path[0:0] = [request["cwd"], *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        sys.argv = [request["module"], *request["args"]]
+        try:
+            runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+        finally:
+            for thread in threading.enumerate():  # as the interpreter does at its end: its threads, then atexit
+                if thread is not threading.current_thread() and not thread.daemon:
+                    thread.join()
+            atexit._run_exitfuncs()
     except SystemExit as e:
         if isinstance(e.code, int) or e.code is None:
             code = e.code or 0
         else:
             print(e.code, file=sys.stderr)
             code = 1
+    except KeyboardInterrupt:
+        code = 128 + signal.SIGINT
     except BaseException:
         traceback.print_exc()
         code = 1
@@ -132,28 +165,46 @@ def _run(request: dict, fds: list[int]) -> None:
     os._exit(code)
 
 
+def _die_with_parent() -> None:
+    """SIGKILL to this process when its parent (the server) ends, as when the call stops it (Linux's prctl)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
 def client(argv: list[str]) -> int:
     """``warm.py MODULE ARGS``: the command run by this call's server, or as ``python -m`` where none answers. Its
     exit status is the command's (a command killed by a signal: this client too)."""
     module, args = argv[0], argv[1:]
     path = os.environ.get(SOCKET_VARIABLE)
+    request = {"module": module, "args": args, "cwd": os.getcwd(), "env": dict(os.environ), "umask": _umask()}
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         if not path:
             raise OSError("no server")
         conn.connect(path)
-    except OSError:
+        socket.send_fds(conn, [json.dumps(request).encode()], [0, 1, 2])
+    except OSError:  # no server, or one that cannot take this request (a closed standard stream, a huge environment)
         conn.close()
         env = {k: v for k, v in os.environ.items() if k not in (VARIABLE, SOCKET_VARIABLE)}
         os.execve(sys.executable, [sys.executable, "-m", module, *args], env)
-    request = {"module": module, "args": args, "cwd": os.getcwd(), "env": dict(os.environ)}
-    socket.send_fds(conn, [json.dumps(request).encode()], [0, 1, 2])
     reply = conn.recv(64)
     code = int(reply) if reply else 1
     if code < 0:  # killed by a signal: so is this client, as the command's own interpreter would have been
-        signal.signal(-code, signal.SIG_DFL)
+        if -code != signal.SIGKILL:
+            signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
+        return 128 - code
     return code
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 if __name__ == "__main__":

@@ -56,7 +56,7 @@ def test_failing_library_call_names_rule_and_output(workflow):
 # A module that says whether it started with the preloaded module imported, and what it was given.
 PROBE = """import os, sys
 warm = "xml.dom.minidom" in sys.modules
-print("to stderr", file=sys.stderr)
+print(f"warm={warm}", file=sys.stderr)
 if sys.argv[2] == "fail":
     sys.exit(3)
 said = {"warm": warm, "args": sys.argv[2:], "cwd": os.getcwd(), "foo": os.environ.get("FOO"), "main": __name__}
@@ -74,11 +74,11 @@ def test_warm_commands_run_forked_from_the_library_with_its_preloaded_modules(wo
     for i in range(4):
         said = eval((wf.root / "out" / f"{i}.txt").read_text())
         assert said == {"warm": preload, "args": ["a b", "c"], "cwd": str(wf.root), "foo": "bar", "main": "__main__"}
-        assert (wf.root / "out" / f"{i}.txt.err").read_text() == "to stderr\n"
+        assert (wf.root / "out" / f"{i}.txt.err").read_text() == f"warm={preload}\n"
 
 
 def test_a_failing_warm_command_fails_its_job_with_its_exit_status(workflow):
     wf = workflow(slow_snakefile(f"{WARM} {{output}} fail", n=1))
     (wf.root / "probe.py").write_text(PROBE)
     done = wf.run("--taskvine-library", "--taskvine-library-preload", "xml.dom.minidom", timeout=240)
-    assert done.returncode != 0 and "exit status 3" in done.stderr, done.stderr[-3000:]
+    assert done.returncode != 0 and "exit status 3" in done.stderr and "warm=True" in done.stderr, done.stderr[-3000:]

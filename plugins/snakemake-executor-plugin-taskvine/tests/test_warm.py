@@ -1,7 +1,8 @@
 """``warm``, the server a library call starts for its warm commands, run here as a call runs it (a process of one
-thread that starts it, then commands through its client): a command killed by a signal kills its client with the
-same signal, as its own interpreter's death would show; a client that ends (its job killed) ends its command; the
-server refuses to start in a process that runs threads; once stopped, a client runs the command cold."""
+thread that starts it, then commands through its client): a command killed by a signal (SIGTERM, SIGKILL) kills its
+client with the same signal, as its own interpreter's death would show; a command that cannot start (its working
+directory closed to it) fails with why; a client that ends (its job killed) ends its command, and so does the server's
+stop; the server refuses to start in a process that runs threads; once stopped, a client runs the command cold."""
 
 from __future__ import annotations
 
@@ -20,14 +21,27 @@ CALL = textwrap.dedent(
         "import os, signal, sys, time\\n"
         "open(sys.argv[1], 'w').write(str(os.getpid()))\\n"
         "time.sleep(float(sys.argv[2]))\\n"
-        "os.kill(os.getpid(), signal.SIGTERM) if sys.argv[3] == 'term' else sys.exit(int(sys.argv[3]))\\n"
+        "sig = {'term': signal.SIGTERM, 'kill': signal.SIGKILL}.get(sys.argv[3])\\n"
+        "os.kill(os.getpid(), sig) if sig else sys.exit(int(sys.argv[3]))\\n"
     )
     server = warm.start()
     client = os.environ[warm.VARIABLE].split()
 
-    # Killed by SIGTERM: so is the client.
+    # Killed by SIGTERM, by SIGKILL: so is the client.
     done = subprocess.run([*client, "sleeper", str(here / "a.pid"), "0", "term"], cwd=here)
     print("term", done.returncode)
+    done = subprocess.run([*client, "sleeper", str(here / "a.pid"), "0", "kill"], cwd=here)
+    print("kill", done.returncode)
+
+    # A command that cannot start: the server may not enter its working directory (closed after the client's cd).
+    closed = here / "closed"
+    closed.mkdir()
+    starting = subprocess.Popen(
+        ["sh", "-c", f"cd {closed} && chmod 000 {closed} && exec " + " ".join(client) + " sleeper x 0 0"],
+        stderr=subprocess.PIPE, text=True,
+    )
+    print("closed", starting.wait(), "PermissionError" in starting.stderr.read())
+    closed.chmod(0o755)
 
     # The client killed: its command ends too.
     running = subprocess.Popen([*client, "sleeper", str(here / "b.pid"), "60", "0"], cwd=here)
@@ -46,7 +60,22 @@ CALL = textwrap.dedent(
         print("left running", command)
     print("after client killed: ended")
 
+    # The server stopped while a command runs: the command ends too.
+    running = subprocess.Popen([*client, "sleeper", str(here / "d.pid"), "60", "0"], cwd=here)
+    while not (here / "d.pid").exists() or not (here / "d.pid").read_text():
+        time.sleep(0.05)
+    command = int((here / "d.pid").read_text())
     warm.stop(server)
+    for _ in range(100):
+        try:
+            os.kill(command, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        print("left running", command)
+    running.wait()
+    print("after stop: ended")
     assert warm.VARIABLE not in os.environ
     # No server: the same command, cold (`python -m`), its exit status.
     cold = subprocess.Popen([sys.executable, warm.__file__, "sleeper", str(here / "c.pid"), "0", "5"], cwd=here)
@@ -65,7 +94,10 @@ def test_warm_commands_exit_status_signals_and_lifetime(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines() == [
         "term -15",
+        "kill -9",
+        "closed 1 True",
         "after client killed: ended",
+        "after stop: ended",
         "cold 5 True",
         "with threads None",
     ], done.stdout + done.stderr[-3000:]
