@@ -43,39 +43,32 @@ CALL = textwrap.dedent(
     print("closed", starting.wait(), "PermissionError" in starting.stderr.read())
     closed.chmod(0o755)
 
+    def long_command(name):  # a command of a minute through the client: (the client, its pid once started)
+        running = subprocess.Popen([*client, "sleeper", str(here / name), "60", "0"], cwd=here)
+        while not (here / name).exists() or not (here / name).read_text():
+            time.sleep(0.05)
+        return running, int((here / name).read_text())
+
+    def ended(pid):
+        for _ in range(100):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return "ended"
+            time.sleep(0.05)
+        return f"left running ({pid})"
+
     # The client killed: its command ends too.
-    running = subprocess.Popen([*client, "sleeper", str(here / "b.pid"), "60", "0"], cwd=here)
-    while not (here / "b.pid").exists() or not (here / "b.pid").read_text():
-        time.sleep(0.05)
-    command = int((here / "b.pid").read_text())
+    running, command = long_command("b.pid")
     running.kill()
     running.wait()
-    for _ in range(100):
-        try:
-            os.kill(command, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.05)
-    else:
-        print("left running", command)
-    print("after client killed: ended")
+    print("after client killed:", ended(command))
 
     # The server stopped while a command runs: the command ends too.
-    running = subprocess.Popen([*client, "sleeper", str(here / "d.pid"), "60", "0"], cwd=here)
-    while not (here / "d.pid").exists() or not (here / "d.pid").read_text():
-        time.sleep(0.05)
-    command = int((here / "d.pid").read_text())
+    running, command = long_command("d.pid")
     warm.stop(server)
-    for _ in range(100):
-        try:
-            os.kill(command, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.05)
-    else:
-        print("left running", command)
+    print("after stop:", ended(command))
     running.wait()
-    print("after stop: ended")
     assert warm.VARIABLE not in os.environ
     # No server: the same command, cold (`python -m`), its exit status.
     cold = subprocess.Popen([sys.executable, warm.__file__, "sleeper", str(here / "c.pid"), "0", "5"], cwd=here)
