@@ -286,6 +286,43 @@ with plots.drawing(named, records, outdir, int(sys.argv[3])):
     assert sorted(p.name for p in (tmp_path / "3").glob("*.png")) == drawn
 
 
+def test_a_plot_drawn_on_the_reused_figure_is_the_plot_drawn_on_a_fresh_one(tmp_path, monkeypatch):
+    """A drawing process draws its 1-D plots on one figure, emptied between them: a plot is byte for byte what a
+    fresh figure gives, whatever was drawn before it (lines of categories with a legend, a larger scale, a plot that
+    failed half-drawn, a 2-D plot on a figure of its own)."""
+    rng = np.random.default_rng(5)
+    h = hist.Hist.new.Reg(20, 0, 10, name="x", label="x [GeV]").Weight()
+    h.fill(x=rng.uniform(0, 10, 300))
+    large = hist.Hist.new.Reg(7, -50, 50, name="y").Double()
+    large.fill(y=rng.normal(0, 20, 10**5))
+    by_category = hist.Hist.new.StrCat(["a", "b", "c"], name="c").Reg(5, 0, 1, name="x").Double()
+    by_category.fill(c=["a", "b", "c", "c"], x=[0.1, 0.5, 0.7, 0.9])
+    plane = hist.Hist.new.Reg(4, 0, 1, name="u").Reg(4, 0, 1, name="v").Double()
+    plane.fill(u=rng.uniform(0, 1, 50), v=rng.uniform(0, 1, 50))
+    steps = plots._steps
+
+    def fails_at_its_second_line(ax, h, **style):
+        steps(ax, h, **style)
+        if len(ax.patches) == 2:
+            raise ValueError("half drawn")
+
+    plots._FIGURE.clear()
+    try:
+        assert plots.histogram(h, "h", tmp_path / "fresh.png")
+        for i, other in enumerate((by_category, large, plane)):
+            assert plots.histogram(other, f"other {i}", tmp_path / f"other{i}.png")
+        with monkeypatch.context() as m:
+            m.setattr(plots, "_steps", fails_at_its_second_line)
+            with pytest.raises(ValueError, match="half drawn"):
+                plots.histogram(by_category, "broken", tmp_path / "broken.png")
+        assert plots.histogram(h, "h", tmp_path / "after.png")
+    finally:
+        if plots._FIGURE:
+            plots._pyplot().close(plots._FIGURE[0])
+        plots._FIGURE.clear()
+    assert (tmp_path / "after.png").read_bytes() == (tmp_path / "fresh.png").read_bytes()
+
+
 def test_summary_names_failures_and_where_the_products_are():
     summary = report.summarise([record("a", 0, 10), record("d", 5, 20, failure=GONE)], expected("a", "d"))
     text = report.summary_line(summary, "results/c")
