@@ -96,7 +96,8 @@ rule analyse:
         fixed=lambda wildcards: BATCH_FIXED.get(wildcards.batch, ""),
     # With --taskvine-library the plugin sets TASKVINE_WARM_PYTHON: the driver is then forked from the library's
     # process, which has imported coffea once (--taskvine-library-preload in the profiles), instead of a new
-    # interpreter that imports it again (0.7 s a job); anywhere else `python -m`.
+    # interpreter that imports it again (0.7 s a job); anywhere else `python -m`. (The merge and the report too; on the
+    # login node, from the plugin's server there: --taskvine-local-preload.)
     shell:
         "${{TASKVINE_WARM_PYTHON:-python -m}} hepvine.jobs.driver --shard {input.shard:q} "
         + ANALYSIS_OPTIONS
@@ -131,7 +132,9 @@ rule merge:
     log:
         f"{OUT}/logs/merge/{{level}}/{{index}}.log",
     shell:
-        f"python -m hepvine.jobs.merge {ANALYSIS_MODULE} --output {{output:q}} {{input.results:q}} 2> {{log:q}}"
+        "${{TASKVINE_WARM_PYTHON:-python -m}} hepvine.jobs.merge "
+        + ANALYSIS_MODULE
+        + " --output {output:q} {input.results:q} 2> {log:q}"
 
 
 rule report:
@@ -167,8 +170,8 @@ rule report:
         ),
         histograms="--plot-histograms" if config["plots"] else "",
     shell:
-        "python -m hepvine.products.report --results {input.results:q} --expected {input.expected:q}"
-        " --run {input.run:q} "
+        "${{TASKVINE_WARM_PYTHON:-python -m}} hepvine.products.report --results {input.results:q}"
+        " --expected {input.expected:q} --run {input.run:q} "
         + ANALYSIS_OPTIONS
         + " --output {output.output:q} --histograms {output.histograms:q} --report {output.report:q}"
         " --summary {output.summary:q} --failures {output.failures:q} {params.cache} --plots {output.plots:q}"

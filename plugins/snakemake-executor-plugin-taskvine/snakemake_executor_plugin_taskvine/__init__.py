@@ -21,7 +21,7 @@ from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
 from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 from snakemake_interface_executor_plugins.settings import CommonSettings, ExecutorSettingsBase, SharedFSUsage
 
-from . import provision, validation
+from . import provision, validation, warm
 from .dispatcher import Dispatcher
 from .failures import describe_failure
 from .stragglers import Stragglers
@@ -165,6 +165,12 @@ class ExecutorSettings(ExecutorSettingsBase):
         "forked from the library's process, with them imported, instead of in a new interpreter (where the variable "
         "is unset: write `${TASKVINE_WARM_PYTHON:-python -m} MODULE ARGS` and the same command runs cold).",
     )
+    local_preload: Optional[str] = _setting(
+        None,
+        "Modules (comma-separated) imported once, while the run starts, by a server on this node for the warm "
+        "commands of the local rules' jobs (`$TASKVINE_WARM_PYTHON MODULE ARGS`, as with --taskvine-library-preload; "
+        "e.g. a small campaign's last step). The server ends with the run.",
+    )
     straggler_factor: float = _setting(
         3.0,
         "A task that has run this many times longer than the median of its rule's finished tasks (and at least "
@@ -255,6 +261,7 @@ class Executor(RemoteExecutor):
         self.next_slot_check = 0.0
         self.dispatcher: Optional[Dispatcher] = None
         self.provisioned: list = []
+        self.warm_server: Optional[tuple[int, str]] = None
         try:
             self._start(settings)
         except BaseException:  # stop what was started and remove the secrets, then let the error through
@@ -310,6 +317,9 @@ class Executor(RemoteExecutor):
             run_dir=self.run_dir,
             private_dir=self.private_dir,
         )
+        # The local rules' warm commands: their modules import while the workers connect and the first jobs run.
+        preload = comma_separated(settings.local_preload)
+        self.warm_server = warm.serve(preload, str(self.run_dir / "warm-server.log")) if preload else None
 
     def get_python_executable(self):
         # With a packed environment the job's interpreter is the environment's `python` (first on the task's PATH),
@@ -506,4 +516,6 @@ class Executor(RemoteExecutor):
         stop_all(provisioned)
         if self.dispatcher is not None:
             self.dispatcher.stop()
+        warm.stop(self.warm_server)
+        self.warm_server = None
         remove_private_directory(self.private_dir)

@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from . import credentials
+from . import credentials, warm
 
 LOOPBACK_CATALOG = "127.0.0.1:9097"
 # TaskVine's scheduling modes (VINE_SCHEDULE_<NAME>): files = where the task's input files already are.
@@ -243,7 +243,9 @@ def allowed_environment(patterns: Sequence[str], environ: Mapping[str, str] | No
     """The variables of ENVIRON (default: this process's) whose names PATTERNS allow (exact names, NAME* prefixes;
     case-sensitive)."""
     environ = os.environ if environ is None else environ
-    return {k: v for k, v in environ.items() if any(fnmatch.fnmatchcase(k, p) for p in patterns)}
+    allowed = {k: v for k, v in environ.items() if any(fnmatch.fnmatchcase(k, p) for p in patterns)}
+    # Never this node's warm server (warm.serve): a worker's jobs are not its commands.
+    return {k: v for k, v in allowed.items() if k not in (warm.VARIABLE, warm.SOCKET_VARIABLE)}
 
 
 def self_signed_certificate(directory: Path) -> tuple[str, str]:

@@ -102,12 +102,13 @@ def problems(settings) -> list[str]:
             f"{flag('straggler_factor')} {settings.straggler_factor}: must be more than 1 (a copy of every "
             "task slower than the median would double half the work), or 0 for no copies"
         )
-    bad = [m for m in comma_separated(settings.library_preload) if not MODULE_NAME.match(m)]
-    if bad:
-        found.append(
-            f"{flag('library_preload')}: {', '.join(map(repr, bad))}: give module names (e.g. coffea.processor), "
-            "separated by commas"
-        )
+    for name in ("library_preload", "local_preload"):
+        bad = [m for m in comma_separated(getattr(settings, name)) if not MODULE_NAME.match(m)]
+        if bad:
+            found.append(
+                f"{flag(name)}: {', '.join(map(repr, bad))}: give module names (e.g. coffea.processor), "
+                "separated by commas"
+            )
     found += worker_groups(settings)[1]
     if settings.password_file is not None:
         found += password_file_problems(Path(settings.password_file))

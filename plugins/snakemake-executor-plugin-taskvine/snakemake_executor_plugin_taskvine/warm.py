@@ -1,20 +1,24 @@
-"""Warm Python for a library call's commands (``--taskvine-library-preload``): ``$TASKVINE_WARM_PYTHON MODULE ARGS``
-runs ``python -m MODULE ARGS`` in a process forked from the library's, which has imported the preloaded modules
-once, instead of in a new interpreter that imports them again (coffea's 0.7 s, for instance, in every job).
+"""Warm Python (``--taskvine-library-preload``, ``--taskvine-local-preload``): ``$TASKVINE_WARM_PYTHON MODULE ARGS``
+runs ``python -m MODULE ARGS`` in a process forked from one that has imported the preloaded modules once, instead of
+in a new interpreter that imports them again (coffea's 0.7 s, for instance, in every job).
 
-Each call starts its own server (``start``) before Snakemake runs the job — a fork of the call while it is still one
-thread, so the forks it makes run no thread but their own — and ends it after (``stop``). The command's client
-(this file run as a script: ``python warm.py MODULE ARGS``, importing nothing of the plugin) sends the server its
-arguments, working directory, environment, umask and standard input, output and error (as file descriptors, so
-``2> log`` holds); the server forks the command from itself, waits for it and sends back its exit status (a
-command killed by a signal kills its client with the same signal). A command ends with its client (killed with its
-job) and with its server. Where no server answers (the variable unset, a job run as a process of its own, a server
-that could not start) the client runs ``python -m MODULE ARGS`` in its place: the same command, cold.
+Two kinds of server do it. A library call starts its own (``start``) before Snakemake runs the job — a fork of the
+call while it is still one thread, so the forks it makes run no thread but their own — and ends it after (``stop``).
+The executor starts one for the jobs Snakemake runs on this node, its local rules (``serve``): a process of its own
+(this file run as ``python warm.py --serve``; the executor runs threads, so nothing is forked from it), which imports
+the modules while the run begins, and ends with the run (``stop``, or when the executor's process ends).
 
-Limits: one command at a time (a job's commands one after another, not in a pipe or in the background: a second
-waits for the first); and the command is the library's interpreter, forked: interpreter settings from the job's
-environment (``PYTHONWARNINGS``, ``PYTHONHASHSEED``, ``-X`` options), and what the preloaded modules read from the
-environment when they were imported (e.g. thread counts), are the library's.
+The command's client (this file run as a script: ``python warm.py MODULE ARGS``, importing nothing of the plugin)
+sends the server its arguments, working directory, environment, umask and standard input, output and error (as file
+descriptors, so ``2> log`` holds). For each command the server forks a minder, which forks the command, waits for
+it and sends back its exit status (a command killed by a signal kills its client with the same signal): commands run
+side by side, as many as the jobs that run them. A command ends with its client (killed with its job) and with its
+server. Where no server answers (the variable unset, a job run as a process of its own on a worker, a server that
+could not start) the client runs ``python -m MODULE ARGS`` in its place: the same command, cold.
+
+Limits: the command is the server's interpreter, forked: interpreter settings from the job's environment
+(``PYTHONWARNINGS``, ``PYTHONHASHSEED``, ``-X`` options), and what the preloaded modules read from the environment
+when they were imported (e.g. thread counts), are the server's.
 """
 
 from __future__ import annotations
@@ -29,10 +33,12 @@ import sys
 import tempfile
 import threading
 import traceback
+import warnings
 
 VARIABLE = "TASKVINE_WARM_PYTHON"  # the command's prefix, set in a call's environment while its server runs
 SOCKET_VARIABLE = "TASKVINE_WARM_SOCKET"
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent ends
+SERVER_FD = 3  # where the node's server finds its listening socket (serve)
 
 
 def start() -> tuple[int, str] | None:
@@ -51,7 +57,7 @@ def start() -> tuple[int, str] | None:
         with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as listener:
             listener.bind(path)
             listener.listen()
-            pid = os.fork()
+            pid = _fork()
             if pid == 0:
                 code = 0
                 try:
@@ -72,7 +78,7 @@ def start() -> tuple[int, str] | None:
 
 
 def stop(server: tuple[int, str] | None) -> None:
-    """End the server START made; a command it still runs ends with it (see ``_run``)."""
+    """End the server START or SERVE made; a command it still runs ends with it (see ``_run``)."""
     if server is None:
         return
     pid, path = server
@@ -86,44 +92,145 @@ def stop(server: tuple[int, str] | None) -> None:
     shutil.rmtree(os.path.dirname(path), ignore_errors=True)
 
 
-def _serve(listener: socket.socket) -> None:
-    """The server: one command at a time."""
+def serve(preload: list[str] | tuple[str, ...], log: str) -> tuple[int, str] | None:
+    """Start the server of the commands Snakemake runs on this node, importing PRELOAD (what fails to import is said
+    in LOG, where the server writes): ``python warm.py --serve`` spawned (never forked: this process runs threads),
+    given a socket that listens from now on, in a directory of its own that only this user can enter (a command that
+    comes while the modules import waits for them), and ending when this process does. (its pid, the socket's
+    path), for ``stop``; None when it cannot start (said on standard error), and the commands then run cold. This
+    process's environment gets VARIABLE and SOCKET_VARIABLE, which the local jobs' commands inherit (and nothing this
+    plugin starts on a worker is given)."""
+    directory = None
+    try:
+        directory = tempfile.mkdtemp(prefix="vine-warm-", dir="/tmp")
+        path = os.path.join(directory, "s")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as listener:
+            listener.bind(path)
+            listener.listen(64)
+            # The server's descriptor 3 (a dup2 onto itself would keep its close-on-exec).
+            fd = listener.fileno() if listener.fileno() != SERVER_FD else os.dup(listener.fileno())
+            env = {k: v for k, v in os.environ.items() if k not in (VARIABLE, SOCKET_VARIABLE)}
+            argv = [sys.executable, os.path.abspath(__file__), "--serve", str(os.getpid()), *preload]
+            try:
+                pid = os.posix_spawn(
+                    sys.executable,
+                    argv,
+                    env,
+                    file_actions=[
+                        (os.POSIX_SPAWN_DUP2, fd, SERVER_FD),
+                        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                        (os.POSIX_SPAWN_OPEN, 1, log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644),
+                        (os.POSIX_SPAWN_DUP2, 1, 2),
+                    ],
+                )
+            finally:
+                if fd != listener.fileno():
+                    os.close(fd)
+    except OSError as e:
+        print(f"--taskvine-local-preload: the local jobs' commands run cold: {type(e).__name__}: {e}", file=sys.stderr)
+        if directory is not None:
+            shutil.rmtree(directory, ignore_errors=True)
+        return None
+    os.environ[SOCKET_VARIABLE] = path
+    os.environ[VARIABLE] = f"{sys.executable} {os.path.abspath(__file__)}"
+    return pid, path
+
+
+def _serve_node(argv: list[str]) -> None:
+    """``warm.py --serve PARENT MODULES``: the server ``serve`` starts, listening on descriptor SERVER_FD. It imports
+    MODULES, ends when PARENT does, and serves commands as ``python -m`` would run them: this file's directory (a
+    script's first path entry) is no place to import from."""
+    parent, modules = int(argv[0]), argv[1:]
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    listener = socket.socket(fileno=SERVER_FD)
+    watch = os.pidfd_open(parent)
+    if os.getppid() != parent:  # its parent ended before it could watch it
+        return
+    import importlib
+
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # the module's own failure: its commands import it themselves, and say why
+            print(f"--taskvine-local-preload: {name} not imported: {type(e).__name__}: {e}", file=sys.stderr)
+    sys.stderr.flush()
+    _serve(listener, watch)
+
+
+def _serve(listener: socket.socket, parent: int | None = None) -> None:
+    """The server: a minder forked for each command, until it is killed or PARENT (a pidfd) ends."""
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
         signal.signal(sig, signal.SIG_DFL)
+    server = os.getpid()
+    watched = [listener] if parent is None else [listener, parent]
     while True:
+        ready, _, _ = select.select(watched, [], [])
+        if parent in ready:
+            return
         conn, _ = listener.accept()
-        with conn:
-            message, fds, _, _ = socket.recv_fds(conn, 1 << 22, 3)
-            if not message or len(fds) != 3:  # a client that ended before it asked
-                for fd in fds:
-                    os.close(fd)
-                continue
-            pid = os.fork()
-            if pid == 0:
-                _run(message, fds)
-            for fd in fds:
-                os.close(fd)
-            ended = os.pidfd_open(pid)
-            ready, _, _ = select.select([conn, ended], [], [])
-            if ended not in ready:  # the client said nothing more: it has ended, and so does its command
-                os.kill(pid, signal.SIGKILL)
-            _, status = os.waitpid(pid, 0)
-            os.close(ended)
+        if _fork() == 0:
+            code = 0
             try:
-                conn.sendall(str(os.waitstatus_to_exitcode(status)).encode())
-            except OSError:
-                pass
+                listener.close()
+                _die_with_parent(server)
+                _mind(conn)
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            finally:
+                os._exit(code)
+        conn.close()
+        while True:  # the minders that have ended
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    break
+            except ChildProcessError:
+                break
 
 
-def _run(message: bytes, fds: list[int]) -> None:
+def _fork() -> int:
+    """os.fork without Python's warning that the process runs threads (3.12+; shown where the node's server runs
+    as ``__main__``): the threads here are the numerical libraries' own (OpenBLAS's, jemalloc's), started by the
+    preloaded modules' imports, which prepare for a fork themselves; Python threads are none (``start``, and the node's
+    server starts none). Parent and child leave the warnings as they were."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"This process .* is multi-threaded", category=DeprecationWarning)
+        return os.fork()
+
+
+def _mind(conn: socket.socket) -> None:
+    """In a minder: run the command CONN's client asks for, and send it its exit status; end it if the client ends."""
+    message, fds, _, _ = socket.recv_fds(conn, 1 << 22, 3)
+    if not message or len(fds) != 3:  # a client that ended before it asked
+        return
+    minder = os.getpid()
+    pid = _fork()
+    if pid == 0:
+        _run(message, fds, minder)
+    for fd in fds:
+        os.close(fd)
+    ended = os.pidfd_open(pid)
+    ready, _, _ = select.select([conn, ended], [], [])
+    if ended not in ready:  # the client said nothing more: it has ended, and so does its command
+        os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    try:
+        conn.sendall(str(os.waitstatus_to_exitcode(status)).encode())
+    except OSError:
+        pass
+
+
+def _run(message: bytes, fds: list[int], minder: int) -> None:
     """In the forked command: become ``python -m MODULE ARGS`` as MESSAGE (the client's request) says, with the
-    client's descriptors FDS as standard input, output and error; never returns. It ends when the server does."""
+    client's descriptors FDS as standard input, output and error; never returns. It ends when its MINDER does (and
+    the minder when the server does)."""
     code = 0
     try:
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
         os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # the server's socket, the client's copies, the library's files
-        _die_with_parent()
+        _die_with_parent(minder)
         import atexit
         import runpy
 
@@ -165,14 +272,17 @@ def _run(message: bytes, fds: list[int]) -> None:
     os._exit(code)
 
 
-def _die_with_parent() -> None:
-    """SIGKILL to this process when its parent (the server) ends, as when the call stops it (Linux's prctl)."""
+def _die_with_parent(parent: int) -> None:
+    """SIGKILL to this process when its parent (PARENT: the server, or a command's minder) ends, as when the call
+    stops the server (Linux's prctl); at once if it has already ended."""
     import ctypes
 
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):
         pass
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def client(argv: list[str]) -> int:
@@ -208,4 +318,7 @@ def _umask() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(client(sys.argv[1:]))
+    if sys.argv[1:2] == ["--serve"]:
+        _serve_node(sys.argv[2:])
+    else:
+        sys.exit(client(sys.argv[1:]))

@@ -3,7 +3,8 @@ each call a forked child), on real local workers, in both filesystem modes; a fa
 other, with its rule and the last lines of its output. With --taskvine-library-preload a job's
 `$TASKVINE_WARM_PYTHON MODULE ARGS` runs MODULE forked from the library's process with the preloaded modules imported,
 as `python -m MODULE ARGS` would run it (arguments, working directory, environment, redirections, exit status);
-without it the same command runs `python -m`."""
+without it the same command runs `python -m`. With --taskvine-local-preload a local rule's job runs it forked from
+the server the executor starts on this node, library or not, and a job run as a process on a worker runs it cold."""
 
 from __future__ import annotations
 
@@ -82,3 +83,25 @@ def test_a_failing_warm_command_fails_its_job_with_its_exit_status(workflow):
     (wf.root / "probe.py").write_text(PROBE)
     done = wf.run("--taskvine-library", "--taskvine-library-preload", "xml.dom.minidom", timeout=240)
     assert done.returncode != 0 and "exit status 3" in done.stderr and "warm=True" in done.stderr, done.stderr[-3000:]
+
+
+def test_local_jobs_warm_commands_run_on_the_nodes_server_and_a_workers_processes_run_cold(workflow):
+    shell = f"FOO=bar {WARM} {{output}} 'a b' c"
+    wf = workflow(
+        slow_snakefile(shell, n=2).replace(
+            'input: expand("out/{i}.txt", i=range(2))', 'input: expand("{d}/{i}.txt", d=["out", "here"], i=range(2))'
+        )
+        + f"""
+localrules: here
+
+rule here:
+    output: "here/{{i}}.txt"
+    shell: "{shell}"
+"""
+    )
+    (wf.root / "probe.py").write_text(PROBE)
+    wf.run("--taskvine-local-preload", "xml.dom.minidom", check=True)
+    for where, warm in (("here", True), ("out", False)):
+        for i in range(2):
+            said = eval((wf.root / where / f"{i}.txt").read_text())
+            assert said == {"warm": warm, "args": ["a b", "c"], "cwd": str(wf.root), "foo": "bar", "main": "__main__"}

@@ -94,3 +94,94 @@ def test_warm_commands_exit_status_signals_and_lifetime(tmp_path):
         "cold 5 True",
         "with threads None",
     ], done.stdout + done.stderr[-3000:]
+
+
+NODE = textwrap.dedent(
+    """
+    import os, signal, subprocess, sys, threading, time
+    from pathlib import Path
+    from snakemake_executor_plugin_taskvine import warm
+
+    here = Path(sys.argv[1])
+    (here / "probe.py").write_text(
+        "import os, sys, time\\n"
+        "time.sleep(float(sys.argv[2]))\\n"
+        "open(sys.argv[1], 'w').write(repr(('xml.dom.minidom' in sys.modules, os.getpid(), sys.path[0])))\\n"
+    )
+    (here / "sleeper.py").write_text(
+        "import os, sys, time\\nopen(sys.argv[1], 'w').write(str(os.getpid()))\\ntime.sleep(60)\\n"
+    )
+    threading.Thread(target=time.sleep, args=(30,), daemon=True).start()  # as the executor's process runs threads
+    server = warm.serve(["xml.dom.minidom", "no_such_module_here"], str(here / "server.log"))
+    client = os.environ[warm.VARIABLE].split()
+
+    # Two commands side by side, each as python -m runs it, with the preloaded module imported.
+    began = time.monotonic()
+    both = [subprocess.Popen([*client, "probe", str(here / f"{i}.out"), "2"], cwd=here) for i in range(2)]
+    print("codes", [p.wait() for p in both], "side by side", time.monotonic() - began < 3.5)
+    said = [eval((here / f"{i}.out").read_text()) for i in range(2)]
+    print("warm", [s[0] for s in said], "cwd first", {s[2] for s in said} == {str(here)})
+
+    def ended(pid):
+        for _ in range(100):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return "ended"
+            time.sleep(0.05)
+        return f"left running ({pid})"
+
+    # Stopped while a command runs: the command ends too, and the variables are gone.
+    running = subprocess.Popen([*client, "sleeper", str(here / "s.pid")], cwd=here)
+    while not (here / "s.pid").exists() or not (here / "s.pid").read_text():
+        time.sleep(0.05)
+    warm.stop(server)
+    print("after stop:", ended(int((here / "s.pid").read_text())), warm.VARIABLE in os.environ)
+    running.wait()
+    print("log", "no_such_module_here not imported: ModuleNotFoundError" in (here / "server.log").read_text())
+    """
+)
+
+# The executor's process ends without stopping its server (killed): the server, and a command it runs, end too.
+ORPHAN = textwrap.dedent(
+    """
+    import os, sys
+    from pathlib import Path
+    from snakemake_executor_plugin_taskvine import warm
+
+    here = Path(sys.argv[1])
+    server = warm.serve([], str(here / "server.log"))
+    print(server[0], os.environ[warm.SOCKET_VARIABLE], flush=True)
+    os.kill(os.getpid(), 9)
+    """
+)
+
+
+def test_the_nodes_server_runs_commands_side_by_side_warm_and_ends_with_the_run(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-c", NODE, str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == [
+        "codes [0, 0] side by side True",
+        "warm [True, True] cwd first True",
+        "after stop: ended False",
+        "log True",
+    ], done.stdout + done.stderr[-3000:]
+
+
+def test_the_nodes_server_ends_when_the_process_that_started_it_is_killed(tmp_path):
+    import os
+    import time
+
+    done = subprocess.run([sys.executable, "-c", ORPHAN, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == -9, done.stderr[-3000:]
+    pid, socket_path = done.stdout.split()
+    for _ in range(100):
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"the server {pid} outlived the process that started it")
