@@ -10,11 +10,13 @@ the modules while the run begins, and ends with the run (``stop``, or when the e
 
 The command's client (this file run as a script: ``python warm.py MODULE ARGS``, importing nothing of the plugin)
 sends the server its arguments, working directory, environment, umask and standard input, output and error (as file
-descriptors, so ``2> log`` holds). For each command the server forks a minder, which forks the command, waits for
-it and sends back its exit status (a command killed by a signal kills its client with the same signal): commands run
-side by side, as many as the jobs that run them. A command ends with its client (killed with its job) and with its
-server. Where no server answers (the variable unset, a job run as a process of its own on a worker, a server that
-could not start) the client runs ``python -m MODULE ARGS`` in its place: the same command, cold.
+descriptors, so ``2> log`` holds). For each command the server forks a minder, which forks the command, tells the
+client it has started, waits for it and sends back its exit status (a command killed by a signal kills its client
+with the same signal): commands run side by side, as many as the jobs that run them. A command ends with its client
+(killed with its job) and with its server. Where no server starts it (the variable unset, a job run as a process of
+its own on a worker, a server that could not start, has ended or cannot fork, or a job whose ``python`` on PATH is
+another interpreter's: a conda environment of its own) the client runs ``python -m MODULE ARGS`` in its place: the
+same command, cold.
 
 Limits: the command is the server's interpreter, forked: interpreter settings from the job's environment
 (``PYTHONWARNINGS``, ``PYTHONHASHSEED``, ``-X`` options), and what the preloaded modules read from the environment
@@ -35,10 +37,13 @@ import threading
 import traceback
 import warnings
 
-VARIABLE = "TASKVINE_WARM_PYTHON"  # the command's prefix, set in a call's environment while its server runs
+VARIABLE = "TASKVINE_WARM_PYTHON"  # the prefix: in a call's (or the executor's) environment while its server runs
 SOCKET_VARIABLE = "TASKVINE_WARM_SOCKET"
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent ends
 SERVER_FD = 3  # where the node's server finds its listening socket (serve)
+STARTED = b"+"  # a minder's first word to its client: the command is forked (before it, the client may run it cold)
+# The node's server's own PYTHONPATH entries: not the command's (it has its own).
+_SERVER_PATH: list[str] = []
 
 
 def start() -> tuple[int, str] | None:
@@ -46,12 +51,13 @@ def start() -> tuple[int, str] | None:
     short path: a socket's is at most 107 bytes, a worker's sandboxes are deeper); (its pid, the socket's path). None
     when it cannot start — this process runs threads (a fork would copy their locks), the system lacks what it needs
     (``pidfd_open``), or a directory, socket or fork fails (said on standard error) — and the commands then run
-    cold. The call's environment gets VARIABLE and SOCKET_VARIABLE, so that the job's commands find it."""
+    cold. The call's environment gets VARIABLE and SOCKET_VARIABLE, so that the job's commands find it. The server
+    ends when the call does, even killed, and removes its directory."""
     if threading.active_count() > 1:
         return None
-    directory = None
+    directory = call = None
     try:
-        os.close(os.pidfd_open(os.getpid()))
+        call = os.pidfd_open(os.getpid())
         directory = tempfile.mkdtemp(prefix="vine-warm-", dir="/tmp")
         path = os.path.join(directory, "s")
         with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as listener:
@@ -61,7 +67,8 @@ def start() -> tuple[int, str] | None:
             if pid == 0:
                 code = 0
                 try:
-                    _serve(listener)
+                    _serve(listener, call)
+                    shutil.rmtree(directory, ignore_errors=True)
                 except BaseException:
                     traceback.print_exc()
                     code = 1
@@ -72,6 +79,9 @@ def start() -> tuple[int, str] | None:
         if directory is not None:
             shutil.rmtree(directory, ignore_errors=True)
         return None
+    finally:
+        if call is not None:
+            os.close(call)
     os.environ[SOCKET_VARIABLE] = path
     os.environ[VARIABLE] = f"{sys.executable} {os.path.abspath(__file__)}"
     return pid, path
@@ -102,6 +112,7 @@ def serve(preload: list[str] | tuple[str, ...], log: str) -> tuple[int, str] | N
     plugin starts on a worker is given)."""
     directory = None
     try:
+        os.close(os.pidfd_open(os.getpid()))  # (what the server and its minders need)
         directory = tempfile.mkdtemp(prefix="vine-warm-", dir="/tmp")
         path = os.path.join(directory, "s")
         with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as listener:
@@ -138,24 +149,31 @@ def serve(preload: list[str] | tuple[str, ...], log: str) -> tuple[int, str] | N
 
 def _serve_node(argv: list[str]) -> None:
     """``warm.py --serve PARENT MODULES``: the server ``serve`` starts, listening on descriptor SERVER_FD. It imports
-    MODULES, ends when PARENT does, and serves commands as ``python -m`` would run them: this file's directory (a
-    script's first path entry) is no place to import from."""
+    MODULES, ends when PARENT does (removing its directory), and serves commands as ``python -m`` would run them: this
+    file's directory (a script's first path entry) is no place to import from, and the server's own PYTHONPATH
+    entries are not the command's. A module that starts a thread ends it at once: its commands run cold."""
     parent, modules = int(argv[0]), argv[1:]
-    here = os.path.dirname(os.path.abspath(__file__))
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    here = os.path.dirname(os.path.realpath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.curdir) != here]
+    _SERVER_PATH.extend(filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep)))
     listener = socket.socket(fileno=SERVER_FD)
+    directory = os.path.dirname(listener.getsockname())
     watch = os.pidfd_open(parent)
-    if os.getppid() != parent:  # its parent ended before it could watch it
-        return
-    import importlib
+    if os.getppid() == parent:  # (else its parent ended before it could watch it)
+        import importlib
 
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except Exception as e:  # the module's own failure: its commands import it themselves, and say why
-            print(f"--taskvine-local-preload: {name} not imported: {type(e).__name__}: {e}", file=sys.stderr)
-    sys.stderr.flush()
-    _serve(listener, watch)
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception as e:  # the module's own failure: its commands import it themselves, and say why
+                print(f"--taskvine-local-preload: {name} not imported: {type(e).__name__}: {e}", file=sys.stderr)
+        if threading.active_count() > 1:
+            names = ", ".join(t.name for t in threading.enumerate() if t is not threading.current_thread())
+            print(f"--taskvine-local-preload: imports started threads ({names}): commands run cold", file=sys.stderr)
+        else:
+            sys.stderr.flush()
+            _serve(listener, watch)
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def _serve(listener: socket.socket, parent: int | None = None) -> None:
@@ -166,10 +184,21 @@ def _serve(listener: socket.socket, parent: int | None = None) -> None:
     watched = [listener] if parent is None else [listener, parent]
     while True:
         ready, _, _ = select.select(watched, [], [])
+        _reap()
         if parent in ready:
             return
-        conn, _ = listener.accept()
-        if _fork() == 0:
+        try:
+            conn, _ = listener.accept()
+        except OSError as e:  # (out of descriptors, say): this command's client gets no answer, the next may
+            print(f"warm: a command not taken: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            continue
+        try:
+            minder = _fork()
+        except OSError as e:  # (at the user's process limit): its client runs it cold
+            print(f"warm: a command not taken: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            conn.close()
+            continue
+        if minder == 0:
             code = 0
             try:
                 listener.close()
@@ -181,12 +210,16 @@ def _serve(listener: socket.socket, parent: int | None = None) -> None:
             finally:
                 os._exit(code)
         conn.close()
-        while True:  # the minders that have ended
-            try:
-                if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                    break
-            except ChildProcessError:
-                break
+
+
+def _reap() -> None:
+    """Collect the minders that have ended."""
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                return
+        except ChildProcessError:
+            return
 
 
 def _fork() -> int:
@@ -210,6 +243,10 @@ def _mind(conn: socket.socket) -> None:
         _run(message, fds, minder)
     for fd in fds:
         os.close(fd)
+    try:
+        conn.sendall(STARTED)
+    except OSError:  # the client has ended: so does the command, below
+        pass
     ended = os.pidfd_open(pid)
     ready, _, _ = select.select([conn, ended], [], [])
     if ended not in ready:  # the client said nothing more: it has ended, and so does its command
@@ -243,7 +280,11 @@ def _run(message: bytes, fds: list[int], minder: int) -> None:
         # (Without the server's variables: a command it runs that runs another runs that one cold, never waiting here.)
         os.environ.update({k: v for k, v in request["env"].items() if k not in (VARIABLE, SOCKET_VARIABLE)})
         tempfile.tempdir = None  # from the command's TMPDIR, not the library's
-        # As `python -m` begins its path: the working directory, then PYTHONPATH's entries.
+        # As `python -m` begins its path: the working directory, then PYTHONPATH's entries (the command's, not the
+        # node's server's).
+        for entry in _SERVER_PATH:
+            if entry in sys.path:
+                sys.path.remove(entry)
         sys.path[0:0] = [request["cwd"], *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
         sys.argv = [request["module"], *request["args"]]
         try:
@@ -286,23 +327,34 @@ def _die_with_parent(parent: int) -> None:
 
 
 def client(argv: list[str]) -> int:
-    """``warm.py MODULE ARGS``: the command run by this call's server, or as ``python -m`` where none answers. Its
-    exit status is the command's (a command killed by a signal: this client too)."""
+    """``warm.py MODULE ARGS``: the command run by the server this job's environment names, or as ``python -m``
+    where none starts it (no server, one that cannot take it or has ended, or a ``python`` on PATH other than this
+    interpreter's: a job in an environment of its own). Its exit status is the command's (a command killed by a
+    signal: this client too)."""
     module, args = argv[0], argv[1:]
     path = os.environ.get(SOCKET_VARIABLE)
+    python = shutil.which("python")
     request = {"module": module, "args": args, "cwd": os.getcwd(), "env": dict(os.environ), "umask": _umask()}
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         if not path:
             raise OSError("no server")
+        if python and os.path.dirname(os.path.abspath(python)) != os.path.dirname(os.path.abspath(sys.executable)):
+            raise OSError(f"python is {python}")
         conn.connect(path)
         socket.send_fds(conn, [json.dumps(request).encode()], [0, 1, 2])
-    except OSError:  # no server, or one that cannot take this request (a closed standard stream, a huge environment)
+        if conn.recv(64) != STARTED:
+            raise OSError("not started")
+    except OSError:  # run cold: the command has not begun (a closed standard stream, a huge environment...)
         conn.close()
         env = {k: v for k, v in os.environ.items() if k not in (VARIABLE, SOCKET_VARIABLE)}
-        os.execve(sys.executable, [sys.executable, "-m", module, *args], env)
-    reply = conn.recv(64)
-    code = int(reply) if reply else 1
+        interpreter = python or sys.executable
+        os.execve(interpreter, [interpreter, "-m", module, *args], env)
+    try:
+        reply = conn.recv(64)
+    except OSError:
+        reply = b""
+    code = int(reply) if reply else 1  # (a server that ended while the command ran: the command ended with it)
     if code < 0:  # killed by a signal: so is this client, as the command's own interpreter would have been
         if -code != signal.SIGKILL:
             signal.signal(-code, signal.SIG_DFL)

@@ -4,7 +4,7 @@ other, with its rule and the last lines of its output. With --taskvine-library-p
 `$TASKVINE_WARM_PYTHON MODULE ARGS` runs MODULE forked from the library's process with the preloaded modules imported,
 as `python -m MODULE ARGS` would run it (arguments, working directory, environment, redirections, exit status);
 without it the same command runs `python -m`. With --taskvine-local-preload a local rule's job runs it forked from
-the server the executor starts on this node, library or not, and a job run as a process on a worker runs it cold."""
+the server the executor starts on this node, and a job run as a process on a worker runs it cold."""
 
 from __future__ import annotations
 

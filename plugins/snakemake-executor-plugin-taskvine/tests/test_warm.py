@@ -106,21 +106,32 @@ NODE = textwrap.dedent(
     (here / "probe.py").write_text(
         "import os, sys, time\\n"
         "time.sleep(float(sys.argv[2]))\\n"
-        "open(sys.argv[1], 'w').write(repr(('xml.dom.minidom' in sys.modules, os.getpid(), sys.path[0])))\\n"
+        "mine = os.path.dirname(os.path.realpath(sys.argv[3]))\\n"
+        "foreign = any(os.path.realpath(p or '.') in (mine, sys.argv[4]) for p in sys.path)\\n"
+        "said = ('slow' in sys.modules, sys.path[0], foreign)\\n"
+        "open(sys.argv[1], 'w').write(repr(said))\\n"
     )
     (here / "sleeper.py").write_text(
         "import os, sys, time\\nopen(sys.argv[1], 'w').write(str(os.getpid()))\\ntime.sleep(60)\\n"
     )
+    # The server's own PYTHONPATH: a module that takes a second to import, and one that ends its importer.
+    (here / "server-path").mkdir()
+    (here / "server-path" / "slow.py").write_text("import time\\ntime.sleep(1)\\n")
+    (here / "server-path" / "dies.py").write_text("import os\\nos._exit(3)\\n")
     threading.Thread(target=time.sleep, args=(30,), daemon=True).start()  # as the executor's process runs threads
-    server = warm.serve(["xml.dom.minidom", "no_such_module_here"], str(here / "server.log"))
+    os.environ["PYTHONPATH"] = str(here / "server-path")
+    server = warm.serve(["xml.dom.minidom", "no_such_module_here", "slow"], str(here / "server.log"))
+    del os.environ["PYTHONPATH"]
     client = os.environ[warm.VARIABLE].split()
+    foreign = [warm.__file__, str(here / "server-path")]  # (what the command's path must not hold)
 
-    # Two commands side by side, each as python -m runs it, with the preloaded module imported.
+    # Two commands side by side, sent while the server still imports: each waits for the imports, then runs as
+    # python -m runs it (its working directory first on its path; neither the plugin's directory nor the server's
+    # PYTHONPATH on it), with the preloaded modules imported.
     began = time.monotonic()
-    both = [subprocess.Popen([*client, "probe", str(here / f"{i}.out"), "2"], cwd=here) for i in range(2)]
-    print("codes", [p.wait() for p in both], "side by side", time.monotonic() - began < 3.5)
-    said = [eval((here / f"{i}.out").read_text()) for i in range(2)]
-    print("warm", [s[0] for s in said], "cwd first", {s[2] for s in said} == {str(here)})
+    both = [subprocess.Popen([*client, "probe", str(here / f"{i}.out"), "2", *foreign], cwd=here) for i in range(2)]
+    print("codes", [p.wait() for p in both], "side by side", time.monotonic() - began < 4.5)
+    print("said", {(here / f"{i}.out").read_text() for i in range(2)} == {repr((True, str(here), False))})
 
     def ended(pid):
         for _ in range(100):
@@ -139,19 +150,35 @@ NODE = textwrap.dedent(
     print("after stop:", ended(int((here / "s.pid").read_text())), warm.VARIABLE in os.environ)
     running.wait()
     print("log", "no_such_module_here not imported: ModuleNotFoundError" in (here / "server.log").read_text())
+
+    # A server that ends while a command waits for it (a preloaded module ends its importer): the command runs cold.
+    os.environ["PYTHONPATH"] = str(here / "server-path")
+    server = warm.serve(["slow", "dies"], str(here / "server.log"))
+    del os.environ["PYTHONPATH"]
+    client = os.environ[warm.VARIABLE].split()
+    done = subprocess.run([*client, "probe", str(here / "c.out"), "0", *foreign], cwd=here)
+    print("cold", done.returncode, (here / "c.out").read_text())
+    warm.stop(server)
     """
 )
 
-# The executor's process ends without stopping its server (killed): the server, and a command it runs, end too.
+# The executor's process killed (no stop) while a command runs: the server, its minder and the command end, and the
+# server's directory is removed.
 ORPHAN = textwrap.dedent(
     """
-    import os, sys
+    import os, subprocess, sys, time
     from pathlib import Path
     from snakemake_executor_plugin_taskvine import warm
 
     here = Path(sys.argv[1])
+    (here / "sleeper.py").write_text(
+        "import os, sys, time\\nopen(sys.argv[1], 'w').write(str(os.getpid()))\\ntime.sleep(60)\\n"
+    )
     server = warm.serve([], str(here / "server.log"))
-    print(server[0], os.environ[warm.SOCKET_VARIABLE], flush=True)
+    client = subprocess.Popen([*os.environ[warm.VARIABLE].split(), "sleeper", str(here / "s.pid")], cwd=here)
+    while not (here / "s.pid").exists() or not (here / "s.pid").read_text():
+        time.sleep(0.05)
+    print(server[0], (here / "s.pid").read_text(), os.environ[warm.SOCKET_VARIABLE], flush=True)
     os.kill(os.getpid(), 9)
     """
 )
@@ -164,24 +191,72 @@ def test_the_nodes_server_runs_commands_side_by_side_warm_and_ends_with_the_run(
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines() == [
         "codes [0, 0] side by side True",
-        "warm [True, True] cwd first True",
+        "said True",
         "after stop: ended False",
         "log True",
+        f"cold 0 (False, {str(tmp_path)!r}, False)",
     ], done.stdout + done.stderr[-3000:]
 
 
 def test_the_nodes_server_ends_when_the_process_that_started_it_is_killed(tmp_path):
-    import os
     import time
+    from pathlib import Path
 
     done = subprocess.run([sys.executable, "-c", ORPHAN, str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert done.returncode == -9, done.stderr[-3000:]
-    pid, socket_path = done.stdout.split()
-    for _ in range(100):
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.05)
-    else:
-        raise AssertionError(f"the server {pid} outlived the process that started it")
+    server, command, socket_path = done.stdout.split()
+
+    def gone(pid: str) -> bool:
+        for _ in range(100):
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] == "Z":  # ended, not yet collected
+                        return True
+            except FileNotFoundError:
+                return True
+            time.sleep(0.05)
+        return False
+
+    assert gone(server) and gone(command), (server, command)
+    assert not Path(socket_path).parent.exists()
+
+
+def test_nothing_the_plugin_starts_for_workers_is_given_the_nodes_server():
+    from snakemake_executor_plugin_taskvine import taskvine, warm
+
+    environ = {warm.VARIABLE: "python warm.py", warm.SOCKET_VARIABLE: "/tmp/vine-warm-x/s", "KEPT": "1"}
+    assert taskvine.allowed_environment(["*"], environ) == {"KEPT": "1"}
+    assert taskvine.allowed_environment(["TASKVINE_*"], environ) == {}
+
+
+# A server that takes a command's request and ends without starting it (a minder that could not fork).
+UNSTARTED = textwrap.dedent(
+    """
+    import os, socket, subprocess, sys, threading
+    from pathlib import Path
+    from snakemake_executor_plugin_taskvine import warm
+
+    here = Path(sys.argv[1])
+    (here / "hello.py").write_text("import sys\\nopen(sys.argv[1], 'w').write('ran')\\n")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(str(here / "s"))
+    listener.listen()
+
+    def take_and_drop():
+        conn, _ = listener.accept()
+        socket.recv_fds(conn, 1 << 22, 3)
+        conn.close()
+
+    threading.Thread(target=take_and_drop).start()
+    env = {**os.environ, warm.SOCKET_VARIABLE: str(here / "s")}
+    done = subprocess.run([sys.executable, warm.__file__, "hello", str(here / "out")], cwd=here, env=env)
+    print(done.returncode, (here / "out").read_text())
+    """
+)
+
+
+def test_a_command_the_server_took_but_did_not_start_runs_cold(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-c", UNSTARTED, str(tmp_path)], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert done.returncode == 0 and done.stdout == "0 ran\n", done.stdout + done.stderr[-3000:]
