@@ -75,16 +75,11 @@ def start() -> tuple[int, str] | None:
                 finally:
                     os._exit(code)
     except OSError as e:
-        print(f"--taskvine-library-preload: this call's commands run cold: {type(e).__name__}: {e}", file=sys.stderr)
-        if directory is not None:
-            shutil.rmtree(directory, ignore_errors=True)
-        return None
+        return _not_started("--taskvine-library-preload: this call's", e, directory)
     finally:
         if call is not None:
             os.close(call)
-    os.environ[SOCKET_VARIABLE] = path
-    os.environ[VARIABLE] = f"{sys.executable} {os.path.abspath(__file__)}"
-    return pid, path
+    return _started(pid, path)
 
 
 def stop(server: tuple[int, str] | None) -> None:
@@ -138,13 +133,22 @@ def serve(preload: list[str] | tuple[str, ...], log: str) -> tuple[int, str] | N
                 if fd != listener.fileno():
                     os.close(fd)
     except OSError as e:
-        print(f"--taskvine-local-preload: the local jobs' commands run cold: {type(e).__name__}: {e}", file=sys.stderr)
-        if directory is not None:
-            shutil.rmtree(directory, ignore_errors=True)
-        return None
+        return _not_started("--taskvine-local-preload: the local jobs'", e, directory)
+    return _started(pid, path)
+
+
+def _started(pid: int, path: str) -> tuple[int, str]:
+    """The server PID listening at PATH, named in this process's environment for the commands it starts."""
     os.environ[SOCKET_VARIABLE] = path
     os.environ[VARIABLE] = f"{sys.executable} {os.path.abspath(__file__)}"
     return pid, path
+
+
+def _not_started(whose: str, error: OSError, directory: str | None) -> None:
+    """Say that WHOSE commands run cold, and why (ERROR); remove the server's DIRECTORY, if made."""
+    print(f"{whose} commands run cold: {type(error).__name__}: {error}", file=sys.stderr)
+    if directory is not None:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _serve_node(argv: list[str]) -> None:

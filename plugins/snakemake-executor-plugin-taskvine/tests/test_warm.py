@@ -10,7 +10,9 @@ import subprocess
 import sys
 import textwrap
 
-CALL = textwrap.dedent(
+# Each script's start: what it imports, its directory (its first argument) and a module `sleeper PIDFILE SECONDS
+# HOW` that writes its pid, sleeps, then is killed (HOW: term, kill) or exits with status HOW.
+PREAMBLE = textwrap.dedent(
     """
     import os, signal, subprocess, sys, threading, time
     from pathlib import Path
@@ -24,6 +26,31 @@ CALL = textwrap.dedent(
         "sig = {'term': signal.SIGTERM, 'kill': signal.SIGKILL}.get(sys.argv[3])\\n"
         "os.kill(os.getpid(), sig) if sig else sys.exit(int(sys.argv[3]))\\n"
     )
+
+    def ended(pid):
+        for _ in range(100):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return "ended"
+            time.sleep(0.05)
+        return f"left running ({pid})"
+    """
+)
+
+
+def said_by(script: str, directory) -> list[str]:
+    """What SCRIPT (run in an interpreter of its own, as a call or the executor, in DIRECTORY) printed, line by line;
+    it must succeed."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(directory)], capture_output=True, text=True, timeout=120, cwd=directory
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    return done.stdout.splitlines()
+
+
+CALL = PREAMBLE + textwrap.dedent(
+    """
     server = warm.start()
     client = os.environ[warm.VARIABLE].split()
 
@@ -49,15 +76,6 @@ CALL = textwrap.dedent(
             time.sleep(0.05)
         return running, int((here / name).read_text())
 
-    def ended(pid):
-        for _ in range(100):
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return "ended"
-            time.sleep(0.05)
-        return f"left running ({pid})"
-
     # The client killed: its command ends too.
     running, command = long_command("b.pid")
     running.kill()
@@ -81,11 +99,7 @@ CALL = textwrap.dedent(
 
 
 def test_warm_commands_exit_status_signals_and_lifetime(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-c", CALL, str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=tmp_path
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.splitlines() == [
+    assert said_by(CALL, tmp_path) == [
         "term -15",
         "kill -9",
         "closed 1 True",
@@ -93,16 +107,11 @@ def test_warm_commands_exit_status_signals_and_lifetime(tmp_path):
         "after stop: ended",
         "cold 5 True",
         "with threads None",
-    ], done.stdout + done.stderr[-3000:]
+    ]
 
 
-NODE = textwrap.dedent(
+NODE = PREAMBLE + textwrap.dedent(
     """
-    import os, signal, subprocess, sys, threading, time
-    from pathlib import Path
-    from snakemake_executor_plugin_taskvine import warm
-
-    here = Path(sys.argv[1])
     (here / "probe.py").write_text(
         "import os, sys, time\\n"
         "time.sleep(float(sys.argv[2]))\\n"
@@ -110,9 +119,6 @@ NODE = textwrap.dedent(
         "foreign = any(os.path.realpath(p or '.') in (mine, sys.argv[4]) for p in sys.path)\\n"
         "said = ('slow' in sys.modules, sys.path[0], foreign)\\n"
         "open(sys.argv[1], 'w').write(repr(said))\\n"
-    )
-    (here / "sleeper.py").write_text(
-        "import os, sys, time\\nopen(sys.argv[1], 'w').write(str(os.getpid()))\\ntime.sleep(60)\\n"
     )
     # The server's own PYTHONPATH: a module that takes a second to import, and one that ends its importer.
     (here / "server-path").mkdir()
@@ -133,17 +139,8 @@ NODE = textwrap.dedent(
     print("codes", [p.wait() for p in both], "side by side", time.monotonic() - began < 4.5)
     print("said", {(here / f"{i}.out").read_text() for i in range(2)} == {repr((True, str(here), False))})
 
-    def ended(pid):
-        for _ in range(100):
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return "ended"
-            time.sleep(0.05)
-        return f"left running ({pid})"
-
     # Stopped while a command runs: the command ends too, and the variables are gone.
-    running = subprocess.Popen([*client, "sleeper", str(here / "s.pid")], cwd=here)
+    running = subprocess.Popen([*client, "sleeper", str(here / "s.pid"), "60", "0"], cwd=here)
     while not (here / "s.pid").exists() or not (here / "s.pid").read_text():
         time.sleep(0.05)
     warm.stop(server)
@@ -164,18 +161,10 @@ NODE = textwrap.dedent(
 
 # The executor's process killed (no stop) while a command runs: the server, its minder and the command end, and the
 # server's directory is removed.
-ORPHAN = textwrap.dedent(
+ORPHAN = PREAMBLE + textwrap.dedent(
     """
-    import os, subprocess, sys, time
-    from pathlib import Path
-    from snakemake_executor_plugin_taskvine import warm
-
-    here = Path(sys.argv[1])
-    (here / "sleeper.py").write_text(
-        "import os, sys, time\\nopen(sys.argv[1], 'w').write(str(os.getpid()))\\ntime.sleep(60)\\n"
-    )
     server = warm.serve([], str(here / "server.log"))
-    client = subprocess.Popen([*os.environ[warm.VARIABLE].split(), "sleeper", str(here / "s.pid")], cwd=here)
+    client = subprocess.Popen([*os.environ[warm.VARIABLE].split(), "sleeper", str(here / "s.pid"), "60", "0"], cwd=here)
     while not (here / "s.pid").exists() or not (here / "s.pid").read_text():
         time.sleep(0.05)
     print(server[0], (here / "s.pid").read_text(), os.environ[warm.SOCKET_VARIABLE], flush=True)
@@ -185,17 +174,13 @@ ORPHAN = textwrap.dedent(
 
 
 def test_the_nodes_server_runs_commands_side_by_side_warm_and_ends_with_the_run(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-c", NODE, str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=tmp_path
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.splitlines() == [
+    assert said_by(NODE, tmp_path) == [
         "codes [0, 0] side by side True",
         "said True",
         "after stop: ended False",
         "log True",
         f"cold 0 (False, {str(tmp_path)!r}, False)",
-    ], done.stdout + done.stderr[-3000:]
+    ]
 
 
 def test_the_nodes_server_ends_when_the_process_that_started_it_is_killed(tmp_path):
