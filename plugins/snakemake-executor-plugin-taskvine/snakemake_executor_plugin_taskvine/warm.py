@@ -18,6 +18,8 @@ its own on a worker, a server that could not start, has ended or cannot fork, or
 another interpreter's: a conda environment of its own) the client runs ``python -m MODULE ARGS`` in its place: the
 same command, cold.
 
+A command's module is run afresh as ``__main__``, even when it was preloaded (what it imports stays imported).
+
 Limits: the command is the server's interpreter, forked: interpreter settings from the job's environment
 (``PYTHONWARNINGS``, ``PYTHONHASHSEED``, ``-X`` options), and what the preloaded modules read from the environment
 when they were imported (e.g. thread counts), are the server's.
@@ -291,6 +293,9 @@ def _run(message: bytes, fds: list[int], minder: int) -> None:
                 sys.path.remove(entry)
         sys.path[0:0] = [request["cwd"], *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
         sys.argv = [request["module"], *request["args"]]
+        # A preloaded module run as the command is run afresh as __main__, as `python -m` runs it: its preloaded copy
+        # (and what it imported) stays for others to import.
+        sys.modules.pop(request["module"], None)
         try:
             runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
         finally:

@@ -124,9 +124,12 @@ NODE = PREAMBLE + textwrap.dedent(
     (here / "server-path").mkdir()
     (here / "server-path" / "slow.py").write_text("import time\\ntime.sleep(1)\\n")
     (here / "server-path" / "dies.py").write_text("import os\\nos._exit(3)\\n")
+    (here / "server-path" / "again").mkdir()
+    (here / "server-path" / "again" / "__init__.py").write_text("")
+    (here / "server-path" / "again" / "run.py").write_text("import sys\\nprint(__name__, file=sys.stderr)\\n")
     threading.Thread(target=time.sleep, args=(30,), daemon=True).start()  # as the executor's process runs threads
     os.environ["PYTHONPATH"] = str(here / "server-path")
-    server = warm.serve(["xml.dom.minidom", "no_such_module_here", "slow"], str(here / "server.log"))
+    server = warm.serve(["xml.dom.minidom", "no_such_module_here", "slow", "again.run"], str(here / "server.log"))
     del os.environ["PYTHONPATH"]
     client = os.environ[warm.VARIABLE].split()
     foreign = [warm.__file__, str(here / "server-path")]  # (what the command's path must not hold)
@@ -138,6 +141,11 @@ NODE = PREAMBLE + textwrap.dedent(
     both = [subprocess.Popen([*client, "probe", str(here / f"{i}.out"), "2", *foreign], cwd=here) for i in range(2)]
     print("codes", [p.wait() for p in both], "side by side", time.monotonic() - began < 4.5)
     print("said", {(here / f"{i}.out").read_text() for i in range(2)} == {repr((True, str(here), False))})
+
+    # A preloaded module run as the command: run again, as __main__, as python -m runs it (no warning of runpy's).
+    env = {**os.environ, "PYTHONPATH": str(here / "server-path")}
+    again = subprocess.run([*client, "again.run"], cwd=here, capture_output=True, text=True, env=env)
+    print("again", repr(again.stderr))
 
     # Stopped while a command runs: the command ends too, and the variables are gone.
     running = subprocess.Popen([*client, "sleeper", str(here / "s.pid"), "60", "0"], cwd=here)
@@ -177,6 +185,7 @@ def test_the_nodes_server_runs_commands_side_by_side_warm_and_ends_with_the_run(
     assert said_by(NODE, tmp_path) == [
         "codes [0, 0] side by side True",
         "said True",
+        "again '__main__\\n'",
         "after stop: ended False",
         "log True",
         f"cold 0 (False, {str(tmp_path)!r}, False)",
