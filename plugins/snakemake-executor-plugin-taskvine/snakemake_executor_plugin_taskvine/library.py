@@ -60,15 +60,7 @@ def warm(preload: list[str] | tuple[str, ...] = ()) -> None:
         import yte  # noqa: F401
     except ModuleNotFoundError:  # a Snakemake laid out otherwise: what was imported stays, calls import the rest
         pass
-    import importlib
-
-    for name in preload:
-        try:
-            importlib.import_module(name)
-        except Exception as e:  # the module's own failure: its commands import it themselves, and say why
-            print(f"--taskvine-library-preload: {name} not imported: {type(e).__name__}: {e}", file=sys.stderr)
-        else:
-            PRELOADED.append(name)
+    PRELOADED.extend(warm_commands.import_modules(preload, "--taskvine-library-preload"))
     os.environ[WARM_VARIABLE] = f"{time.process_time() - start:.3f}"
 
 

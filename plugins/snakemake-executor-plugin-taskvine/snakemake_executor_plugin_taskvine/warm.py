@@ -166,13 +166,7 @@ def _serve_node(argv: list[str]) -> None:
     directory = os.path.dirname(listener.getsockname())
     watch = os.pidfd_open(parent)
     if os.getppid() == parent:  # (else its parent ended before it could watch it)
-        import importlib
-
-        for name in modules:
-            try:
-                importlib.import_module(name)
-            except Exception as e:  # the module's own failure: its commands import it themselves, and say why
-                print(f"--taskvine-local-preload: {name} not imported: {type(e).__name__}: {e}", file=sys.stderr)
+        import_modules(modules, "--taskvine-local-preload")
         if threading.active_count() > 1:
             names = ", ".join(t.name for t in threading.enumerate() if t is not threading.current_thread())
             print(f"--taskvine-local-preload: imports started threads ({names}): commands run cold", file=sys.stderr)
@@ -180,6 +174,23 @@ def _serve_node(argv: list[str]) -> None:
             sys.stderr.flush()
             _serve(listener, watch)
     shutil.rmtree(directory, ignore_errors=True)
+
+
+def import_modules(names: list[str] | tuple[str, ...], setting: str) -> list[str]:
+    """Import NAMES for the warm commands (a server's, or a library's before its calls); the names imported. One that
+    cannot be imported is named on standard error with SETTING, and left to the commands: they import it themselves,
+    and say why."""
+    import importlib
+
+    imported = []
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # the module's own failure
+            print(f"{setting}: {name} not imported: {type(e).__name__}: {e}", file=sys.stderr)
+        else:
+            imported.append(name)
+    return imported
 
 
 def _serve(listener: socket.socket, parent: int | None = None) -> None:
