@@ -293,7 +293,8 @@ def test_two_runs_started_together_get_their_own_run_directories(tmp_path):
 
 
 # Six managers made in the same instant, each in a process of its own, on port 0 (cctools scans from 1024 up); each
-# keeps listening until its standard input closes, so that no port is given up and taken again.
+# keeps listening until its standard input closes, so that no port is given up and taken again. A manager that lost
+# its port is made again: TaskVine's notice of it goes to the process's standard error, its port alone to the output.
 SAME_INSTANT = """
 import sys, time
 from snakemake_executor_plugin_taskvine import taskvine
@@ -307,18 +308,21 @@ sys.stdin.read()
 
 def test_managers_made_in_the_same_instant_each_listen_on_a_port_of_their_own(tmp_path):
     start = time.time() + 3
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", SAME_INSTANT, str(start), str(tmp_path / f"m{i}")],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for i in range(6)
-    ]
-    firsts = [proc.stdout.readline().strip() for proc in procs]  # a port, or the first line of an error
-    outs = [first + proc.communicate(timeout=120)[0] for first, proc in zip(firsts, procs)]
+    errs = [tmp_path / f"m{i}.err" for i in range(6)]
+    procs = []
+    for i, err in enumerate(errs):
+        with err.open("w") as stderr:
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", SAME_INSTANT, str(start), str(tmp_path / f"m{i}")],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=stderr,
+                    text=True,
+                )
+            )
+    firsts = [proc.stdout.readline().strip() for proc in procs]  # a port, or nothing if the manager failed
+    outs = [first + proc.communicate(timeout=120)[0] + err.read_text() for first, proc, err in zip(firsts, procs, errs)]
     assert all(proc.returncode == 0 for proc in procs), outs
     ports = [int(line) for line in firsts]
     assert len(set(ports)) == 6, ports
