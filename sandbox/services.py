@@ -90,6 +90,8 @@ START_TIMEOUT_S = 90
 STOP_TIMEOUT_S = 30
 STOP_WAIT_S = 60
 PORT_WAIT_S = 65  # a kept port that no process holds is waited for this long (TCP's TIME_WAIT is 60 s)
+# The kernel's list of ports that outgoing connections never take as their local port.
+RESERVED_PORTS = Path("/proc/sys/net/ipv4/ip_local_reserved_ports")
 # The checkout these services belong to: their daemons (HTCondor's jobs among them) see the mounts of the session that
 # started them, so a worker of services started from another checkout cannot see this one's workflow.
 CHECKOUT = str(Path(__file__).resolve().parents[1])
@@ -142,6 +144,29 @@ def pick_ports(count: int) -> list[int]:
     raise SystemExit(f"services: could not find {count} free ports in {PORT_RANGE[0]}-{PORT_RANGE[1]}")
 
 
+def reserved(listed: str) -> set[int]:
+    """The ports in LISTED, the kernel's form of a list of ports ("1000,2000-2010")."""
+    ports: set[int] = set()
+    for part in filter(None, listed.strip().split(",")):
+        low, _, high = part.partition("-")
+        ports.update(range(int(low), int(high or low) + 1))
+    return ports
+
+
+def reserve(ports) -> None:
+    """Add PORTS to the machine's reserved ports (``ip_local_reserved_ports``), so that no outgoing connection takes
+    one as its local port between the check that it is free and its daemon's start (this VM's ephemeral range covers
+    PORT_RANGE: a start once failed with XRootD unable to bind its kept port). A daemon still binds it. Where the
+    list cannot be written (not root in the machine's network namespace), the check alone stands, and this says so."""
+    try:
+        listed = RESERVED_PORTS.read_text().strip()
+        missing = sorted(set(ports) - reserved(listed))
+        if missing:
+            RESERVED_PORTS.write_text(",".join([*filter(None, [listed]), *map(str, missing)]))
+    except OSError as e:
+        print(f"services: the ports are not reserved from outgoing connections: {RESERVED_PORTS}: {e}", file=sys.stderr)
+
+
 def kept_ports() -> dict[str, int]:
     """The services' ports: those kept in ports.json, new ones (then kept there) for services it does not list yet.
     Stops with what to do when a kept port is taken by another program."""
@@ -161,6 +186,7 @@ def kept_ports() -> dict[str, int]:
         ports.update(zip(missing, [p for p in fresh if p not in ports.values()]))
         ports = {name: ports[name] for name in PORT_NAMES}
         PORTS_JSON.write_text(json.dumps(ports, indent=2) + "\n")
+    reserve(ports.values())
     taken = [(name, port) for name, port in ports.items() if not port_free(port)]
     # A port no process holds is closing: a connection that used it as its local port (this machine's ephemeral
     # range, /proc/sys/net/ipv4/ip_local_port_range, may cover PORT_RANGE) lingers in TIME_WAIT for up to a minute.

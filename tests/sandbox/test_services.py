@@ -44,18 +44,22 @@ signal.pause()
 """
 
 
-def services_module(state: Path, monkeypatch):
-    """services.py loaded afresh with its state directory at STATE."""
+def services_module(state: Path, monkeypatch, scratch: Path | None = None):
+    """services.py loaded afresh with its state directory at STATE, and a stand-in for the machine's list of reserved
+    ports in SCRATCH (by default STATE)."""
     monkeypatch.setenv("HEPVINE_STATE_DIR", str(state))
     monkeypatch.syspath_prepend(str(SERVICES_PY.parent))  # its own modules beside it (catalogue.py)
     spec = importlib.util.spec_from_file_location("sandbox_services", SERVICES_PY)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    reserved = (scratch or state) / "ip_local_reserved_ports"  # the machine's own is the real services' alone
+    reserved.write_text("\n")
+    monkeypatch.setattr(module, "RESERVED_PORTS", reserved)
     return module
 
 
 @pytest.mark.sandbox
-def test_running_services_listen_on_the_kept_ports(services, monkeypatch):
+def test_running_services_listen_on_the_kept_ports(services, monkeypatch, tmp_path):
     kept = json.loads(Path(services["ports_file"]).read_text())
     recorded = {
         "collector": int(services["condor"]["collector"].rsplit(":", 1)[1]),
@@ -74,9 +78,12 @@ def test_running_services_listen_on_the_kept_ports(services, monkeypatch):
     for name, port in kept.items():
         with socket.socket() as s:
             assert s.connect_ex(("127.0.0.1", port)) == 0, f"{name} does not listen on its kept port {port}"
-    module = services_module(Path(services["state_dir"]), monkeypatch)
+    module = services_module(Path(services["state_dir"]), monkeypatch, tmp_path)
     low, high = module.PORT_RANGE
     assert all(low <= port <= high for port in kept.values()), kept
+    # ... and no outgoing connection can take one of them as its local port while they are down.
+    machines = Path("/proc/sys/net/ipv4/ip_local_reserved_ports").read_text()
+    assert set(kept.values()) <= module.reserved(machines), machines
     # Every XRootD server started is one that `stop` stops (it stops the daemons it names, by their pidfiles).
     started = {f"xrootd-{p.parent.name}" for p in (Path(services["state_dir"]) / "xrootd").glob("*/xrootd.pid")}
     assert started and started <= set(module.daemon_names()), started - set(module.daemon_names())
@@ -114,6 +121,23 @@ def test_ports_are_chosen_once_and_kept(tmp_path, monkeypatch):
     (tmp_path / "ports.json").write_text(json.dumps(ports))
     again = module.kept_ports()
     assert {k: v for k, v in again.items() if k != "rack-b"} == ports and again["rack-b"] not in ports.values()
+
+
+def test_kept_ports_are_added_to_the_reserved_ports(tmp_path, monkeypatch, capsys):
+    """The kept ports join the machine's reserved ports, which the kernel never gives an outgoing connection as its
+    local port; those already listed (singly or in a range) stay as they are. Where the list cannot be written, the
+    start goes on and says so."""
+    module = services_module(tmp_path, monkeypatch)
+    module.RESERVED_PORTS.write_text("80,20000-20001\n")
+    ports = module.kept_ports()
+    listed = module.RESERVED_PORTS.read_text()
+    assert module.reserved(listed) == {80, 20000, 20001, *ports.values()}, listed
+    module.kept_ports()
+    assert module.RESERVED_PORTS.read_text() == listed  # nothing added twice
+    assert module.reserved(" 7, 9-11 \n") == {7, 9, 10, 11} and module.reserved("\n") == set()
+    monkeypatch.setattr(module, "RESERVED_PORTS", tmp_path / "absent" / "ip_local_reserved_ports")
+    assert module.kept_ports() == ports
+    assert "the ports are not reserved from outgoing connections" in capsys.readouterr().err
 
 
 def test_a_taken_port_stops_the_start_with_the_fix(tmp_path, monkeypatch):
