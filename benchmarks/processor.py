@@ -150,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     analysis = processor.load("hepvine.examples.agc:TtbarProcessor", schema="NanoAODSchema", chunksize=CHUNKSIZE)
     lazy = processor.load("hepvine.examples.agc:TtbarProcessor", schema="NanoAODSchema", chunksize=CHUNKSIZE)
     lazy.traced = Untraced()
+    processor.settle(analysis)  # as a job does before its files (the Runner's column gains from it too)
     variants = {
         "native": lambda urls: native(urls),
         "processor": lambda urls: hepvine_processor(urls, analysis),

@@ -7,6 +7,9 @@ file's ``analysis-error`` naming the user's line, and fixing the file reruns the
 from __future__ import annotations
 
 import json
+import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -248,6 +251,34 @@ def test_the_branches_an_analysis_reads_are_traced_once_and_preloaded_without_ch
     untraceable = processor.load(f"{tmp_path}/untraceable.py:f", chunksize=CHUNKSIZE)
     out, n, _ = processor.run_file(path, task, untraceable)
     assert untraceable.traced == {(task.dataset, "Events"): None} and out["n"] == n == events
+
+
+SETTLED = """
+import gc, pickle, sys
+from hepvine.model import dataset
+from hepvine.work import processor
+path, out = sys.argv[1], sys.argv[2]
+analysis = processor.load("hepvine.examples.dimuon:DimuonProcessor", chunksize=int(sys.argv[3]))
+frozen = gc.get_freeze_count()
+processor.settle(analysis)
+assert gc.get_freeze_count() > frozen and "coffea.nanoevents.methods.nanoaod" in sys.modules
+task = next(iter(dataset.tasks({"d": {"files": {path: "Events"}}})))
+with open(out, "wb") as f:
+    pickle.dump(processor.run_file(path, task, analysis)[:2], f)
+"""
+
+
+def test_a_settled_job_computes_what_an_unsettled_one_does(tmp_path):
+    """A job settles before its first file (``processor.settle``: the loaded modules frozen out of the garbage
+    collector's walks, the schema's behaviours imported); what it computes is the same, chunk by chunk."""
+    path = str(NANOAOD / "nano_dimuon.root")
+    subprocess.run([sys.executable, "-c", SETTLED, path, str(tmp_path / "out.pkl"), str(CHUNKSIZE)], check=True)
+    settled, settled_events = pickle.loads((tmp_path / "out.pkl").read_bytes())
+    task = next(iter(dataset.tasks({"d": {"files": {path: "Events"}}})))
+    analysis = processor.load("hepvine.examples.dimuon:DimuonProcessor", chunksize=CHUNKSIZE)
+    theirs, events, _ = processor.run_file(path, task, analysis)
+    assert settled_events == events > CHUNKSIZE  # several chunks
+    assert_same(settled, theirs)
 
 
 def test_the_agc_processor_reads_the_file_it_is_given_never_the_datasets_url_again(tmp_path):

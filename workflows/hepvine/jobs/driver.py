@@ -130,8 +130,9 @@ def _child(send, args: tuple) -> None:
     of a bug."""
     os.setpgid(0, 0)  # a group of its own, with whatever it starts (ROOT's programs), so that all of it can be ended
     try:
-        record, h = run_file(*args)
         analysis = args[2]  # (entry, batch, analysis, ...): run_file's arguments
+        processor.settle(analysis)  # what the job had made so far, too
+        record, h = run_file(*args)
         send.send(("done", (record.to_dict(), h, analysis.traced)))
     except BaseException:  # a bug (run_file records the file's own failures): the parent fails the job with it
         send.send(("bug", traceback.format_exc()))
@@ -307,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     except processor.AnalysisSpecError as e:
         print(f"hepvine.jobs.driver: {e}", file=sys.stderr)
         return 2
+    processor.settle(analysis)
     try:
         result = run_batch(
             index.read(args.shard),
