@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import catalogue  # this directory's: the sandbox's Rucio
@@ -153,18 +154,25 @@ def reserved(listed: str) -> set[int]:
     return ports
 
 
-def reserve(ports) -> None:
+def reserve(ports: Iterable[int]) -> None:
     """Add PORTS to the machine's reserved ports (``ip_local_reserved_ports``), so that no outgoing connection takes
     one as its local port between the check that it is free and its daemon's start (this VM's ephemeral range covers
-    PORT_RANGE: a start once failed with XRootD unable to bind its kept port). A daemon still binds it. Where the
-    list cannot be written (not root in the machine's network namespace), the check alone stands, and this says so."""
+    PORT_RANGE: a start once failed with XRootD unable to bind its kept port). A daemon still binds it. Ports are never
+    taken off the list: it guards them while the services are down too (ports.json deleted: the new ones are added, the
+    old stay until the machine restarts). Where the list cannot be written (not root in the machine's network
+    namespace), the check alone stands, and this says so."""
     try:
         listed = RESERVED_PORTS.read_text().strip()
         missing = sorted(set(ports) - reserved(listed))
         if missing:
-            RESERVED_PORTS.write_text(",".join([*filter(None, [listed]), *map(str, missing)]))
+            RESERVED_PORTS.write_text(",".join(filter(None, [listed, *map(str, missing)])))
     except OSError as e:
-        print(f"services: the ports are not reserved from outgoing connections: {RESERVED_PORTS}: {e}", file=sys.stderr)
+        print(
+            f"services: the ports are not reserved from outgoing connections ({RESERVED_PORTS}: {e}; it needs root in "
+            "the machine's network namespace): a daemon whose port a connection takes meanwhile fails to start; "
+            "start again then",
+            file=sys.stderr,
+        )
 
 
 def kept_ports() -> dict[str, int]:
@@ -688,6 +696,8 @@ def start() -> None:
         started_from = json.loads(SERVICES_JSON.read_text()).get("checkout")
         if started_from == CHECKOUT:
             print("services: already running", file=sys.stderr)
+            if PORTS_JSON.exists():  # (services started before their ports were reserved)
+                reserve(json.loads(PORTS_JSON.read_text()).values())
             return
         owner = f"the checkout {started_from}" if started_from else "a checkout this hepvine did not record"
         print(

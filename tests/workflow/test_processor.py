@@ -260,6 +260,7 @@ from hepvine.work import processor
 path, out = sys.argv[1], sys.argv[2]
 analysis = processor.load("hepvine.examples.dimuon:DimuonProcessor", chunksize=int(sys.argv[3]))
 frozen = gc.get_freeze_count()
+assert "coffea.nanoevents.methods.nanoaod" not in sys.modules
 processor.settle(analysis)
 assert gc.get_freeze_count() > frozen and "coffea.nanoevents.methods.nanoaod" in sys.modules
 task = next(iter(dataset.tasks({"d": {"files": {path: "Events"}}})))
