@@ -469,8 +469,13 @@ class Executor(RemoteExecutor):
         super().print_job_error(job_info, msg=f"{msg.rstrip()} " if msg else msg, **kwargs)
 
     async def check_active_jobs(self, active_jobs: List[SubmittedJobInfo]) -> AsyncGenerator[SubmittedJobInfo, None]:
-        # Snakemake's status thread starts before __post_init__ has made the dispatcher; nothing is active then.
-        if not active_jobs:
+        # Snakemake hands every active job to every check (a campaign may have all of its ~30,000 jobs active), so
+        # a check costs ~1 µs per active job: the checks are spaced out with the active jobs, at most ~2% of a core.
+        # Set before anything else: Snakemake's status thread makes its first check (nothing active) before
+        # __post_init__, and the wait after a check that set nothing is Snakemake's seconds_between_status_checks
+        # (10 s): every job of a short run was seen up to 10 s after it had ended.
+        self.next_seconds_between_status_checks = max(STATUS_POLL_S, len(active_jobs) * STATUS_POLL_S_PER_JOB)
+        if not active_jobs:  # (before __post_init__ there is no dispatcher yet)
             return
         self.dispatcher.collect()
         if self.dispatcher.error is not None:
@@ -478,9 +483,6 @@ class Executor(RemoteExecutor):
         for note in self.dispatcher.take_notes():
             self.logger.info(note)
         self.slot_waits()
-        # Snakemake hands every active job to every check (a campaign may have all of its ~30,000 jobs active), so
-        # a check costs ~1 µs per active job: the checks are spaced out with the active jobs, at most ~2% of a core.
-        self.next_seconds_between_status_checks = max(STATUS_POLL_S, len(active_jobs) * STATUS_POLL_S_PER_JOB)
         results = self.dispatcher.take_results()
         for job_info in active_jobs:
             result = results.pop(job_info.external_jobid, None) if results else None

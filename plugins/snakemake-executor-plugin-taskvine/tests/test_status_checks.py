@@ -1,6 +1,7 @@
 """The executor's status check (Executor.check_active_jobs), pure logic with a fake dispatcher: each result reaches
 the job it belongs to once; a result of a job the check was not handed (submitted while it ran) waits for the next
-check; the checks are spaced out as the active jobs grow (Snakemake hands every active job to every check); an
+check; the checks are spaced out as the active jobs grow (Snakemake hands every active job to every check), from the
+first (made before the executor is ready); an
 HTCondor job of a worker for larger jobs that waits long for a slot is said once (fake jobs)."""
 
 from __future__ import annotations
@@ -68,6 +69,17 @@ def test_checks_are_spaced_out_as_active_jobs_grow():
     assert ex.next_seconds_between_status_checks == STATUS_POLL_S
     check(ex, [f"t{i}" for i in range(30_000)])
     assert 1 <= ex.next_seconds_between_status_checks <= 2
+
+
+def test_the_first_check_before_the_executor_is_ready_sets_the_interval_of_the_next():
+    """Snakemake's status thread makes its first check (nothing active) before __post_init__; the wait after it must
+    be the executor's poll, not Snakemake's seconds_between_status_checks (10 s), which had every job of a short run
+    seen up to 10 s after it ended (the physicist's loop: 2-3 s of a 12 s command)."""
+    ex = object.__new__(Executor)  # no dispatcher yet
+    ex._next_seconds_between_status_checks = None  # as Snakemake's RemoteExecutor.__init__ leaves it
+    ex.workflow = SimpleNamespace(remote_execution_settings=SimpleNamespace(seconds_between_status_checks=10))
+    assert check(ex, []) == []
+    assert ex.next_seconds_between_status_checks == STATUS_POLL_S
 
 
 class FakeCondorWorker:
