@@ -44,7 +44,7 @@ rule all:
 
 
 onsuccess:
-    from hepvine.products.report import process_age_s, summary_line
+    from hepvine.products.summary import process_age_s, summary_line
     from hepvine.products.retries import update as update_retries
 
     if Path(f"{OUT}/report.json").exists():

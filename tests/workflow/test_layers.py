@@ -59,6 +59,7 @@ WORKFLOW_LAYERS = (
             "products.cachestats",
             "products.retries",
             "products.progress",
+            "products.summary",
             "products.plots",
             "products.report",
         ),

@@ -21,6 +21,7 @@ from hepvine.examples import agc as analysis
 from hepvine.model import atomic
 from hepvine.model.records import PERMANENT, TRANSIENT, Failure, FileRecord
 from hepvine.products import output, plots, report, retries
+from hepvine.products.summary import process_age_s, summary_line
 
 
 def record(name, start, end, events=100, nbytes=1000, failure=None):
@@ -79,7 +80,7 @@ def test_records_that_do_not_match_the_spec_make_the_report_incomplete(records, 
     summary = report.summarise([record(n, 0, 1) for n in records], expected(*spec))
     assert summary["complete"] is False and not summary["failed_files"]
     assert summary["accounting"][what] and summary["files"]["total"] == len(spec)
-    assert "ACCOUNTING" in report.summary_line(summary, "results/x")
+    assert "ACCOUNTING" in summary_line(summary, "results/x")
 
 
 def test_complete_only_when_every_file_has_one_ok_record():
@@ -327,7 +328,7 @@ def test_a_plot_drawn_on_the_reused_figure_is_the_plot_drawn_on_a_fresh_one(tmp_
 
 def test_summary_names_failures_and_where_the_products_are():
     summary = report.summarise([record("a", 0, 10), record("d", 5, 20, failure=GONE)], expected("a", "d"))
-    text = report.summary_line(summary, "results/c")
+    text = summary_line(summary, "results/c")
     assert "1/2 files ok" in text and "FAILED (transient) /store/d.root: FetchError: gone" in text
     assert "INCOMPLETE" in text and "run the same command again" in text
     assert "results/c/histograms.root" in text and "results/c/output.coffea" in text
@@ -407,9 +408,9 @@ def test_summary_gives_the_whole_commands_time_beside_the_analysis_window():
     """The physicist's loop waits for the whole command, not only the analysis: the summary says both."""
     import time
 
-    age = report.process_age_s()
+    age = process_age_s()
     time.sleep(0.2)
-    assert age is not None and age > 0 and 0.15 < report.process_age_s() - age < 5
+    assert age is not None and age > 0 and 0.15 < process_age_s() - age < 5
     summary = {
         "files": {"ok": 1, "total": 1, "failed": 0},
         "events": 10,
@@ -423,9 +424,9 @@ def test_summary_gives_the_whole_commands_time_beside_the_analysis_window():
         "failed_files": [],
         "complete": True,
     }
-    line = report.summary_line(summary, "results/x", 7.25)
+    line = summary_line(summary, "results/x", 7.25)
     assert (
         "this command: 7.2 s in all; the analysis window (first file started to last ended, over the campaign's "
         "runs): 2.5 s" in line
     )
-    assert "this command" not in report.summary_line(summary, "results/x")
+    assert "this command" not in summary_line(summary, "results/x")

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import html
 import json
-import os
 import sys
 import time
 from collections import Counter
@@ -33,6 +32,7 @@ from pathlib import Path
 from hepvine.jobs.merge import OldResult, load, merge
 from hepvine.model import atomic
 from hepvine.products import cachestats, output, plots, provenance
+from hepvine.products.summary import summary_line
 from hepvine.routing import index as hv_index
 from hepvine.work import processor
 
@@ -149,69 +149,6 @@ def cache_section(records: list[dict], stats_start: dict, stats_end: dict, rack_
             if r.get("fetch") and r["fetch"].get("failover")
         ],
     }
-
-
-def process_age_s() -> float | None:
-    """How long this process has run, from the kernel's record of its start (Linux); None elsewhere."""
-    try:
-        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
-        uptime = float(Path("/proc/uptime").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-    return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
-
-
-def summary_line(report: dict, where: Path | str, command_s: float | None = None) -> str:
-    """The campaign's outcome in a few lines: files, events, bytes, rates, failures, where the products are, and
-    with COMMAND_S the whole command's time beside the analysis window (what a physicist's loop waits for)."""
-    files = report["files"]
-    lines = [
-        f"hepvine campaign {where}: {files['ok']}/{files['total']} files ok, {report['events']:,} events, "
-        f"{report['bytes_read'] / 1e6:,.1f} MB read in {report['wall_seconds']:.1f} s on {report['cores']} cores",
-        f"  {report['event_rate_hz']:,.0f} events/s ({report['event_rate_per_core_hz']:,.0f} per core), "
-        f"{report['data_rate_gbps']:.3f} Gbps",
-    ]
-    if command_s is not None:
-        lines.append(
-            f"  this command: {command_s:.1f} s in all; the analysis window (first file started to last "
-            f"ended, over the campaign's runs): {report['wall_seconds']:.1f} s"
-        )
-    if "cache" in report:
-        c = report["cache"]
-        ratio = "n/a" if c["hit_ratio"] is None else f"{c['hit_ratio']:.3f}"
-        origin = "n/a" if c["bytes_from_origin"] is None else f"{c['bytes_from_origin'] / 1e6:,.1f}"
-        racked = c["same_rack_bytes"] + c["cross_rack_bytes"]
-        lines.append(
-            f"  caches: hit ratio {ratio}, {origin} MB from the origin, {c['cross_rack_bytes'] / 1e6:,.1f} of "
-            f"{racked / 1e6:,.1f} MB read from a cache in another rack, {len(c['failovers'])} file(s) "
-            "failed over"
-        )
-    accounting = report["accounting"]
-    for what in ("missing", "duplicated", "unexpected"):
-        if accounting[what]:
-            lines.append(
-                f"  ACCOUNTING: {len(accounting[what])} file(s) {what} in the records "
-                f"(first: {accounting[what][0]}) — report.json: accounting"
-            )
-    for failure in report["failed_files"][:5]:
-        lines.append(f"  FAILED ({failure['class']}) {failure['path']}: {failure['error']}")
-    if len(report["failed_files"]) > 5:
-        lines.append(f"  ... and {len(report['failed_files']) - 5} more failed files (report.json: failed_files)")
-    transient = sum(f["class"] == "transient" for f in report["failed_files"])
-    permanent = len(report["failed_files"]) - transient
-    lines.append(
-        f"  products: {where}/output.coffea, {where}/histograms.root, {where}/plots/, {where}/report.json, "
-        f"{where}/summary.html, {where}/failures.tsv" + ("" if report["complete"] else " — INCOMPLETE")
-    )
-    lines.append("  all in one page: the same command with --report report.html")
-    if transient:
-        lines.append(f"  {transient} transient failure(s): run the same command again to retry them")
-    if permanent:
-        lines.append(
-            f"  {permanent} permanent failure(s): report.json failed_files[] says what to fix; then run the same "
-            "command again (it reruns the jobs of the files whose source or spec entry changed)"
-        )
-    return "\n".join(lines)
 
 
 # The workflow's rule whose job records each file's outcome (its output: files/<batch>.pkl).
