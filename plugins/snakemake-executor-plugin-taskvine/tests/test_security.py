@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import signal
 import stat
 import subprocess
@@ -321,7 +322,8 @@ def test_managers_made_in_the_same_instant_each_listen_on_a_port_of_their_own(tm
                     text=True,
                 )
             )
-    firsts = [proc.stdout.readline().strip() for proc in procs]  # a port, or nothing if the manager failed
+    # A port, or nothing if the manager failed (or gave no port within a minute: the test fails, it does not hang).
+    firsts = [proc.stdout.readline().strip() if select.select([proc.stdout], [], [], 60)[0] else "" for proc in procs]
     outs = [first + proc.communicate(timeout=120)[0] + err.read_text() for first, proc, err in zip(firsts, procs, errs)]
     assert all(proc.returncode == 0 for proc in procs), outs
     ports = [int(line) for line in firsts]
