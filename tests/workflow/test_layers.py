@@ -110,6 +110,8 @@ PLUGIN_LAYERS = (
 PLUGIN_FOR_WORKFLOW = ("placement and routing", ("workergroups", "credentials"))
 # Parsed with the workflow on every job: these layers stay light.
 LIGHT_LAYERS = ("data model", "placement and routing")
+# Imported by Snakemake's main process at the run's end (the Snakefile's onsuccess): light too.
+LIGHT_MODULES = ("products.summary",)
 HEAVY = ("uproot", "awkward", "numpy", "hist", "coffea", "matplotlib", "mplhep", "ROOT")
 ADAPTER = "taskvine"  # the plugin's one module that imports ndcctools
 # Modules that may import (or run) a module by a computed name (the import this test cannot see), and why.
@@ -268,6 +270,10 @@ def problems(package: Package, texts: dict[str, str]) -> list[str]:
                 found.append(
                     f"{where} imports {name}: the Snakefile imports this layer while it parses, on every "
                     "job; move the code that needs it to a higher layer"
+                )
+            if package is WORKFLOW and module in LIGHT_MODULES and top in HEAVY:
+                found.append(
+                    f"{where} imports {name}: Snakemake's main process imports it at the run's end; keep it light"
                 )
             target = own_module(name, package, set(texts))
             if target is None or target not in place:

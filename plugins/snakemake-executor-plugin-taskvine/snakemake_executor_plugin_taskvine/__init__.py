@@ -247,8 +247,6 @@ class Executor(RemoteExecutor):
         # end of the run (shutdown).
         self.private_dir = private_directory()
         self._sources: Optional[List[str]] = None
-        # A status check here is a lookup in memory, not a query to a batch system: poll often.
-        self.next_seconds_between_status_checks = STATUS_POLL_S
         self.call_memory_mb = provision.call_memory_mb(settings)
         # Per worker group, the size of its largest worker (grown when a worker is started for a larger job); and
         # the most a worker may grow to, asked (of the machine or the pool) at the first job that needs it.
@@ -469,8 +467,9 @@ class Executor(RemoteExecutor):
         super().print_job_error(job_info, msg=f"{msg.rstrip()} " if msg else msg, **kwargs)
 
     async def check_active_jobs(self, active_jobs: List[SubmittedJobInfo]) -> AsyncGenerator[SubmittedJobInfo, None]:
-        # Snakemake hands every active job to every check (a campaign may have all of its ~30,000 jobs active), so
-        # a check costs ~1 µs per active job: the checks are spaced out with the active jobs, at most ~2% of a core.
+        # A check is a lookup in memory, not a query to a batch system: poll often. But Snakemake hands every active
+        # job to every check (a campaign may have all of its ~30,000 jobs active), so a check costs ~1 µs per active
+        # job: the checks are spaced out with the active jobs, at most ~2% of a core.
         # Set before anything else: Snakemake's status thread makes its first check (nothing active) before
         # __post_init__, and the wait after a check that set nothing is Snakemake's seconds_between_status_checks
         # (10 s): every job of a short run was seen up to 10 s after it had ended.

@@ -1,6 +1,6 @@
 """The campaign's outcome in a few lines, as the run's end prints it (the Snakefile's ``onsuccess``, in Snakemake's main
 process, and the report job's log). Standard library only: the main process pays for every import at the run's end
-(``hepvine.products.report``, which held these, brought uproot and coffea's processor: ~0.3 s)."""
+(``hepvine.products.report``, which held these, brought uproot and coffea's processor: 0.17 s)."""
 
 from __future__ import annotations
 
