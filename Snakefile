@@ -53,3 +53,20 @@ onsuccess:
         if report["complete"] and Path(f"{CACHE_STATS}/start.json").exists():
             Path(f"{CACHE_STATS}/start.json").unlink()
         print(summary_line(report, OUT, process_age_s()))
+
+
+onerror:
+    # No report: the failures recorded by the jobs that finished are counted from their results, so that the same
+    # command again retries the transient ones as it would after a report.
+    import time
+    from hepvine.products.summary import process_age_s
+    from hepvine.products.retries import update_unreported
+
+    age_s = process_age_s()  # None off Linux: nothing counted, as before
+    started_ns = time.time_ns() - int((age_s or 0) * 1e9)
+    if age_s is not None and (n := update_unreported(Path(f"{OUT}/files"), started_ns, Path(RETRIES_FILE))):
+        print(
+            f"hepvine: {n} file(s) failed in the jobs that finished (listed in {RETRIES_FILE}); the run ended in an "
+            "error before its report: run the same command again, which retries the transient failures",
+            file=sys.stderr,
+        )

@@ -19,6 +19,7 @@ from coffea.util import load
 from kept import generated_dataset, generated_file
 
 from hepvine.examples import agc as analysis
+from hepvine.routing import index
 
 
 def results_of(out: Path) -> dict[str, int]:
@@ -149,6 +150,56 @@ def test_transient_failure_is_retried_by_running_the_same_command(tmp_path, snak
     }
     assert json.loads((out / "retries.json").read_text())["files"] == {
         "ttbar/nominal/2": {"transient": 2, "permanent": 0}
+    }
+
+
+def test_a_transient_failure_of_a_run_that_ends_in_an_error_is_retried_by_the_same_command(tmp_path, snakemake):
+    """A run that ends in an error (here one job cannot write its result) makes no report; the transient failure that
+    another of its jobs recorded is counted all the same (from that job's result), so the same command again retries
+    it with the failed job, and runs nothing else."""
+    data = tmp_path / "data"
+    spec = generated_dataset(data, {"ttbar": 1, "data": 1}, 2000, seed=5)
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    spec["ttbar"]["nominal"]["files"].append({"path": f"root://127.0.0.1:{port}//store/down.root", "nevts": 2000})
+    spec["ttbar"]["nominal"]["nevts_total"] += 2000
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    config = (
+        f"dataset={tmp_path / 'spec.json'}",
+        "campaign=er",
+        "files_per_job=1",
+        "read_attempts=2",
+        "read_backoff_s=0.1",
+    )
+    env = dict(os.environ, XRD_CONNECTIONRETRY="1", XRD_CONNECTIONWINDOW="2", XRD_REQUESTTIMEOUT="5")
+    out = tmp_path / "results" / "er"
+    data_result = f"files/{index.batch_id('data', 'nominal', index.NO_CACHE, 0)}.pkl"
+    unwritable = (out / data_result).parent
+    unwritable.mkdir(parents=True)
+    unwritable.chmod(0o500)  # the data job cannot write its result: that job fails
+    first = snakemake(tmp_path, *config, extra=("--keep-going",), env=env)
+    assert first.returncode != 0 and not (out / "report.json").exists(), first.stderr[-3000:]
+    assert json.loads((out / "retries.json").read_text())["files"] == {
+        "ttbar/nominal/1": {"transient": 1, "permanent": 0}
+    }
+    assert "run the same command again, which retries the transient failures" in first.stderr
+    if unwritable.exists():  # (Snakemake removes a failed job's empty output directory)
+        unwritable.chmod(0o700)
+    before = results_of(out)
+    again = snakemake(tmp_path, *config, env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    (failure,) = report["failed_files"]
+    assert failure["fid"] == "ttbar/nominal/1" and failure["class"] == "transient", failure
+    after = results_of(out)
+    assert data_result not in before
+    assert {name for name in after if after.get(name) != before.get(name)} == {
+        data_result,
+        str(Path(failure["output"]).relative_to("results/er")),
+    }
+    assert json.loads((out / "retries.json").read_text())["files"] == {
+        "ttbar/nominal/1": {"transient": 2, "permanent": 0}
     }
 
 

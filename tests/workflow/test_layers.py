@@ -49,7 +49,7 @@ WORKFLOW_LAYERS = (
     # The analyses that ship with hepvine: processors like a user's, on hepvine's lower layers only (never the
     # driver, merge or report, which run them).
     ("examples", ("examples", "examples.agc", "examples.dimuon")),
-    ("jobs", ("jobs", "jobs.driver", "jobs.merge")),
+    ("jobs", ("jobs", "jobs.merge", "jobs.driver")),
     (
         "products",
         (

@@ -1,12 +1,15 @@
 """Outputs that hold instances of the analysis's own classes: a merge job imports the analysis's module before it
 reads them (``--analysis``), and the main process's readers of counts (progress, ``hepvine compare``) read them
-without it (``merge.read_counts``: a placeholder for what cannot be imported)."""
+without it (``merge.read_counts``: a placeholder for what cannot be imported); what needs only the records reads
+them without the output (``merge.read_records``)."""
 
 from __future__ import annotations
 
 import pickle
 import subprocess
 import sys
+
+import pytest
 
 from hepvine.jobs import merge
 from hepvine.model import atomic
@@ -29,12 +32,12 @@ def batch_results(tmp_path):
     """Two batch results as the driver pickles them, written by another process that loaded the analysis file."""
     (tmp_path / "mine.py").write_text(ANALYSIS)
     code = (
-        "import sys; from hepvine.work import processor; from hepvine.model import atomic\n"
+        "import sys; from hepvine.work import processor; from hepvine.jobs import merge\n"
         f"a = processor.load('{tmp_path}/mine.py:analysis')\n"
         "for i in (1, 2):\n"
         "    record = {'failure': None, 'events': 10 * i}\n"
         "    out = a.process([0] * (10 * i))\n"
-        f"    atomic.write_pickle(sys.argv[1] + f'/b{{i}}.pkl', "
+        f"    merge.write(sys.argv[1] + f'/b{{i}}.pkl', "
         "{'records': [record], 'output': out, 'events': {'d': 10 * i}})\n"
     )
     subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True)
@@ -74,9 +77,34 @@ def test_counts_are_read_without_the_analysis(tmp_path, monkeypatch):
     result = merge.read_counts(first)
     assert result["records"] == [{"failure": None, "events": 10}] and result["events"] == {"d": 10}
     assert type(result["output"]["tally"]).__name__ == "_Unknown"
-    plain = tmp_path / "plain.pkl"
+    plain = tmp_path / "plain.pkl"  # a result of one pickle (an hepvine before 2026-11-27): read whole
     atomic.write_pickle(plain, {"records": [], "output": {"n": 1}, "events": {}})
-    assert merge.read_counts(plain) == pickle.loads(plain.read_bytes())
+    assert merge.read_counts(plain) == merge.read_records(plain) == pickle.loads(plain.read_bytes())
+
+
+class Unreadable:
+    """An output that cannot be read back (as one whose module is gone, or that is huge)."""
+
+    def __reduce__(self):
+        return (_refuse, ())
+
+
+def _refuse():
+    raise AssertionError("the output was read")
+
+
+def test_records_are_read_without_reading_the_output(tmp_path):
+    """What reads only the records (the progress; the retries of a run that ended in an error) never unpickles the
+    output; an older result whose output was not the analysis's is still refused with the fix."""
+    path = tmp_path / "r.pkl"
+    merge.write(path, {"records": [{"fid": "a/b/0", "failure": None}], "output": Unreadable(), "events": {"a": 3}})
+    assert merge.read_records(path) == {"records": [{"fid": "a/b/0", "failure": None}], "events": {"a": 3}}
+    with pytest.raises(AssertionError, match="the output was read"):
+        merge.load(path)
+    old = tmp_path / "old.pkl"
+    atomic.write_pickle(old, {"records": [], "hist": None, "events": {}, "variations": {}})
+    with pytest.raises(merge.OldResult, match="--forcerun analyse"):
+        merge.read_records(old)
 
 
 class Counted:

@@ -7,9 +7,9 @@ A file's failure never fails or hides its batch-mates: each file is tried on its
 its own that is ended at the file's time limit (``hepvine.model.limits``: a hung or crawling file is a transient
 ``timeout``, a crashed one a transient ``crashed``). Only failures of the file, its access or the user's analysis
 on it are records (``failures.classify``); anything else is a bug in hepvine and fails the job with its traceback.
-Output: a pickle ``{"records": [dict, ...], "output": the analysis's output accumulated over the ok files (coffea's
-``accumulate``; None if none), "events": {dataset: events analysed}}``, written atomically. Recompressed copies go
-to ``--copies DIR/<index>.root`` with ``manifest.json``.
+Output: a result ``{"records": [dict, ...], "output": the analysis's output accumulated over the ok files (coffea's
+``accumulate``; None if none), "events": {dataset: events analysed}}``, written atomically
+(``hepvine.jobs.merge.write``). Recompressed copies go to ``--copies DIR/<index>.root`` with ``manifest.json``.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import time
 import traceback
 from pathlib import Path
 
+from hepvine.jobs import merge
 from hepvine.model import atomic, records
 from hepvine.model.limits import Limits
 from hepvine.reading import failures, fetch
@@ -324,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         for stream in (sys.stderr, sys.stdout):
             print(f"hepvine.jobs.driver: {e}", file=stream)
         return CREDENTIAL_REFUSED_EXIT
-    atomic.write_pickle(args.output, result)
+    merge.write(args.output, result)
     return 0
 
 

@@ -2,7 +2,11 @@
 own ``processor.accumulate`` (dicts key by key, histograms added, sets united, numbers summed), their event counts
 summed and every file's record kept. The tree (fan-in ``merge_fan_in``) is laid out by the workflow; this merges one
 group (the root's merge is the report's first step: ``hepvine.products.report``). The analysis's module is imported
-first, for outputs that hold instances of the user's classes."""
+first, for outputs that hold instances of the user's classes.
+
+A result on disk (``write``; the driver's and each merge node's) is two pickles: its records and event counts, then the
+analysis's output. So what reads only the records (``read_records``: the progress, the retries of a run that ended in
+an error) reads a few kB of each result, not its histograms."""
 
 from __future__ import annotations
 
@@ -59,24 +63,48 @@ class _Lenient(pickle.Unpickler):
             return _Unknown
 
 
-def read_counts(path: Path) -> dict:
-    """A batch or merged result at PATH for its records and counts, in a process that has not imported the analysis
-    (the main process's progress, ``hepvine compare``): an instance of the analysis's own classes in its output is
-    read as a placeholder, whatever else it holds as it is."""
-    with open(path, "rb") as f:
-        return _Lenient(f).load()
+HEAD = ("records", "events")  # the first pickle of a result; the output is the second
 
 
-def load(path: Path) -> dict:
-    with open(path, "rb") as f:
-        result = pickle.load(f)
-    if "output" not in result:
+def write(path: str | Path, result: dict) -> None:
+    """RESULT ({"records", "output", "events"}) into PATH, atomically, records and counts first."""
+    with atomic.replacing(path) as tmp, open(tmp, "wb") as f:
+        pickle.dump({key: result[key] for key in HEAD}, f, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.dump(result["output"], f, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _read(f, unpickler, path: Path, with_output: bool) -> dict:
+    head = unpickler(f).load()
+    if not isinstance(head, dict) or "output" in head:
+        return head  # one pickle: a result of an hepvine from before 2026-11-27, written by hand, or not a result
+    if tuple(head) != HEAD:
         raise OldResult(
             f"{path}: this result was made by an older hepvine, before analyses were plug-ins (it holds "
             "a histogram, not the analysis's output); make the campaign's batch results again: rerun the "
             "same snakemake command with --forcerun analyse"
         )
-    return result
+    return {**head, "output": unpickler(f).load()} if with_output else head
+
+
+def read_records(path: Path) -> dict:
+    """The records and event counts ({"records", "events"}) of the result at PATH, its output left unread (an older
+    result of one pickle is read whole, the analysis's classes as placeholders)."""
+    with open(path, "rb") as f:
+        return _read(f, _Lenient, path, with_output=False)
+
+
+def read_counts(path: Path) -> dict:
+    """A batch or merged result at PATH, whole, in a process that has not imported the analysis (``hepvine
+    compare``): an instance of the analysis's own classes in its output is read as a placeholder, whatever else it
+    holds as it is."""
+    with open(path, "rb") as f:
+        return _read(f, _Lenient, path, with_output=True)
+
+
+def load(path: Path) -> dict:
+    """The result at PATH, whole; the analysis's classes must be importable."""
+    with open(path, "rb") as f:
+        return _read(f, pickle.Unpickler, path, with_output=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OldResult, processor.AnalysisSpecError) as e:
         print(f"hepvine.jobs.merge: {e}", file=sys.stderr)
         return 1
-    atomic.write_pickle(args.output, merged)
+    write(args.output, merged)
     return 0
 
 

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hepvine.jobs.merge import read_counts
+from hepvine.jobs.merge import read_records
 from hepvine.model import atomic
 from hepvine.model.limits import duration
 
@@ -79,7 +79,7 @@ def _load_state(path: Path) -> dict:
 
 def _batch_counts(result_file: Path) -> list[int]:
     """[files ok, files failed, events] of one batch's result (the driver's pickle)."""
-    result = read_counts(result_file)
+    result = read_records(result_file)
     ok = [r for r in result["records"] if r["failure"] is None]
     return [len(ok), len(result["records"]) - len(ok), sum(r["events"] for r in ok)]
 

@@ -5,6 +5,8 @@ parameters from it: its count of transient failures (``transient_counts``), and 
 permanently failed files whose source has changed since it failed (``fixed_sources``: a few stats, only of the
 failed files). So running the same command again reruns exactly the batches that had a transient failure or whose
 broken file was replaced or restored (Snakemake reruns jobs whose parameters changed), and never the others.
+A run that ends in an error makes no report: its failures are counted from the batch results it wrote
+(``update_unreported``), so the same command again retries them too.
 Imported at parse time: JSON, os and (for a ``root://`` source) XRootD's client only.
 """
 
@@ -40,19 +42,46 @@ def source_identity(path: str) -> str:
     return f"{info.size}:{info.modtime}"
 
 
+def _count(files: dict, failures: list[tuple[str, str, str]]) -> None:
+    """Add FAILURES ((fid, class, path) each) to FILES, the retries file's counts; for a file's first permanent
+    failure, keep what identified its source."""
+    for fid, failure_class, source in failures:
+        counts = files.setdefault(fid, {"transient": 0, "permanent": 0})
+        counts[failure_class] += 1
+        if failure_class == "permanent" and "failed_source" not in counts:
+            counts["path"], counts["failed_source"] = source, source_identity(source)
+
+
 def update(report: dict, path: Path) -> None:
-    """Count each failed file's failures by class in the retries file at PATH, once per report; for a file's first
-    permanent failure, keep what identified its source."""
+    """Count each failed file's failures by class in the retries file at PATH, once per report."""
     previous = json.loads(path.read_text()) if path.exists() else {}
     if previous.get("report") == report["generated"]:
         return
     files = previous.get("files", {})
-    for failure in report["failed_files"]:
-        counts = files.setdefault(failure["fid"], {"transient": 0, "permanent": 0})
-        counts[failure["class"]] += 1
-        if failure["class"] == "permanent" and "failed_source" not in counts:
-            counts["path"], counts["failed_source"] = failure["path"], source_identity(failure["path"])
+    _count(files, [(f["fid"], f["class"], f["path"]) for f in report["failed_files"]])
     atomic.write_json(path, {"report": report["generated"], "files": files})
+
+
+def update_unreported(results: Path, since_ns: int, path: Path) -> int:
+    """After a run that ended in an error, before its report: count in the retries file at PATH the failures
+    recorded in the batch results it wrote (those under RESULTS, ``files/``, modified since SINCE_NS, the run's
+    start; only their records are read). Each result is counted once: the next run reruns its batch, whose new
+    result the next report holds. Returns the number of failures counted."""
+    from hepvine.jobs.merge import read_records
+
+    failures = []
+    for result in results.rglob("*.pkl") if results.is_dir() else ():
+        try:
+            records = read_records(result)["records"] if result.stat().st_mtime_ns >= since_ns else ()
+        except FileNotFoundError:  # renamed away in the instant: not this run's
+            continue
+        failures += [(r["fid"], r["failure"]["failure_class"], r["path"]) for r in records if r["failure"] is not None]
+    if failures:
+        previous = json.loads(path.read_text()) if path.exists() else {}
+        files = previous.get("files", {})
+        _count(files, failures)
+        atomic.write_json(path, {**previous, "files": files})
+    return len(failures)
 
 
 def _files(path: Path) -> dict:
