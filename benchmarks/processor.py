@@ -8,9 +8,10 @@ one process on the same files, for the AGC ttbar selection (``hepvine.examples.a
     branch read lazily as the analysis touches it (``lazy``: what it did before it traced);
 (c) coffea's own ``processor.Runner`` with ``IterativeExecutor`` and the same processor over the same files;
 
-on local files and on the same files read as ``root://`` through one of the sandbox's XCaches (warm: every variant
-reads what the cache holds). Each rate is the best of ``--repeat`` rounds, taken in turn. Writes
-results/bench/processor-<schema>[-merged<K>].json and prints one table.
+on local files, on the same files read as ``root://`` through one of the sandbox's XCaches (warm: every variant
+reads what the cache holds), and on their ZSTD copies (``zstd``: what hepvine's recompression makes of them, local;
+decompression is cheap there, so NanoEvents' fixed cost per chunk weighs most). Each rate is the best of
+``--repeat`` rounds, taken in turn. Writes results/bench/processor-<schema>[-merged<K>].json and prints one table.
 
 The inputs are the analysis bench's generated ttbar files (``benchmarks/analysis.py``: ``--schema compact``, 94
 branches, or ``nanoaod``, the 1,590 branches of a real NanoAOD file), made once and kept; with ``--merge K``, K of them
@@ -68,6 +69,20 @@ def merged(paths: list[Path], k: int) -> list[Path]:
                 capture_output=True,
             )
             Path(f"{target}.part").rename(target)
+        out.append(target)
+    return out
+
+
+def zstd_copies(paths: list[Path]) -> list[Path]:
+    """PATHS recompressed to ZSTD (level 5, hepvine's default) by ``hepvine.work.recompress``, made once and kept in a
+    ``zstd5-<dir>`` directory beside theirs."""
+    out = []
+    for path in paths:
+        target = path.parent.parent / f"zstd5-{path.parent.name}" / path.name
+        if not target.exists():
+            print(f"bench: recompressing {path} to ZSTD", flush=True)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            recompress.recompress(str(path), target, recompress.parse_codec("zstd:5"))
         out.append(target)
     return out
 
@@ -146,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     where = {
         "local": [str(p) for p in paths],
         "xcache": [f"{cache['url']}//store/{store.name}/{p.name}" for p in paths],
+        "zstd": [str(p) for p in zstd_copies(paths)],
     }
     analysis = processor.load("hepvine.examples.agc:TtbarProcessor", schema="NanoAODSchema", chunksize=CHUNKSIZE)
     lazy = processor.load("hepvine.examples.agc:TtbarProcessor", schema="NanoAODSchema", chunksize=CHUNKSIZE)
