@@ -56,17 +56,25 @@ onsuccess:
 
 
 onerror:
-    # No report: the failures recorded by the jobs that finished are counted from their results, so that the same
-    # command again retries the transient ones as it would after a report.
-    import time
-    from hepvine.products.summary import process_age_s
-    from hepvine.products.retries import update_unreported
+    # The failures recorded by the jobs that finished are counted (from the report if the run made it, else from
+    # their results), so that the same command again retries the transient ones as it would after a full run.
+    from hepvine.products.retries import update_after_error
 
-    age_s = process_age_s()  # None off Linux: nothing counted, as before
-    started_ns = time.time_ns() - int((age_s or 0) * 1e9)
-    if age_s is not None and (n := update_unreported(Path(f"{OUT}/files"), started_ns, Path(RETRIES_FILE))):
+    try:
+        n, unreadable = update_after_error(Path(OUT), Path(RUN_STARTED), Path(RETRIES_FILE))
+    except OSError as e:
         print(
-            f"hepvine: {n} file(s) failed in the jobs that finished (listed in {RETRIES_FILE}); the run ended in an "
-            "error before its report: run the same command again, which retries the transient failures",
+            f"hepvine: {RETRIES_FILE} not updated ({e}): the next run may not retry this run's failures",
             file=sys.stderr,
         )
+    else:
+        for why in unreadable:
+            print(
+                f"hepvine: a result of this run could not be read, its failures not counted: {why}", file=sys.stderr
+            )
+        if n:
+            print(
+                f"hepvine: {n} failure(s) recorded by the jobs that finished (counted in {RETRIES_FILE}); run the "
+                "same command again, which retries the transient ones",
+                file=sys.stderr,
+            )

@@ -245,7 +245,8 @@ def products(n: int, workdir: Path) -> dict:
     filled histogram and the event count): seconds and RSS."""
     sys.path.insert(0, str(REPO / "workflows"))
     from hepvine.examples import agc
-    from hepvine.model import atomic, records
+    from hepvine.jobs import merge
+    from hepvine.model import records
 
     workdir.mkdir(parents=True, exist_ok=True)
     h = agc.new_histogram()
@@ -292,9 +293,7 @@ def products(n: int, workdir: Path) -> dict:
             ).to_dict()
         )
         expected.append([fid, recs[-1]["path"], batch])
-    atomic.write_pickle(
-        workdir / "results.pkl", {"records": recs, "output": output, "events": {"ttbar__nominal": 100_000 * n}}
-    )
+    merge.write(workdir / "results.pkl", {"records": recs, "output": output, "events": {"ttbar__nominal": 100_000 * n}})
     (workdir / "expected.json").write_text(json.dumps({"files": expected}))
     del recs, expected
     report = measured(

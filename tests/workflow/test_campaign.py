@@ -177,13 +177,13 @@ def test_a_transient_failure_of_a_run_that_ends_in_an_error_is_retried_by_the_sa
     data_result = f"files/{index.batch_id('data', 'nominal', index.NO_CACHE, 0)}.pkl"
     unwritable = (out / data_result).parent
     unwritable.mkdir(parents=True)
-    unwritable.chmod(0o500)  # the data job cannot write its result: that job fails
+    unwritable.chmod(0o500)  # the data job cannot write its result: that job fails (as the non-root user make test is)
     first = snakemake(tmp_path, *config, extra=("--keep-going",), env=env)
     assert first.returncode != 0 and not (out / "report.json").exists(), first.stderr[-3000:]
     assert json.loads((out / "retries.json").read_text())["files"] == {
         "ttbar/nominal/1": {"transient": 1, "permanent": 0}
     }
-    assert "run the same command again, which retries the transient failures" in first.stderr
+    assert "run the same command again, which retries the transient ones" in first.stderr
     if unwritable.exists():  # (Snakemake removes a failed job's empty output directory)
         unwritable.chmod(0o700)
     before = results_of(out)

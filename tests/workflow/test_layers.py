@@ -102,7 +102,7 @@ PLUGIN_LAYERS = (
     ("jobs as tasks", ("stragglers", "tasks", "failures")),
     ("workers", ("workergroups", "provision", "validation")),
     ("dispatch", ("dispatcher",)),
-    ("executor", ("__init__",)),
+    ("executor", ("scheduler", "__init__")),
 )
 # The plugin is a package below every layer of the workflow (the workflow depends on it like on any package). What
 # the workflow takes from it, and its lowest layer that does: the Snakefile imports that layer while it parses, on

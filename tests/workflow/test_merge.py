@@ -95,16 +95,17 @@ def _refuse():
 
 def test_records_are_read_without_reading_the_output(tmp_path):
     """What reads only the records (the progress; the retries of a run that ended in an error) never unpickles the
-    output; an older result whose output was not the analysis's is still refused with the fix."""
+    output; a result from before analyses were plug-ins gives its records, and its output is refused with the fix."""
     path = tmp_path / "r.pkl"
     merge.write(path, {"records": [{"fid": "a/b/0", "failure": None}], "output": Unreadable(), "events": {"a": 3}})
     assert merge.read_records(path) == {"records": [{"fid": "a/b/0", "failure": None}], "events": {"a": 3}}
     with pytest.raises(AssertionError, match="the output was read"):
         merge.load(path)
-    old = tmp_path / "old.pkl"
-    atomic.write_pickle(old, {"records": [], "hist": None, "events": {}, "variations": {}})
+    old = tmp_path / "old.pkl"  # from before analyses were plug-ins: its records are read, its output refused
+    atomic.write_pickle(old, {"records": [{"fid": "a/b/1"}], "hist": None, "events": {"a": 1}, "variations": {}})
+    assert merge.read_records(old)["records"] == [{"fid": "a/b/1"}]
     with pytest.raises(merge.OldResult, match="--forcerun analyse"):
-        merge.read_records(old)
+        merge.load(old)
 
 
 class Counted:

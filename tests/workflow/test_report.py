@@ -18,6 +18,7 @@ import pytest
 import uproot
 
 from hepvine.examples import agc as analysis
+from hepvine.jobs import merge
 from hepvine.model import atomic
 from hepvine.model.records import PERMANENT, TRANSIENT, Failure, FileRecord
 from hepvine.products import output, plots, report, retries
@@ -348,6 +349,46 @@ def test_retries_count_failures_by_class_once_per_report(tmp_path):
     }
     assert retries.transient_counts(path) == {"ttbar/nominal/a": 1}
     assert retries.transient_counts(tmp_path / "none.json") == {}
+
+
+def test_a_run_that_ended_in_an_error_counts_the_failures_of_the_results_it_wrote(tmp_path):
+    """After an error: only results written since the run began are read (an older one, whose batch the run did not
+    rerun, is not counted again); one that cannot be read is named; a report the run made before the error is
+    counted instead, once."""
+    out, path = tmp_path / "results" / "c", tmp_path / "results" / "c" / "retries.json"
+    started = out / "index" / "run-started"
+    started.parent.mkdir(parents=True)
+    started.touch()
+    begun = started.stat().st_mtime_ns
+
+    def result(name, *records_):
+        merge.write(out / "files" / f"{name}.pkl", {"records": list(records_), "output": None, "events": {}})
+        return out / "files" / f"{name}.pkl"
+
+    old = result("old", record("o", 0, 1, failure=GONE))
+    os.utime(old, ns=(begun - 10**9, begun - 10**9))  # from an earlier run
+    result("new", record("a", 0, 1, failure=GONE), record("b", 0, 1))
+    (out / "files" / "torn.pkl").write_bytes(b"\x80\x05not a pickle")
+    assert retries.update_after_error(out, started, path) == (
+        1,
+        [f"{out / 'files' / 'torn.pkl'}: UnpicklingError: " + _unpickling_error(out / "files" / "torn.pkl")],
+    )
+    assert json.loads(path.read_text())["files"] == {"ttbar/nominal/a": {"transient": 1, "permanent": 0}}
+
+    summary = report.summarise([record("a", 0, 1, failure=GONE), record("b", 0, 1)], expected("a", "b"))
+    atomic.write_json(out / "report.json", summary)
+    assert retries.update_after_error(out, started, path) == (1, [])
+    retries.update(summary, path)  # and the next run's onsuccess with the same report: not again
+    assert json.loads(path.read_text())["files"] == {"ttbar/nominal/a": {"transient": 2, "permanent": 0}}
+    assert retries.update_after_error(out, out / "index" / "never", path) == (0, [])
+
+
+def _unpickling_error(path) -> str:
+    try:
+        pickle.loads(path.read_bytes())
+    except pickle.UnpicklingError as e:
+        return str(e)
+    raise AssertionError(f"{path} unpickles")
 
 
 def test_failures_tsv_has_one_row_per_failed_file_and_only_its_header_when_none_failed():

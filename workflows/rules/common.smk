@@ -33,6 +33,9 @@ CACHE_STATS = f"{OUT}/cache-stats"
 # Each file's transient failures so far (written when a run ends): a batch's sum is a parameter of its job, so a
 # new run reruns exactly the batches that had a transient failure (Snakemake reruns jobs whose parameters changed).
 RETRIES_FILE = f"{OUT}/retries.json"
+# Touched by the main process as the run begins: its modification time is the run's start on the results'
+# filesystem (what a run that ends in an error counts from: hepvine.products.retries.update_after_error).
+RUN_STARTED = f"{INDEX}/run-started"
 # The analysis (hepvine.work.processor loads it in the jobs; never imported here: every job parses this file). Its local
 # files (the user's file, what it imports from beside it, a package in the working directory: hepvine.model.sources)
 # are inputs of the jobs that run it: shipped to workers without a shared filesystem, and a change of one reruns them.
@@ -161,6 +164,7 @@ if not workflow.remote_exec:
     if workflow.is_main_process:
         CREDENTIAL = checked_credential(SITE, BATCHES) if SITE else None
         hv_index.write(INDEX, BATCHES, SITE.xrootd_client if SITE else {})
+        Path(RUN_STARTED).touch()
         MERGE_NODES, MERGE_ROOT = hv_index.merge_tree(
             [f"{OUT}/files/{b.id}.pkl" for b in BATCHES], config["merge_fan_in"], f"{OUT}/merge"
         )

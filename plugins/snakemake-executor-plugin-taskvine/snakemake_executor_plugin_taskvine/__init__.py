@@ -10,7 +10,6 @@ TaskVine factory that submits them to HTCondor. Settings are ``--taskvine-<name>
 import atexit
 import os
 import secrets
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from snakemake_interface_executor_plugins.settings import CommonSettings, Execut
 from . import provision, validation, warm
 from .dispatcher import Dispatcher
 from .failures import describe_failure
+from .scheduler import release_scheduler_timers
 from .stragglers import Stragglers
 from .tasks import comma_separated, job_task, relative_name
 from .taskvine import (
@@ -506,7 +506,7 @@ class Executor(RemoteExecutor):
         atexit.unregister(self.shutdown)  # once: here, or at exit when Snakemake had nothing to do
         super().shutdown()
         self.stop_workers()
-        release_scheduler_timers()
+        release_scheduler_timers(getattr(self.workflow, "scheduler", None))
 
     def stop_workers(self):
         # All at once: the time to stop stays bounded (STOP_TIMEOUT_S) with any number of workers and factories.
@@ -522,22 +522,3 @@ class Executor(RemoteExecutor):
         warm.stop(self.warm_server)
         self.warm_server = None
         remove_private_directory(self.private_dir)
-
-
-SCHEDULER_MODULE = "snakemake.scheduling.job_scheduler"
-
-
-def release_scheduler_timers() -> int:
-    """Cancel the scheduler's pending re-evaluations; how many. With ``--max-jobs-per-timespan`` (the profiles'
-    1000/1s) each of Snakemake's scheduling rounds starts a ``threading.Timer`` of the timespan that wakes the
-    scheduler again. Snakemake shuts the executor down in its last round and waits for nothing after, but the
-    interpreter's exit waits for that thread: up to a second after the run (0.75 s of a 10 s run, measured). So the
-    command ends when its work does. Only timers started by that module are touched."""
-    pending = [
-        thread
-        for thread in threading.enumerate()
-        if isinstance(thread, threading.Timer) and getattr(thread.function, "__module__", None) == SCHEDULER_MODULE
-    ]
-    for timer in pending:
-        timer.cancel()
-    return len(pending)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hepvine.jobs.merge import read_counts
+from hepvine.jobs.merge import OldResult, read_counts
 
 
 class CompareError(ValueError):
@@ -115,6 +115,8 @@ def _from_root(path: Path) -> dict[str, Histogram]:
 def _from_pickle(path: Path) -> dict[str, Histogram]:
     try:
         result = read_counts(path)
+    except OldResult as e:
+        raise CompareError(str(e)) from e
     except (OSError, pickle.UnpicklingError, EOFError) as e:
         raise CompareError(f"{path}: cannot be unpickled ({e})") from e
     if not isinstance(result, dict) or "output" not in result:

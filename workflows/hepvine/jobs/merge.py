@@ -39,7 +39,7 @@ def merge(results: Iterable[dict]) -> dict:
     return {"records": records, "output": output, "events": events}
 
 
-class OldResult(Exception):
+class OldResult(ValueError):
     """A batch result written by an hepvine from before analyses were plug-ins (it holds no "output")."""
 
 
@@ -77,18 +77,21 @@ def _read(f, unpickler, path: Path, with_output: bool) -> dict:
     head = unpickler(f).load()
     if not isinstance(head, dict) or "output" in head:
         return head  # one pickle: a result of an hepvine from before 2026-11-27, written by hand, or not a result
+    if not with_output:
+        return head  # its records and counts (a result from before analyses were plug-ins has them too)
     if tuple(head) != HEAD:
         raise OldResult(
             f"{path}: this result was made by an older hepvine, before analyses were plug-ins (it holds "
             "a histogram, not the analysis's output); make the campaign's batch results again: rerun the "
             "same snakemake command with --forcerun analyse"
         )
-    return {**head, "output": unpickler(f).load()} if with_output else head
+    return {**head, "output": unpickler(f).load()}
 
 
 def read_records(path: Path) -> dict:
     """The records and event counts ({"records", "events"}) of the result at PATH, its output left unread (an older
-    result of one pickle is read whole, the analysis's classes as placeholders)."""
+    result of one pickle is read whole, the analysis's classes as placeholders). (An hepvine from before 2026-11-27
+    reads only the first pickle of a result written since, and takes it for one from before analyses were plug-ins.)"""
     with open(path, "rb") as f:
         return _read(f, _Lenient, path, with_output=False)
 

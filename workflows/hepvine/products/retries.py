@@ -5,8 +5,8 @@ parameters from it: its count of transient failures (``transient_counts``), and 
 permanently failed files whose source has changed since it failed (``fixed_sources``: a few stats, only of the
 failed files). So running the same command again reruns exactly the batches that had a transient failure or whose
 broken file was replaced or restored (Snakemake reruns jobs whose parameters changed), and never the others.
-A run that ends in an error makes no report: its failures are counted from the batch results it wrote
-(``update_unreported``), so the same command again retries them too.
+A run that ends in an error before its report has its failures counted from the batch results it wrote
+(``update_after_error``), so the same command again retries them too.
 Imported at parse time: JSON, os and (for a ``root://`` source) XRootD's client only.
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 from pathlib import Path
 
 from hepvine.model import atomic
@@ -62,18 +63,34 @@ def update(report: dict, path: Path) -> None:
     atomic.write_json(path, {"report": report["generated"], "files": files})
 
 
-def update_unreported(results: Path, since_ns: int, path: Path) -> int:
-    """After a run that ended in an error, before its report: count in the retries file at PATH the failures
-    recorded in the batch results it wrote (those under RESULTS, ``files/``, modified since SINCE_NS, the run's
-    start; only their records are read). Each result is counted once: the next run reruns its batch, whose new
-    result the next report holds. Returns the number of failures counted."""
+def update_after_error(out: Path, started: Path, path: Path) -> tuple[int, list[str]]:
+    """After a run of the campaign at OUT (results/<campaign>) that ended in an error: count its failures in the
+    retries file at PATH. STARTED is the file the run touched as it began (its modification time, on the results'
+    filesystem and by its clock, is the run's start). If the run made its report before the error, the report is
+    counted (as ``update`` does, once); else the failures recorded in the batch results it wrote (``files/``, those
+    modified since it began; only their records are read). A batch with a transient failure runs again next time,
+    so its new result goes into a later count, never this one again; a permanent failure is counted again by a
+    later report that holds it (as a report counts it each time). Returns (failures counted, results that could not
+    be read, each with why)."""
+    if not started.exists():  # the run ended before it planned: it ran no job
+        return 0, []
+    since_ns = started.stat().st_mtime_ns
+    report_file = out / "report.json"
+    if report_file.exists() and report_file.stat().st_mtime_ns >= since_ns:
+        report = json.loads(report_file.read_text())
+        update(report, path)
+        return len(report["failed_files"]), []
     from hepvine.jobs.merge import read_records
 
-    failures = []
+    failures, unreadable = [], []
+    results = out / "files"
     for result in results.rglob("*.pkl") if results.is_dir() else ():
         try:
             records = read_records(result)["records"] if result.stat().st_mtime_ns >= since_ns else ()
         except FileNotFoundError:  # renamed away in the instant: not this run's
+            continue
+        except (OSError, EOFError, pickle.UnpicklingError, ValueError, KeyError, TypeError) as e:
+            unreadable.append(f"{result}: {type(e).__name__}: {e}")
             continue
         failures += [(r["fid"], r["failure"]["failure_class"], r["path"]) for r in records if r["failure"] is not None]
     if failures:
@@ -81,7 +98,7 @@ def update_unreported(results: Path, since_ns: int, path: Path) -> int:
         files = previous.get("files", {})
         _count(files, failures)
         atomic.write_json(path, {**previous, "files": files})
-    return len(failures)
+    return len(failures), unreadable
 
 
 def _files(path: Path) -> dict:
