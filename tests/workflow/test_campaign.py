@@ -115,11 +115,11 @@ def test_campaign_counts_every_file_once_and_reports_failures(campaign, snakemak
     assert snakemake(workdir, *config).returncode == 0 and results_of(out) == done_again
 
 
-def test_transient_failure_is_retried_by_running_the_same_command(tmp_path, snakemake):
-    """A file at an XRootD server that is down fails as transient; the same command again reruns exactly its job."""
-    data = tmp_path / "data"
-    spec = generated_dataset(data, {"ttbar": 2}, 2000, seed=4)
-    with socket.socket() as s:  # a port nothing listens on
+def with_a_server_down(tmp_path: Path, processes: dict, seed: int, campaign: str) -> tuple[tuple, dict]:
+    """(config, environment) of a campaign of generated PROCESSES in TMP_PATH/spec.json, one job a file, plus a ttbar
+    file at an XRootD server that is down (a port nothing listens on; the client gives up within seconds)."""
+    spec = generated_dataset(tmp_path / "data", processes, 2000, seed=seed)
+    with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     spec["ttbar"]["nominal"]["files"].append({"path": f"root://127.0.0.1:{port}//store/down.root", "nevts": 2000})
@@ -127,12 +127,17 @@ def test_transient_failure_is_retried_by_running_the_same_command(tmp_path, snak
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     config = (
         f"dataset={tmp_path / 'spec.json'}",
-        "campaign=tr",
+        f"campaign={campaign}",
         "files_per_job=1",
         "read_attempts=2",
         "read_backoff_s=0.1",
     )
-    env = dict(os.environ, XRD_CONNECTIONRETRY="1", XRD_CONNECTIONWINDOW="2", XRD_REQUESTTIMEOUT="5")
+    return config, dict(os.environ, XRD_CONNECTIONRETRY="1", XRD_CONNECTIONWINDOW="2", XRD_REQUESTTIMEOUT="5")
+
+
+def test_transient_failure_is_retried_by_running_the_same_command(tmp_path, snakemake):
+    """A file at an XRootD server that is down fails as transient; the same command again reruns exactly its job."""
+    config, env = with_a_server_down(tmp_path, {"ttbar": 2}, 4, "tr")
     first = snakemake(tmp_path, *config, env=env)
     assert first.returncode == 0, first.stderr[-3000:]
     out = tmp_path / "results" / "tr"
@@ -157,22 +162,7 @@ def test_a_transient_failure_of_a_run_that_ends_in_an_error_is_retried_by_the_sa
     """A run that ends in an error (here one job cannot write its result) makes no report; the transient failure that
     another of its jobs recorded is counted all the same (from that job's result), so the same command again retries
     it with the failed job, and runs nothing else."""
-    data = tmp_path / "data"
-    spec = generated_dataset(data, {"ttbar": 1, "data": 1}, 2000, seed=5)
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    spec["ttbar"]["nominal"]["files"].append({"path": f"root://127.0.0.1:{port}//store/down.root", "nevts": 2000})
-    spec["ttbar"]["nominal"]["nevts_total"] += 2000
-    (tmp_path / "spec.json").write_text(json.dumps(spec))
-    config = (
-        f"dataset={tmp_path / 'spec.json'}",
-        "campaign=er",
-        "files_per_job=1",
-        "read_attempts=2",
-        "read_backoff_s=0.1",
-    )
-    env = dict(os.environ, XRD_CONNECTIONRETRY="1", XRD_CONNECTIONWINDOW="2", XRD_REQUESTTIMEOUT="5")
+    config, env = with_a_server_down(tmp_path, {"ttbar": 1, "data": 1}, 5, "er")
     out = tmp_path / "results" / "er"
     data_result = f"files/{index.batch_id('data', 'nominal', index.NO_CACHE, 0)}.pkl"
     unwritable = (out / data_result).parent
