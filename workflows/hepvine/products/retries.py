@@ -55,12 +55,11 @@ def _count(files: dict, failures: list[tuple[str, str, str]]) -> None:
 
 def update(report: dict, path: Path) -> None:
     """Count each failed file's failures by class in the retries file at PATH, once per report."""
-    previous = json.loads(path.read_text()) if path.exists() else {}
+    previous = _previous(path)
     if previous.get("report") == report["generated"]:
         return
-    files = previous.get("files", {})
-    _count(files, [(f["fid"], f["class"], f["path"]) for f in report["failed_files"]])
-    atomic.write_json(path, {"report": report["generated"], "files": files})
+    failures = [(f["fid"], f["class"], f["path"]) for f in report["failed_files"]]
+    _add(path, previous, failures, report=report["generated"])
 
 
 def update_after_error(out: Path, started: Path, path: Path) -> tuple[int, list[str]]:
@@ -94,15 +93,25 @@ def update_after_error(out: Path, started: Path, path: Path) -> tuple[int, list[
             continue
         failures += [(r["fid"], r["failure"]["failure_class"], r["path"]) for r in records if r["failure"] is not None]
     if failures:
-        previous = json.loads(path.read_text()) if path.exists() else {}
-        files = previous.get("files", {})
-        _count(files, failures)
-        atomic.write_json(path, {**previous, "files": files})
+        _add(path, _previous(path), failures)
     return len(failures), unreadable
 
 
+def _previous(path: Path) -> dict:
+    """The retries file at PATH as it is ({} if there is none)."""
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _add(path: Path, previous: dict, failures: list[tuple[str, str, str]], **marks) -> None:
+    """Write the retries file at PATH: PREVIOUS (what it held) with FAILURES counted and MARKS set (``report``: the
+    ``generated`` of the report counted)."""
+    files = previous.get("files", {})
+    _count(files, failures)
+    atomic.write_json(path, {**previous, **marks, "files": files})
+
+
 def _files(path: Path) -> dict:
-    return json.loads(path.read_text())["files"] if path.exists() else {}
+    return _previous(path).get("files", {})
 
 
 def transient_counts(path: Path) -> dict[str, int]:
