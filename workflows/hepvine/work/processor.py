@@ -169,11 +169,11 @@ def load(
 def settle(analysis: Analysis) -> None:
     """Ready the process for ANALYSIS's files, once loaded: its schema's behaviours imported (coffea imports them at the
     first chunk), then every object alive (the modules, the analysis, and whatever cyclic garbage their imports left:
-    a bounded one-off) moved out of the garbage collector's sight
-    (``gc.freeze``). They live as long as the job; without this each full collection walks them again, and a chunk of
-    the real NanoAOD layout makes objects enough (~8,000 virtual arrays) to set off several: a tenth to a fifth of a
-    file's time (``make bench``). Called once per process before its first file (and in a file's forked process,
-    which lives for that file): what is frozen is never freed."""
+    a bounded one-off) moved out of the garbage collector's sight (``gc.freeze``). They live as long as the job;
+    without this each full collection walks them again, and a chunk of the real NanoAOD layout makes objects enough
+    (~8,000 virtual arrays) to set off several: a tenth to a fifth of a file's time (``make bench``). Called once per
+    process before its first file (and in a file's forked process, which lives for that file): what is frozen is
+    never freed."""
     analysis.schema.behavior()
     gc.freeze()
 
