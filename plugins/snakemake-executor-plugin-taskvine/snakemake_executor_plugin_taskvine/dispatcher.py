@@ -29,7 +29,10 @@ import collections
 import dataclasses
 import fcntl
 import multiprocessing
+import multiprocessing.connection
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -105,6 +108,24 @@ def _serve(
     finally:
         tasks.cancel_all()
         manager.close()  # the workers still connected are released (the parent stops what it provisioned meanwhile)
+
+
+# The manager process's program: this module imported from the plugin's directory (PATH), its pipes' ends from argv.
+CHILD = (
+    "import sys; sys.path.insert(0, {path!r}); "
+    "from snakemake_executor_plugin_taskvine.dispatcher import child; child(*map(int, sys.argv[1:]))"
+)
+
+
+def child(requests_fd: int, results_fd: int) -> None:
+    """The manager process: its arguments are the first request; then ``_serve``."""
+    requests = multiprocessing.connection.Connection(requests_fd, writable=False)
+    results = multiprocessing.connection.Connection(results_fd, readable=False)
+    try:
+        args = requests.recv()
+    except EOFError:
+        return  # the parent is gone
+    _serve(*args, requests, results)
 
 
 class Tasks:
@@ -328,25 +349,13 @@ class Dispatcher:
         stragglers: Stragglers | None = None,
         max_tasks: int = 0,
     ):
-        context = multiprocessing.get_context("spawn")
         # Pipe(duplex=False) returns (receiving end, sending end).
-        requests_in, self._requests = context.Pipe(duplex=False)
-        self._results_recv, results_out = context.Pipe(duplex=False)
+        self._requests_in, self._requests = multiprocessing.Pipe(duplex=False)
+        self._results_recv, self._results_out = multiprocessing.Pipe(duplex=False)
         widen(self._requests)
         widen(self._results_recv)
-        self._process = context.Process(
-            target=_serve,
-            name="taskvine-manager",
-            daemon=True,
-            args=(
-                manager_kwargs,
-                prefer_wait_s,
-                stragglers or Stragglers(factor=0, min_s=0),
-                max_tasks,
-                requests_in,
-                results_out,
-            ),
-        )
+        self._serve_args = (manager_kwargs, prefer_wait_s, stragglers or Stragglers(factor=0, min_s=0), max_tasks)
+        self._process: subprocess.Popen | None = None
         self._send_lock = threading.Lock()
         self._recv_lock = threading.Lock()
         self._results: dict[str, TaskResult] = {}
@@ -356,16 +365,43 @@ class Dispatcher:
         self._stop_asked = False  # (ask_to_stop: once)
 
     def start(self) -> int:
-        """Start the manager; returns its port once it listens."""
-        self._process.start()
-        if not self._results_recv.poll(START_TIMEOUT_S):
-            self.stop()
-            raise DispatcherError(f"the TaskVine manager did not start within {START_TIMEOUT_S} s")
-        what, value = self._results_recv.recv()
+        """Start the manager; returns its port once it listens.
+
+        The manager process is a new interpreter that imports this module alone (``python -c``, the pipes' ends
+        passed as file descriptors; its arguments are the first message down), not multiprocessing's spawn, which
+        runs the parent's main module again: Snakemake's, 0.3 s more before the manager listens and the workers
+        are asked for."""
+        here = str(Path(__file__).resolve().parent.parent)
+        ends = (self._requests_in.fileno(), self._results_out.fileno())
+        self._process = subprocess.Popen(  # (-P: the working directory does not come first on its module path)
+            [sys.executable, "-P", "-c", CHILD.format(path=here), *map(str, ends)],
+            stdin=subprocess.DEVNULL,
+            pass_fds=ends,
+        )
+        # The child's ends are the child's alone: the parent's copies closed, its ending is seen as an end of file.
+        self._requests_in.close()
+        self._results_out.close()
+        try:
+            self._send(self._serve_args)
+            if not self._results_recv.poll(START_TIMEOUT_S):
+                self.stop()
+                raise DispatcherError(f"the TaskVine manager did not start within {START_TIMEOUT_S} s")
+            what, value = self._results_recv.recv()
+        except (EOFError, BrokenPipeError):
+            what, value = "error", f"its process ended ({self._ended()})"
         if what != "ready":
             self.stop()
             raise DispatcherError(f"the TaskVine manager could not start: {value}")
         return value
+
+    def _alive(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def _join(self, timeout_s: float) -> None:
+        try:
+            self._process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            pass
 
     def _send(self, message) -> None:
         with self._send_lock:
@@ -399,8 +435,8 @@ class Dispatcher:
 
     def _ended(self) -> str:
         """How the manager process ended (its exit status or the signal that ended it), as far as known."""
-        self._process.join(1)
-        code = self._process.exitcode
+        self._join(1)
+        code = self._process.returncode
         if code is None:
             return "still running"
         if code < 0:
@@ -431,7 +467,7 @@ class Dispatcher:
         """Tell the manager process to end at its next turn (within WAIT_S: a wait in progress is not cut short, and
         a worker's library keeps TaskVine's wait busy for all of it), without waiting for it: the run's last
         seconds, such as stopping what it provisioned, go on meanwhile. ``stop`` then waits for it."""
-        if self._process.is_alive() and not self._stop_asked:
+        if self._alive() and not self._stop_asked:
             self._stop_asked = True
             try:
                 self._send(("stop", None))
@@ -439,9 +475,9 @@ class Dispatcher:
                 pass
 
     def stop(self, timeout_s: float = 30) -> None:
-        if self._process.is_alive():
+        if self._alive():
             self.ask_to_stop()
-            self._process.join(timeout_s)
-        if self._process.is_alive():
+            self._join(timeout_s)
+        if self._alive():
             self._process.kill()
-            self._process.join()
+            self._process.wait()

@@ -20,6 +20,7 @@ import signal
 import subprocess
 import tempfile
 import time
+import types
 import warnings
 from datetime import datetime, timezone
 from pathlib import Path
@@ -493,15 +494,16 @@ class Manager:
         """One library per worker that has imported Snakemake (and the modules of PRELOAD, for the calls' warm
         commands); calls are forked from it (library.py). It takes the whole worker, with one function slot per
         core."""
-        import snakemake.cli
-
         from . import library
 
         lib = self._m.create_library_from_functions(
             LIBRARY_NAME,
             library.run_job,
             add_env=False,
-            hoisting_modules=[snakemake.cli],
+            # The library imports Snakemake's command line first (TaskVine writes `import <name>` of each module
+            # given): named by a module object that stands for it, as this process need not import Snakemake (0.3 s
+            # before the manager listens).
+            hoisting_modules=[types.ModuleType("snakemake.cli")],
             exec_mode="fork",
             library_context_info=[library.warm, [list(preload)], {}],
         )
