@@ -28,8 +28,10 @@ from __future__ import annotations
 import collections
 import dataclasses
 import fcntl
+import json
 import multiprocessing
 import multiprocessing.connection
+import pickle
 import signal
 import subprocess
 import sys
@@ -110,10 +112,12 @@ def _serve(
         manager.close()  # the workers still connected are released (the parent stops what it provisioned meanwhile)
 
 
-# The manager process's program: this module imported from the plugin's directory (PATH), its pipes' ends from argv.
+# The manager process's program: Ctrl-C ignored from its first statement (the parent decides), the parent's module
+# path (argv[1], as spawn gives it), then ``child`` with its pipes' ends (argv[2:]).
 CHILD = (
-    "import sys; sys.path.insert(0, {path!r}); "
-    "from snakemake_executor_plugin_taskvine.dispatcher import child; child(*map(int, sys.argv[1:]))"
+    "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+    "import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
+    f"from {__name__} import child; child(int(sys.argv[2]), int(sys.argv[3]))"
 )
 
 
@@ -125,6 +129,9 @@ def child(requests_fd: int, results_fd: int) -> None:
         args = requests.recv()
     except EOFError:
         return  # the parent is gone
+    except Exception as e:  # (arguments of a class this interpreter cannot import)
+        results.send(("error", f"its arguments could not be read: {type(e).__name__}: {e}"))
+        return
     _serve(*args, requests, results)
 
 
@@ -367,28 +374,32 @@ class Dispatcher:
     def start(self) -> int:
         """Start the manager; returns its port once it listens.
 
-        The manager process is a new interpreter that imports this module alone (``python -c``, the pipes' ends
-        passed as file descriptors; its arguments are the first message down), not multiprocessing's spawn, which
-        runs the parent's main module again: Snakemake's, 0.3 s more before the manager listens and the workers
-        are asked for."""
-        here = str(Path(__file__).resolve().parent.parent)
+        The manager's process is a new interpreter (``python -c CHILD``, the pipes' ends passed as file descriptors,
+        this process's module path on its command line, its arguments the first message down) that imports this
+        plugin's package and TaskVine — not multiprocessing's spawn, which runs the parent's main module again:
+        Snakemake's command line, 0.3 s more before the manager listens and the workers are asked for."""
+        arguments = pickle.dumps(self._serve_args)  # (one that cannot be pickled is this process's error)
         ends = (self._requests_in.fileno(), self._results_out.fileno())
-        self._process = subprocess.Popen(  # (-P: the working directory does not come first on its module path)
-            [sys.executable, "-P", "-c", CHILD.format(path=here), *map(str, ends)],
-            stdin=subprocess.DEVNULL,
-            pass_fds=ends,
-        )
-        # The child's ends are the child's alone: the parent's copies closed, its ending is seen as an end of file.
-        self._requests_in.close()
-        self._results_out.close()
         try:
-            self._send(self._serve_args)
+            self._process = subprocess.Popen(  # (-P: the working directory is not put first on its module path)
+                [sys.executable, "-P", "-c", CHILD, json.dumps(sys.path), *map(str, ends)],
+                stdin=subprocess.DEVNULL,
+                pass_fds=ends,
+            )
+        except OSError as e:
+            raise DispatcherError(f"the TaskVine manager's process could not start: {e}") from e
+        finally:  # the child's ends are the child's alone: with the parent's copies closed, its end is an end of file
+            self._requests_in.close()
+            self._results_out.close()
+        try:
+            with self._send_lock:
+                self._requests.send_bytes(arguments)
             if not self._results_recv.poll(START_TIMEOUT_S):
                 self.stop()
                 raise DispatcherError(f"the TaskVine manager did not start within {START_TIMEOUT_S} s")
             what, value = self._results_recv.recv()
-        except (EOFError, BrokenPipeError):
-            what, value = "error", f"its process ended ({self._ended()})"
+        except (EOFError, OSError):  # (a broken pipe: it ended before it read its arguments)
+            what, value = "error", f"its process ended ({self._ended()}); its error is above"
         if what != "ready":
             self.stop()
             raise DispatcherError(f"the TaskVine manager could not start: {value}")
@@ -435,6 +446,8 @@ class Dispatcher:
 
     def _ended(self) -> str:
         """How the manager process ended (its exit status or the signal that ended it), as far as known."""
+        if self._process is None:
+            return "not started"
         self._join(1)
         code = self._process.returncode
         if code is None:
