@@ -9,9 +9,12 @@ one process on the same files, for the AGC ttbar selection (``hepvine.examples.a
 (c) coffea's own ``processor.Runner`` with ``IterativeExecutor`` and the same processor over the same files;
 
 on local files, on the same files read as ``root://`` through one of the sandbox's XCaches (warm: every variant
-reads what the cache holds), and on their ZSTD copies (``zstd``: what hepvine's recompression makes of them, local;
-decompression is cheap there, so NanoEvents' fixed cost per chunk weighs most). Each rate is the best of
-``--repeat`` rounds, taken in turn. Writes results/bench/processor-<schema>[-merged<K>].json and prints one table.
+reads what the cache holds), through the same XCache behind a delay line that adds ``--rtt-ms`` to each round trip
+(``benchmarks/latency.py``: the sandbox's loopback answers in microseconds, a data centre's network in a fraction of
+a millisecond to a millisecond, and NanoEvents' lazy reads wait for each other), and on their ZSTD copies (``zstd``:
+what hepvine's recompression makes of them, local; decompression is cheap there, so NanoEvents' fixed cost per chunk
+weighs most). Each rate is the best of ``--repeat`` rounds, taken in turn. Writes
+results/bench/processor-<schema>[-merged<K>].json and prints one table.
 
 The inputs are the analysis bench's generated ttbar files (``benchmarks/analysis.py``: ``--schema compact``, 94
 branches, or ``nanoaod``, the 1,590 branches of a real NanoAOD file), made once and kept; with ``--merge K``, K of them
@@ -22,6 +25,7 @@ merged into one file by ROOT's hadd (baskets as they are), for files of as many 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import shutil
@@ -31,6 +35,7 @@ import warnings
 from pathlib import Path
 
 import uproot
+from latency import DelayLine
 
 from hepvine.devtools import services
 from hepvine.examples import agc
@@ -147,7 +152,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--merge", type=int, default=1, help="read files of MERGE generated inputs each (hadd): more events a file"
     )
+    parser.add_argument(
+        "--rtt-ms",
+        type=float,
+        default=1.0,
+        help="the round trip the delay line adds in front of the XCache for the xcache+rtt row (0: no such row)",
+    )
     args = parser.parse_args(argv)
+    with contextlib.ExitStack() as stack:
+        return run(args, stack)
+
+
+def run(args, stack: contextlib.ExitStack) -> int:
     warnings.filterwarnings("ignore", module="coffea")
     paths = merged(bench_inputs(args.files, args.events, args.schema), args.merge)
     origin = services.load()["xrootd"]["origin"]
@@ -161,8 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     where = {
         "local": [str(p) for p in paths],
         "xcache": [f"{cache['url']}//store/{store.name}/{p.name}" for p in paths],
-        "zstd": [str(p) for p in zstd_copies(paths)],
     }
+    if args.rtt_ms > 0:
+        port = stack.enter_context(DelayLine("127.0.0.1", cache["port"], args.rtt_ms / 1000))
+        where[f"xcache+{args.rtt_ms:g}ms"] = [f"root://127.0.0.1:{port}//store/{store.name}/{p.name}" for p in paths]
+    where["zstd"] = [str(p) for p in zstd_copies(paths)]
     analysis = processor.load("hepvine.examples.agc:TtbarProcessor", schema="NanoAODSchema", chunksize=CHUNKSIZE)
     lazy = processor.load("hepvine.examples.agc:TtbarProcessor", schema="NanoAODSchema", chunksize=CHUNKSIZE)
     lazy.traced = Untraced()
@@ -200,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         "merged_from": args.merge,
         "schema": args.schema,
         "chunksize": CHUNKSIZE,
+        "rtt_ms_added": args.rtt_ms,
         "events": counts["native"],
         "rates_hz_per_core": {p: {k: round(v) for k, v in r.items()} for p, r in best.items()},
         "cost_of_processor_over_native": ratios["processor_over_native"],
@@ -214,13 +234,13 @@ def main(argv: list[str] | None = None) -> int:
         f"AGC processor, NanoAODSchema, chunksize {CHUNKSIZE:,}; events/s per core, best of {args.repeat}"
     )
     print(
-        f"{'where':8} {'native':>10} {'processor':>10} {'lazy':>10} {'coffea Runner':>14} {'proc/native cost':>17} "
+        f"{'where':13} {'native':>10} {'processor':>10} {'lazy':>10} {'coffea Runner':>14} {'proc/native cost':>17} "
         f"{'proc/Runner':>12} {'proc/lazy':>10}"
     )
     for place in where:
         r = best[place]
         print(
-            f"{place:8} {r['native']:>10,.0f} {r['processor']:>10,.0f} {r['lazy']:>10,.0f} "
+            f"{place:13} {r['native']:>10,.0f} {r['processor']:>10,.0f} {r['lazy']:>10,.0f} "
             f"{r['coffea_runner']:>14,.0f} {ratios['processor_over_native'][place]:>17.2f} "
             f"{ratios['processor_over_coffea_runner'][place]:>12.2f} {ratios['preloaded_over_lazy'][place]:>10.2f}"
         )
