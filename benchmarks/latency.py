@@ -9,7 +9,8 @@ each answer before the next request pays it every time.
         ... read root://127.0.0.1:<port>//path ...
 
 It runs as a process of its own (this file run as a script), as a network would: not in the measured process, whose
-time it would otherwise share.
+time it would otherwise share. It ends when its standard input does: when the context ends, or when the process that
+started it ends in any way (killed too).
 """
 
 from __future__ import annotations
@@ -28,15 +29,19 @@ class DelayLine:
         self._process: subprocess.Popen | None = None
 
     def __enter__(self) -> int:
-        self._process = subprocess.Popen(self.argv, stdout=subprocess.PIPE, text=True)
+        self._process = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         line = self._process.stdout.readline()
         if not line:
             raise RuntimeError(f"the delay line did not start (exit {self._process.wait()})")
         return int(line)
 
     def __exit__(self, *exc) -> None:
-        self._process.terminate()
-        self._process.wait()
+        self._process.stdin.close()  # (its end)
+        try:
+            self._process.wait(10)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
         self._process.stdout.close()
 
 
@@ -49,7 +54,8 @@ class _Line:
     async def run(self) -> None:
         server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         print(server.sockets[0].getsockname()[1], flush=True)
-        await server.serve_forever()
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.buffer.read)  # (serving meanwhile)
+        server.close()
 
     async def _serve(self, client_in: asyncio.StreamReader, client_out: asyncio.StreamWriter) -> None:
         try:
