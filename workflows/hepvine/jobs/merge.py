@@ -88,6 +88,11 @@ def _read(f, unpickler, path: Path, with_output: bool) -> dict:
     return {**head, "output": unpickler(f).load()}
 
 
+# What reading a result's records may raise when the file is not one (torn, foreign, or not a pickle of a result):
+# what its readers that go on without it (the progress, the retries of a run that ended in an error) skip.
+UNREADABLE = (OSError, EOFError, pickle.UnpicklingError, ValueError, KeyError, TypeError)
+
+
 def read_records(path: Path) -> dict:
     """The records and event counts ({"records", "events"}) of the result at PATH, its output left unread (an older
     result of one pickle is read whole, the analysis's classes as placeholders). (An hepvine from before 2026-11-27

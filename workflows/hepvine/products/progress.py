@@ -11,12 +11,11 @@ its HTCondor job ad) both call ``update``; for a foreground run or a submitted o
 from __future__ import annotations
 
 import json
-import pickle
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hepvine.jobs.merge import read_records
+from hepvine.jobs.merge import UNREADABLE, read_records
 from hepvine.model import atomic
 from hepvine.model.limits import duration
 
@@ -105,7 +104,7 @@ def update(out: Path | str, now: float | None = None) -> Progress:
         if batches.get(key, [None])[0] != mtime:
             try:
                 batches[key] = [mtime, *_batch_counts(result_file)]
-            except (OSError, EOFError, pickle.UnpicklingError, KeyError, TypeError, ValueError, AttributeError):
+            except (*UNREADABLE, AttributeError):
                 # Being replaced (results are renamed into place: the next update reads it), or not a batch result
                 # this hepvine can read (the report says more): not counted.
                 batches.pop(key, None)

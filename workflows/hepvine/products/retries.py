@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 from pathlib import Path
 
 from hepvine.model import atomic
@@ -79,7 +78,7 @@ def update_after_error(out: Path, started: Path, path: Path) -> tuple[int, list[
         report = json.loads(report_file.read_text())
         update(report, path)
         return len(report["failed_files"]), []
-    from hepvine.jobs.merge import read_records
+    from hepvine.jobs.merge import UNREADABLE, read_records
 
     failures, unreadable = [], []
     results = out / "files"
@@ -88,7 +87,7 @@ def update_after_error(out: Path, started: Path, path: Path) -> tuple[int, list[
             records = read_records(result)["records"] if result.stat().st_mtime_ns >= since_ns else ()
         except FileNotFoundError:  # renamed away in the instant: not this run's
             continue
-        except (OSError, EOFError, pickle.UnpicklingError, ValueError, KeyError, TypeError) as e:
+        except UNREADABLE as e:
             unreadable.append(f"{result}: {type(e).__name__}: {e}")
             continue
         failures += [(r["fid"], r["failure"]["failure_class"], r["path"]) for r in records if r["failure"] is not None]
