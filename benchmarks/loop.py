@@ -5,8 +5,11 @@ campaign's summary).
 
 Side by side in one session, alternated round by round: the process mode and ``--taskvine-library``, each with the
 campaign's last step (the report: root merge, products, plots) on a worker (``host_steps_max_files=0``, as a large
-campaign's is) and on the login node (the default for a campaign this small). Each run starts from no results
-(``results/loop`` removed). The aim (issue 30): the whole command within 2x its analysis window. Writes
+campaign's is) and on the login node (the default for a campaign this small). Then, in a block of their own (a
+command that keeps no workers stops those kept before it), ``--taskvine-library`` with the workers kept between
+commands (``--taskvine-keep-workers-s``): one run first that starts them, not counted (the loop's first command),
+then the rounds, the two report places alternated; the kept workers are stopped at the end. Each run starts from
+no results (``results/loop`` removed). The aim (issue 30): the whole command within 2x its analysis window. Writes
 results/bench/loop.json and prints one table.
 
 Needs the demo's copies (``results/demo/dataset.zstd.json``): made by ``make demo``, or here first if missing.
@@ -28,16 +31,19 @@ REPO = Path(__file__).resolve().parent.parent
 DATASET = REPO / "results" / "demo" / "dataset.zstd.json"
 CAMPAIGN = "loop"
 SUMMARY = re.compile(r"this command: (?P<whole>[\d.]+) s in all; the analysis window .*?: (?P<window>[\d.]+) s")
+KEEP_S = 120
 MODES = {"process": [], "library": ["--taskvine-library"]}
+KEPT = {"library, workers kept": ["--taskvine-library", f"--taskvine-keep-workers-s={KEEP_S}"]}
 STEPS = {"a worker": "host_steps_max_files=0", "login node": None}
 
 
 def run(mode: str, steps: str) -> dict:
-    """One campaign of the loop; its whole time and analysis window (s)."""
+    """One campaign of the loop (MODE: of MODES or KEPT); its whole time and analysis window (s)."""
     shutil.rmtree(REPO / "results" / CAMPAIGN, ignore_errors=True)
     config = [f"dataset={DATASET.relative_to(REPO)}", f"campaign={CAMPAIGN}", "recompress=off"]
     config += ["site=site-configs/sandbox.yaml"] + ([STEPS[steps]] if STEPS[steps] else [])
-    cmd = [sys.executable, "-m", "snakemake", "--profile", "profiles/sandbox", *MODES[mode], "--config", *config]
+    cmd = [sys.executable, "-m", "snakemake", "--profile", "profiles/sandbox", *{**MODES, **KEPT}[mode], "--config"]
+    cmd += config
     started = time.perf_counter()
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
     whole_s = time.perf_counter() - started
@@ -59,6 +65,15 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.rounds):
         for key in runs:
             runs[key].append(run(*key))
+    kept = {(mode, steps): [] for mode in KEPT for steps in STEPS}
+    try:
+        run(*next(iter(kept)))  # the loop's first command: starts the workers it keeps
+        for _ in range(args.rounds):
+            for key in kept:
+                kept[key].append(run(*key))
+    finally:
+        subprocess.run([sys.executable, "-m", "snakemake_executor_plugin_taskvine", "stop-kept"], cwd=REPO, check=False)
+    runs.update(kept)
     rows = []
     for (mode, steps), results in runs.items():
         ratios = [r["whole_s"] / r["window_s"] for r in results]

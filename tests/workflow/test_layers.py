@@ -100,9 +100,9 @@ PLUGIN_LAYERS = (
     ("worker side", ("warm", "library")),
     ("TaskVine adapter", ("taskvine",)),
     ("jobs as tasks", ("stragglers", "tasks", "failures")),
-    ("workers", ("workergroups", "provision", "validation")),
+    ("workers", ("workergroups", "kept", "provision", "validation")),
     ("dispatch", ("dispatcher",)),
-    ("executor", ("scheduler", "__init__")),
+    ("executor", ("scheduler", "__init__", "__main__")),
 )
 # The plugin is a package below every layer of the workflow (the workflow depends on it like on any package). What
 # the workflow takes from it, and its lowest layer that does: the Snakefile imports that layer while it parses, on

@@ -21,8 +21,8 @@ from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
 from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 from snakemake_interface_executor_plugins.settings import CommonSettings, ExecutorSettingsBase, SharedFSUsage
 
-from . import provision, validation, warm
-from .dispatcher import Dispatcher
+from . import kept, provision, validation, warm
+from .dispatcher import Dispatcher, DispatcherError
 from .failures import describe_failure
 from .scheduler import release_scheduler_timers
 from .stragglers import Stragglers
@@ -31,6 +31,7 @@ from .taskvine import (
     CREDENTIAL_ENV,
     DEFAULT_WORKER_ENV,
     SCHEDULERS,
+    Adopted,
     CondorWorker,
     private_directory,
     remove_private_directory,
@@ -42,6 +43,9 @@ STATUS_POLL_S = 0.2
 STATUS_POLL_S_PER_JOB = 50e-6  # with 30,000 active jobs: a check every 1.5 s
 SLOT_WAIT_S = 600  # an HTCondor job of a worker for larger jobs still idle after this is said (Executor.slot_waits)
 SLOT_CHECK_S = 60
+# How long the kept workers' port is tried while taken: the previous command, which does not wait for its manager's
+# end, may have left it to end up to a second (its turn) later.
+KEPT_PORT_WAIT_S = 3.0
 
 
 def _setting(default, help: str, **extra):
@@ -207,6 +211,16 @@ class ExecutorSettings(ExecutorSettingsBase):
     run_info_dir: Path = _setting(
         Path(".snakemake/taskvine"), "Directory for the manager's logs, the factory's files and failed jobs' logs."
     )
+    keep_workers_s: int = _setting(
+        0,
+        "Keep the workers this many seconds after the run for the next command in the same working directory "
+        "(the loop of changing a workflow and running it again): the factories stay and the workers look for the "
+        "next manager, which listens on the same port with the same password and takes them without waiting for "
+        "the batch system. They end once they have seen no manager for this long; after Ctrl-C or a failure of "
+        "the manager they end with the run, and a command with 0 ends any kept before. Needs workers started by "
+        "factories (--taskvine-workers condor, or local without --taskvine-worker-groups). 0: workers end with "
+        "the run.",
+    )
 
 
 common_settings = CommonSettings(
@@ -261,6 +275,9 @@ class Executor(RemoteExecutor):
         self.dispatcher: Optional[Dispatcher] = None
         self.provisioned: list = []
         self.warm_server: Optional[tuple[int, str]] = None
+        self.kept: Optional[kept.Kept] = None
+        self.kept_factories: list = []
+        self.cancelled = False
         try:
             self._start(settings)
         except BaseException:  # stop what was started and remove the secrets, then let the error through
@@ -282,13 +299,38 @@ class Executor(RemoteExecutor):
                 self.logger.warning(f"TaskVine: ${name} names {path}, which is no file: tasks get no {name}")
         return files
 
-    def _start(self, settings):
-        self.password_file = (
-            Path(settings.password_file).absolute() if settings.password_file else write_password_file(self.private_dir)
-        )
-        self.dispatcher = Dispatcher(
+    def _claim_kept(self, settings) -> Optional[kept.Kept]:
+        """The directory of the workers kept for this working directory (kept.py), locked for this run, when this
+        run keeps workers; None when it does not, or another command holds it (said). A run that does not keep
+        workers stops any that an earlier one kept."""
+        keep = settings.keep_workers_s > 0
+        if not keep and not kept.directory_for(self.workdir).exists():
+            return None
+        try:
+            claimed = kept.Kept.claim(self.workdir)
+        except OSError as e:
+            raise WorkflowError(
+                f"--taskvine-keep-workers-s: cannot use {kept.directory_for(self.workdir)} for the kept workers "
+                f"({e}); make it yours with mode 0700, or set XDG_STATE_HOME to a directory of your own"
+            ) from e
+        if claimed is None:
+            if keep:
+                self.logger.info(
+                    "TaskVine: another command in this working directory holds the kept workers: this run starts its "
+                    "own, and keeps none"
+                )
+            return None
+        if not keep:
+            claimed.stop()
+            claimed.release()
+            return None
+        return claimed
+
+    def _dispatcher(self, settings, port, port_wait_s: float = 0) -> Dispatcher:
+        return Dispatcher(
             dict(
-                port=validation.port_range(settings.port_range) or settings.port,
+                port=port,
+                port_wait_s=port_wait_s,
                 name=settings.manager_name,
                 password_file=self.password_file,
                 ssl=settings.ssl,
@@ -304,7 +346,27 @@ class Executor(RemoteExecutor):
             stragglers=Stragglers(settings.straggler_factor if not self.shared_fs else 0, settings.straggler_min_s),
             max_tasks=settings.max_tasks,
         )
-        port = self.manager_port = self.dispatcher.start()
+
+    def _start(self, settings):
+        self.kept = self._claim_kept(settings)
+        if settings.password_file:
+            self.password_file = Path(settings.password_file).absolute()
+        elif self.kept is not None:
+            self.password_file = self.kept.password_file()
+        else:
+            self.password_file = write_password_file(self.private_dir)
+        port = 0
+        if self.kept is not None and self.kept.port and self.kept.alive():
+            self.dispatcher = self._dispatcher(settings, self.kept.port, KEPT_PORT_WAIT_S)
+            try:
+                port = self.dispatcher.start()
+            except DispatcherError as e:  # (its port taken since): the kept workers cannot reach this run
+                self.logger.info(f"TaskVine: the kept workers' port {self.kept.port} is not free ({e}): new workers")
+                self.kept.stop()
+        if not port:
+            self.dispatcher = self._dispatcher(settings, validation.port_range(settings.port_range) or settings.port)
+            port = self.dispatcher.start()
+        self.manager_port = port
         self.logger.info(
             f"TaskVine manager listening on port {port}; run directory {self.run_dir}"
             + (f"; tasks run in the environment {self.environment}" if self.environment else "")
@@ -315,7 +377,16 @@ class Executor(RemoteExecutor):
             password_file=self.password_file,
             run_dir=self.run_dir,
             private_dir=self.private_dir,
+            kept=self.kept,
         )
+        if self.kept is not None:
+            self.kept_factories = list(self.provisioned)
+            adopted = [str(f.proc.pid) for f in self.kept_factories if isinstance(f.proc, Adopted)]
+            if adopted:
+                self.logger.info(
+                    f"TaskVine: the workers kept by an earlier command connect again (their factories: pid "
+                    f"{', '.join(adopted)})"
+                )
         # The local rules' warm commands: their modules import while the workers connect and the first jobs run.
         preload = comma_separated(settings.local_preload)
         self.warm_server = warm.serve(preload, str(self.run_dir / "warm-server.log")) if preload else None
@@ -502,23 +573,51 @@ class Executor(RemoteExecutor):
         for job_info in active_jobs:
             self.dispatcher.cancel(job_info.external_jobid)
 
+    def cancel(self):
+        self.cancelled = True  # (Ctrl-C, or Snakemake's own error: nothing is kept)
+        super().cancel()
+
     def shutdown(self):
         atexit.unregister(self.shutdown)  # once: here, or at exit when Snakemake had nothing to do
         super().shutdown()
-        self.stop_workers()
+        self.stop_workers(keep=self.keeping())
         release_scheduler_timers(getattr(self.workflow, "scheduler", None))
 
-    def stop_workers(self):
+    def keeping(self) -> bool:
+        """Whether the run's workers stay for the next command: asked (--taskvine-keep-workers-s), and the run ended
+        neither by Ctrl-C nor by a failure of its manager (a job's failure keeps them: the user mends it and runs
+        again)."""
+        return (
+            self.kept is not None
+            and not self.cancelled
+            and self.dispatcher is not None
+            and self.dispatcher.error is None
+            and self.dispatcher.stopped is None
+        )
+
+    def stop_workers(self, keep: bool = False):
         # All at once: the time to stop stays bounded (STOP_TIMEOUT_S) with any number of workers and factories.
         provisioned, self.provisioned = self.provisioned, []
+        stopping = [p for p in provisioned if not keep or p not in self.kept_factories]
         if self.dispatcher is not None:
             # Its manager ends at its next turn (up to a second later): meanwhile what was provisioned is stopped, so
             # the run's end waits for the longer of the two, not for both. (The factories are signalled at once; a
             # worker a factory starts after the manager's end finds no manager and is removed with its factory's jobs.)
-            self.dispatcher.ask_to_stop()
-        stop_all(provisioned)
-        if self.dispatcher is not None:
+            self.dispatcher.ask_to_stop(keep=keep)
+        stop_all(stopping)
+        if self.dispatcher is not None and not keep:  # (a kept run's manager ends by itself, releasing its workers)
             self.dispatcher.stop()
+        if self.kept is not None:
+            if keep:
+                self.logger.info(
+                    f"TaskVine: the workers stay {self.workflow.executor_settings.keep_workers_s} s for the next "
+                    "command in this working directory (--taskvine-keep-workers-s)"
+                )
+            elif self.kept_factories:  # (stopped above)
+                self.kept.forget()
+            else:  # (the run failed before it took them)
+                self.kept.stop()
+            self.kept.release()
         warm.stop(self.warm_server)
         self.warm_server = None
         remove_private_directory(self.private_dir)

@@ -78,11 +78,13 @@ def _serve(
     results.send(("ready", manager.port))
     tasks = Tasks(manager, stragglers, results, max_tasks)
     lost_checked = time.monotonic()
+    keep = False  # (the workers kept for the next command: "stop" says so)
     try:
         while True:
             while requests.poll(0):
                 what, arg = requests.recv()
                 if what == "stop":
+                    keep = bool(arg)
                     return
                 if what == "submit":
                     tasks.submit(arg)
@@ -109,7 +111,7 @@ def _serve(
         results.send(("error", f"{type(e).__name__}: {e}"))
     finally:
         tasks.cancel_all()
-        manager.close()  # the workers still connected are released (the parent stops what it provisioned meanwhile)
+        manager.close(keep)  # the workers still connected are released (the parent stops what it provisioned meanwhile)
 
 
 # The manager process's program: Ctrl-C ignored from its first statement (the parent decides), the parent's module
@@ -476,14 +478,15 @@ class Dispatcher:
             notes, self.notes = self.notes, []
         return notes
 
-    def ask_to_stop(self) -> None:
+    def ask_to_stop(self, keep: bool = False) -> None:
         """Tell the manager process to end at its next turn (within WAIT_S: a wait in progress is not cut short, and
         a worker's library keeps TaskVine's wait busy for all of it), without waiting for it: the run's last
-        seconds, such as stopping what it provisioned, go on meanwhile. ``stop`` then waits for it."""
+        seconds, such as stopping what it provisioned, go on meanwhile. ``stop`` then waits for it. With KEEP its
+        workers are released, not told to exit (Manager.close)."""
         if self._alive() and not self._stop_asked:
             self._stop_asked = True
             try:
-                self._send(("stop", None))
+                self._send(("stop", keep))
             except (BrokenPipeError, OSError):
                 pass
 

@@ -34,8 +34,22 @@ import yaml
 from snakemake_interface_common.exceptions import WorkflowError
 
 from . import workergroups
+from .kept import Kept, Record, fingerprint
 from .tasks import comma_separated
-from .taskvine import CONDOR_DEFAULT_MB, WORKER_IDLE_S, CondorWorker, Factory, Worker, env_patterns, stop_all
+from .taskvine import (
+    CONDOR_CLIENT_ENV,
+    CONDOR_DEFAULT_MB,
+    WORKER_IDLE_S,
+    Adopted,
+    CondorWorker,
+    Factory,
+    Worker,
+    allowed_environment,
+    catalog_address,
+    env_patterns,
+    start_time,
+    stop_all,
+)
 from .workergroups import WorkerGroup
 
 WORKER_MODES = ("local", "condor", "none")
@@ -281,11 +295,13 @@ def local_worker(
 
 
 def start_workers(
-    settings, *, manager_port: int, password_file: Path, run_dir: Path, private_dir: Path
+    settings, *, manager_port: int, password_file: Path, run_dir: Path, private_dir: Path, kept: Kept | None = None
 ) -> list[Factory | Worker]:
     """What keeps the run's workers connected to the manager on PORT: a factory per worker group, or for local
     worker groups the workers themselves (nothing for ``workers=none``). Factories work in PRIVATE_DIR (their
-    files include a copy of the password); their logs go to RUN_DIR."""
+    files include a copy of the password); their logs go to RUN_DIR. With KEPT (--taskvine-keep-workers-s), the
+    factories are kept ones, working in KEPT's directory: an earlier command's, if they were started with the same
+    settings and still run (else those are stopped), and written down for the next command."""
     if settings.workers == "none":
         return []
     groups, found = worker_groups(settings)
@@ -305,17 +321,16 @@ def start_workers(
                     )
             return started
         host = "127.0.0.1" if settings.workers == "local" else _manager_host()
+        made = dict(settings=settings, host=host, manager_port=manager_port, password_file=password_file, allow=allow)
+        if kept is not None:
+            return _kept_factories(kept, groups, made, run_dir, started)
         for group in groups:
             started.append(
                 _factory(
-                    settings,
-                    group,
-                    host,
-                    manager_port,
-                    password_file,
-                    allow,
+                    group=group,
                     scratch_dir=private_dir / "factory" / group.name,
                     log=run_dir / "factory" / group.name / "factory.log",
+                    **made,
                 )
             )
         return started
@@ -324,17 +339,58 @@ def start_workers(
         raise WorkflowError(f"cannot start the TaskVine workers: {e}") from e
 
 
+def _kept_factories(kept: Kept, groups: list[WorkerGroup], made: dict, run_dir: Path, started: list) -> list[Factory]:
+    """The factories of GROUPS kept for the next command (start_workers; MADE: what each is made with), appended to
+    STARTED: the ones KEPT has written down, when started with the same (and all running), else new ones."""
+    settings = made["settings"]
+    wanted = fingerprint(
+        {
+            "factories": [dict(made, settings=None, group=dataclasses.asdict(g)) for g in groups],
+            "keep_s": settings.keep_workers_s,
+            "ssl": settings.ssl,
+            "workers": settings.workers,
+            "catalog": catalog_address(),
+            "environment": allowed_environment([*made["allow"], *CONDOR_CLIENT_ENV]),
+        }
+    )
+    records = {r.group: r for r in kept.records} if kept.adoptable(wanted) else {}
+    if set(records) != {g.name for g in groups}:  # (the kept ones are not these: stopped, and new ones started)
+        kept.stop()
+        records = {}
+    for group in groups:
+        record = records.get(group.name)
+        started.append(
+            _factory(
+                group=group,
+                scratch_dir=kept.factory_scratch(group.name),
+                log=run_dir / "factory" / group.name / "factory.log",
+                keep_s=settings.keep_workers_s,
+                job_tag=record.tag if record else None,
+                process=Adopted(record.pid, record.started) if record else None,
+                **made,
+            )
+        )
+    kept.save(
+        made["manager_port"],
+        wanted,
+        [Record(g.name, f.proc.pid, start_time(f.proc.pid) or 0, f.job_tag) for g, f in zip(groups, started)],
+    )
+    return started
+
+
 def _factory(
+    *,
     settings,
     group: WorkerGroup,
     host: str,
     manager_port: int,
     password_file: Path,
     allow: list[str],
-    *,
     scratch_dir: Path,
     log: Path,
+    **kept,
 ) -> Factory:
+    """GROUP's factory; KEPT: Factory's keep_s, job_tag and process, for a kept one."""
     return Factory(
         batch_type=settings.workers,
         manager_host=host,
@@ -347,6 +403,7 @@ def _factory(
         condor_requirements=group.condor_requirements,
         worker_env={GROUP_ENV: group.name},
         worker_env_allow=allow,
+        **kept,
     )
 
 

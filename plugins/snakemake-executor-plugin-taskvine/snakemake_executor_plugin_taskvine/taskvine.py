@@ -14,6 +14,7 @@ import gc
 import os
 import re
 import secrets
+import select
 import shlex
 import shutil
 import signal
@@ -41,6 +42,9 @@ JOB_TAG = "TaskVineWorkerTag"
 # What vine_factory asks of HTCondor for a worker's memory and disk (MB) that TaskVine decides (0).
 CONDOR_DEFAULT_MB = 1024
 WORKER_STOP_GRACE_S = 5.0
+FACTORY_PERIOD_S = 30  # how often vine_factory looks at its manager (7.14.5 has no --factory-period): a kept one ends
+# up to this long after its --factory-timeout
+KEPT_BACKOFF_S = 1  # how often a kept worker looks for the next manager
 WORKER_IDLE_S = 300  # a worker with nothing to do for this long ends; one that finds no manager for this long too
 # cctools 7.14.0-7.14.5 crash the manager (SIGSEGV: it frees the worker while still handling its message; cctools
 # #4065, fixed in 7.14.6 and 7.15.0) when it lets go a worker that asked to leave after sitting idle for its idle
@@ -446,7 +450,10 @@ class Manager:
         secrets_dir: Path | None = None,
         environment: Path | None = None,
         credential_files: Mapping[str, str] | None = None,
+        port_wait_s: float = 0,
     ):
+        """PORT_WAIT_S: how long a given PORT is tried again while it is taken (the kept workers' port, which the
+        previous command's manager may still hold for a second: it is not waited for)."""
         vine = import_taskvine()
         from ndcctools.taskvine import cvine
 
@@ -459,7 +466,8 @@ class Manager:
         kwargs = {"port": port, "ssl": tls}
         if run_info_dir is not None:
             kwargs["run_info_path"] = str(run_info_dir)
-        self._m = listening(vine.Manager, kwargs, attempts=1 if isinstance(port, int) and port else LISTEN_ATTEMPTS)
+        attempts = 1 + round(port_wait_s / 0.15) if isinstance(port, int) and port else LISTEN_ATTEMPTS
+        self._m = listening(vine.Manager, kwargs, attempts, pause_s=(0.1, 0.2) if port_wait_s else (0.05, 0.5))
         self._m.set_catalog_servers(catalog_address())
         self._m.set_keepalive_interval(KEEPALIVE_INTERVAL_S)
         self._m.set_keepalive_timeout(KEEPALIVE_TIMEOUT_S)
@@ -705,23 +713,69 @@ class Manager:
     def workers_joined(self) -> int:
         return self._m.stats.workers_joined
 
-    def close(self) -> int:
+    def close(self, keep: bool = False) -> int:
         """End the run's work with its workers now: every task it holds is cancelled and every worker still
         connected told to exit (TaskVine's "exit" goes to idle workers only, hence the cancelling first), whether or
         not its HTCondor job has been removed yet; returns how many were told. Then the manager itself ends (its
         port closed), which releases the workers that could not be told: those running the library (a worker's
         library instance is never a task of ours) or a task in flight; a released worker ends (--single-shot on
         every worker we start). Done when the run ends, while what was provisioned is being stopped (issue 36: with
-        1,000 worker jobs, HTCondor's removal alone left workers running for minutes). Nothing may be asked of it
-        after."""
+        1,000 worker jobs, HTCondor's removal alone left workers running for minutes). With KEEP no worker is told
+        to exit: each is released, and a kept one (started with keep_s) looks for the next manager at once. Nothing
+        may be asked of it after."""
         for task_id in list(self._tasks):
             self.cancel(task_id)
-        told = self._m.workers_shutdown(0)
+        told = 0 if keep else self._m.workers_shutdown(0)
         # The bindings end the manager (vine_delete: release every worker, close the port) when their Manager is
         # freed, and each task submitted refers to it and it to each task: a cycle that only the collector frees.
         self._m = None
         gc.collect()
         return told
+
+
+class Adopted:
+    """A process that an earlier command started (a kept factory), stopped as ``subprocess.Popen`` stops its own:
+    ``poll``, ``wait``, ``send_signal``, ``kill``; only while it is the same process (its pid and start time)."""
+
+    def __init__(self, pid: int, started: int):
+        self.pid = pid
+        self.started = started
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and start_time(self.pid) != self.started:
+            self.returncode = 0  # (not our child: its exit status is not ours to read)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            handle = os.pidfd_open(self.pid)
+        except OSError:
+            handle = None
+        try:
+            while self.poll() is None:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout)
+                if handle is None:
+                    time.sleep(min(0.1, left or 0.1))
+                else:
+                    select.select([handle], [], [], min(1.0, left) if left is not None else 1.0)
+        finally:
+            if handle is not None:
+                os.close(handle)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
 
 class _Process:
@@ -730,11 +784,16 @@ class _Process:
     # How long a SIGTERM is given before SIGKILL: a factory removes its HTCondor jobs on the way out.
     stop_grace_s = STOP_TIMEOUT_S
 
-    def __init__(self, argv: list[str], log: Path, env: dict[str, str] | None = None):
+    def __init__(self, argv: list[str], log: Path, env: dict[str, str] | None = None, process=None):
+        """Start ARGV (its output appended to LOG), or take PROCESS (one an earlier command started with the same
+        ARGV: a kept factory, kept.Adopted) as this one."""
         self.argv = argv
         self.log = log
         self.env = env
         self.group_killed = False
+        if process is not None:
+            self.proc = process
+            return
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -762,18 +821,31 @@ class _Process:
         self.group_killed = True
 
 
+def _parent_and_start(pid: int | str) -> tuple[int, int] | None:
+    """(parent pid, start time in clock ticks since boot) of process PID, from /proc; None when it does not run (also
+    when it has ended and waits to be reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state, ppid, ... starttime (22nd)
+    return None if fields[0] == "Z" else (int(fields[1]), int(fields[19]))
+
+
+def start_time(pid: int) -> int | None:
+    """The start time of process PID, which tells it from a later process given the same pid; None when none runs."""
+    found = _parent_and_start(pid)
+    return None if found is None else found[1]
+
+
 def _process_table() -> dict[int, tuple[int, int]]:
     """Every process of this machine as pid -> (parent pid, start time in clock ticks), from /proc."""
     table = {}
     for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry.name}/stat").read_text()
-        except OSError:
-            continue  # ended meanwhile
-        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state, ppid, ... starttime (22nd)
-        table[int(entry.name)] = (int(fields[1]), int(fields[19]))
+        if entry.name.isdigit():
+            found = _parent_and_start(entry.name)
+            if found is not None:  # (else ended meanwhile)
+                table[int(entry.name)] = found
     return table
 
 
@@ -904,7 +976,12 @@ class Factory(_Process):
     description (the job gets the environment of condor_submit, i.e. the factory's): so the factory runs with the
     allowed variables and HTCondor's own client variables only, and the submit description's ``getenv`` is
     replaced by the allow-list (a later line wins), which leaves the HTCondor client variables out too. Its
-    SCRATCH_DIR holds a copy of the password: give it a private directory."""
+    SCRATCH_DIR holds a copy of the password: give it a private directory.
+
+    KEEP_S > 0 makes it a factory kept between commands (kept.py): it does not end with this process, but once it
+    has seen no manager for KEEP_S (looking every FACTORY_PERIOD_S), and so do its workers, which look for the next
+    manager every second once theirs has gone. Such a factory is started with a JOB_TAG given (its record's), and an
+    earlier command's may be taken as this one (PROCESS, see _Process), given the same arguments."""
 
     def __init__(
         self,
@@ -926,8 +1003,20 @@ class Factory(_Process):
         worker_env_allow: Sequence[str] = DEFAULT_WORKER_ENV,
         worker_timeout_s: int = WORKER_IDLE_S,
         log: Path | None = None,
+        keep_s: int = 0,
+        job_tag: str | None = None,
+        process=None,
     ):
         worker_env = dict(worker_env or {})
+        if keep_s:  # ended by its own timeout, not this process's end; its workers look for the next manager
+            lifetime = [f"--factory-timeout={keep_s}"]
+            worker_end = [*_timeout_options(keep_s, worker_timeout_s), f"--max-backoff={KEPT_BACKOFF_S}"]
+        else:
+            # After the factory's own -t in each worker's command: the idle timeout a safe one (_timeout_options);
+            # and a worker ends with its manager's connection, as ours do, instead of looking for it again for its
+            # connect timeout (a worker the ended manager released, issue 36).
+            lifetime = ["--parent-death"]
+            worker_end = [*_timeout_options(worker_timeout_s, worker_timeout_s), "--single-shot"]
         argv = [
             "vine_factory",
             f"--batch-type={batch_type}",
@@ -938,12 +1027,9 @@ class Factory(_Process):
             f"--workers-per-cycle={max_workers}",
             f"--cores={cores}",
             f"--timeout={worker_timeout_s}",
-            "--parent-death",
+            *lifetime,
             *_worker_options(password_file, ssl, memory_mb, disk_mb, features),
-            # After the factory's own -t in each worker's command: the idle timeout a safe one (_timeout_options);
-            # and a worker ends with its manager's connection, as ours do, instead of looking for it again for its
-            # connect timeout (a worker the ended manager released, issue 36).
-            "--extra-options=" + " ".join([*_timeout_options(worker_timeout_s, worker_timeout_s), "--single-shot"]),
+            "--extra-options=" + " ".join(worker_end),
         ]
         if condor_requirements:
             if not SAFE_REQUIREMENTS.match(condor_requirements):  # validated with the settings already
@@ -953,7 +1039,7 @@ class Factory(_Process):
                 )
             argv.append(f"--condor-requirements={condor_requirements}")
         # Its HTCondor jobs carry a tag of their own, so that stopping it removes them all in one condor_rm.
-        self.job_tag = secrets.token_hex(8) if batch_type == "condor" else None
+        self.job_tag = (job_tag or secrets.token_hex(8)) if batch_type == "condor" else None
         if self.job_tag:
             # vine_factory writes --batch-options into each submit description, \n read as a line break.
             argv.append(
@@ -968,7 +1054,17 @@ class Factory(_Process):
         argv += [_safe_host(manager_host, "manager host"), str(manager_port)]
         own = CONDOR_CLIENT_ENV if batch_type == "condor" else ()
         env = {**allowed_environment([*worker_env_allow, *own]), **_catalog_env()}
-        super().__init__(argv, log or scratch_dir / "factory.log", env=env)
+        super().__init__(argv, log or scratch_dir / "factory.log", env=env, process=process)
+
+    @classmethod
+    def adopted(cls, pid: int, started: int, job_tag: str | None) -> Factory:
+        """A factory that an earlier command kept (its PID and start time; JOB_TAG: its HTCondor jobs', None for a
+        local one), to be stopped (stop_all) with its workers."""
+        factory = cls.__new__(cls)
+        env = {**allowed_environment(CONDOR_CLIENT_ENV), **_catalog_env()}
+        _Process.__init__(factory, [], Path(os.devnull), env=env, process=Adopted(pid, started))
+        factory.job_tag = job_tag
+        return factory
 
     def after_sigterm(self) -> None:
         """An HTCondor factory's jobs are removed at once, here: vine_factory would remove them one condor_rm at a

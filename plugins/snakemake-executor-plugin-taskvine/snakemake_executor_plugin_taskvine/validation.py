@@ -109,6 +109,15 @@ def problems(settings) -> list[str]:
                 f"{flag(name)}: {', '.join(map(repr, bad))}: give module names (e.g. coffea.processor), "
                 "separated by commas"
             )
+    if settings.keep_workers_s < 0:
+        found.append(f"{flag('keep_workers_s')} {settings.keep_workers_s}: must not be negative (0: keep none)")
+    elif settings.keep_workers_s and (
+        settings.workers == "none" or (settings.workers == "local" and settings.worker_groups)
+    ):
+        found.append(
+            f"{flag('keep_workers_s')} keeps the workers that factories start: use it with {flag('workers')} "
+            f"condor, or local without {flag('worker_groups')}"
+        )
     found += worker_groups(settings)[1]
     if settings.password_file is not None:
         found += password_file_problems(Path(settings.password_file))

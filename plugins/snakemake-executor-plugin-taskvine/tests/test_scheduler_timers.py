@@ -46,7 +46,8 @@ def test_the_executors_shutdown_cancels_them(monkeypatch):
     executor = Executor.__new__(Executor)  # what shutdown uses of it: the workflow's scheduler
     executor.workflow = SimpleNamespace(scheduler=scheduler)
     monkeypatch.setattr(RemoteExecutor, "shutdown", lambda self: None)
-    monkeypatch.setattr(Executor, "stop_workers", lambda self: None)
+    monkeypatch.setattr(Executor, "stop_workers", lambda self, keep=False: None)
+    monkeypatch.setattr(Executor, "keeping", lambda self: False)
     try:
         executor.shutdown()
         timer.join(timeout=10)
