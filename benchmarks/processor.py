@@ -4,8 +4,9 @@ one process on the same files, for the AGC ttbar selection (``hepvine.examples.a
 (a) native: uproot reads the selection's branches of each file in steps and the selection fills the histograms
     (what hepvine's driver ran before analyses were plug-ins);
 (b) hepvine's processor path: ``hepvine.work.processor.run_file`` with ``TtbarProcessor`` (NanoEvents, chunks,
-    accumulate, the traced branches preloaded in bulk: what a campaign's job runs per file), and the same with every
-    branch read lazily as the analysis touches it (``lazy``: what it did before it traced);
+    accumulate, and over the network the traced branches preloaded in bulk: what a campaign's job runs per file; a
+    local file it reads lazily), and the same with every branch read lazily as the analysis touches it (``lazy``:
+    what it did before it traced; on local files, the same as the processor path);
 (c) coffea's own ``processor.Runner`` with ``IterativeExecutor`` and the same processor over the same files;
 
 on local files, on the same files read as ``root://`` through one of the sandbox's XCaches (warm: every variant

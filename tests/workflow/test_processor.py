@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import pickle
+import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -234,10 +236,25 @@ def f(events):
 """
 
 
-def test_the_branches_an_analysis_reads_are_traced_once_and_preloaded_without_changing_its_output(tmp_path):
+@pytest.fixture
+def served(services):
+    """The URL of a real NanoAOD file (ttH, Run 2) served by the sandbox's XRootD origin, under a fresh directory
+    removed after."""
+    origin = services["xrootd"]["origin"]
+    tag = f"test-preload-{uuid.uuid4().hex[:8]}"
+    store = Path(origin["data_dir"]) / "store" / tag
+    store.mkdir(parents=True)
+    shutil.copy(NANOAOD / "ttH_M125_2017.root", store / "ttH.root")
+    yield f"{origin['url']}//store/{tag}/ttH.root"
+    shutil.rmtree(store)
+
+
+def test_the_branches_an_analysis_reads_over_xrootd_are_traced_once_and_preloaded_without_changing_its_output(
+    tmp_path, served
+):
     (tmp_path / "mine.py").write_text(NEW_PROCESSOR)
     (tmp_path / "untraceable.py").write_text(UNTRACEABLE)
-    path = str(NANOAOD / "ttH_M125_2017.root")
+    path = served
     task = next(t for t in dataset.tasks({DAS: {"files": {path: "Events"}}}) if t.path == path)
     traced = processor.load(f"{tmp_path}/mine.py:JetsAndMuons", {"pt_min": 25.0}, chunksize=CHUNKSIZE)
     ours, events, _ = processor.run_file(path, task, traced)
@@ -251,6 +268,26 @@ def test_the_branches_an_analysis_reads_are_traced_once_and_preloaded_without_ch
     untraceable = processor.load(f"{tmp_path}/untraceable.py:f", chunksize=CHUNKSIZE)
     out, n, _ = processor.run_file(path, task, untraceable)
     assert untraceable.traced == {(task.dataset, "Events"): None} and out["n"] == n == events
+
+
+def test_a_local_file_is_read_lazily_untraced_with_the_same_output(tmp_path):
+    (tmp_path / "mine.py").write_text(NEW_PROCESSOR)
+    path = str(NANOAOD / "ttH_M125_2017.root")
+    task = next(t for t in dataset.tasks({DAS: {"files": {path: "Events"}}}) if t.path == path)
+    local = processor.load(f"{tmp_path}/mine.py:JetsAndMuons", {"pt_min": 25.0}, chunksize=CHUNKSIZE)
+    ours, events, _ = processor.run_file(path, task, local)
+    assert local.traced == {}, "a local file was traced"
+    lazy = processor.load(f"{tmp_path}/mine.py:JetsAndMuons", {"pt_min": 25.0}, chunksize=CHUNKSIZE)
+    lazy.traced[(task.dataset, "Events")] = None
+    theirs, lazy_events, _ = processor.run_file(f"file://{path}", task, lazy)
+    assert events == lazy_events > CHUNKSIZE
+    assert_same(ours, theirs)
+    assert [processor.over_network(u) for u in (path, f"file://{path}", "root://h//f", "HTTPS://h/f")] == [
+        False,
+        False,
+        True,
+        True,
+    ]
 
 
 SETTLED = """

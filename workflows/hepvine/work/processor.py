@@ -8,13 +8,15 @@ the steps of a preprocessed fileset), each chunk becomes NanoEvents exactly as t
 ``dataset``, ``filename``, ``treename``, ``entrystart``, ``entrystop``, ``fileuuid`` plus the dataset's own), and the
 chunks' outputs are added with ``coffea.processor.accumulate`` in chunk order. TTree and RNTuple alike.
 
-The columns a chunk needs are read in bulk: the first time a job meets a dataset, the analysis is traced on an empty
-chunk of its file (``coffea.nanoevents.trace.trace``: awkward's typetracer, as coffea's Runner does with ``trace=``),
-and every chunk of that dataset then preloads those branches with one ``tree.arrays`` call (one vector read over
-XRootD) instead of one read per branch as the analysis touches them. What a trace cannot see (a column touched only
-for some events) is still read lazily; a trace that fails leaves the chunks lazy. It changes what is read when,
-never what the analysis computes. ``Analysis.traced`` keeps the traces (a file's own process sends its trace back:
-hepvine.jobs.driver).
+The columns a chunk needs are read in bulk from files read over the network (``NETWORK_SCHEMES``): the first time a
+job meets a dataset there, the analysis is traced on an empty chunk of its file (``coffea.nanoevents.trace.trace``:
+awkward's typetracer, as coffea's Runner does with ``trace=``), and every chunk of that dataset then preloads those
+branches with one ``tree.arrays`` call (one vector read over XRootD) instead of one read per branch as the analysis
+touches them, each waiting for the one before. What a trace cannot see (a column touched only for some events) is
+still read lazily; a trace that fails leaves the chunks lazy. It changes what is read when, never what the analysis
+computes. ``Analysis.traced`` keeps the traces (a file's own process sends its trace back: hepvine.jobs.driver). A
+local file (a recompressed copy, a file on a shared filesystem) is read lazily: there a read waits for no network,
+and the bulk read cost more than it saved (the processor bench: 1-8% slower on LZMA files, 17-18% on ZSTD copies).
 
 What goes wrong is said per file: a file that NanoEvents cannot read is a permanent ``not-nanoevents`` failure; an
 exception raised by the user's code is an ``records.AnalysisError`` naming the user's frame (file:line), which
@@ -201,6 +203,15 @@ def _user_frame(exc: BaseException, source: str | None) -> str:
     return f"{frame.filename}:{frame.lineno} in {frame.name}"
 
 
+# The URLs of files read over a network, whose chunks preload their traced branches (``preload``).
+NETWORK_SCHEMES = ("root://", "roots://", "http://", "https://")
+
+
+def over_network(url: str) -> bool:
+    """Whether the file at URL is read over a network (not a local path, nor ``file://``)."""
+    return url.lower().startswith(NETWORK_SCHEMES)
+
+
 def preload(analysis: Analysis, opened, task, metadata: dict) -> frozenset | None:
     """The branches of TASK's tree (in the file OPENED) that ANALYSIS reads, traced on an empty chunk the first time
     the job meets TASK's dataset and tree (then kept in ``analysis.traced``); None when the trace fails (or finds
@@ -243,6 +254,7 @@ def run_file(url: str, task, analysis: Analysis) -> tuple[object, int, int]:
     from coffea.processor import accumulate
 
     output, events = None, 0
+    bulk = over_network(url)
     with uproot.open({url: None}) as f:
         tree = f[task.treename]
         fileuuid = task.uuid or file_uuid(f)
@@ -266,7 +278,7 @@ def run_file(url: str, task, analysis: Analysis) -> tuple[object, int, int]:
                     mode="virtual",
                     entry_start=start,
                     entry_stop=stop,
-                    preload=preload(analysis, f, task, metadata),
+                    preload=preload(analysis, f, task, metadata) if bulk else None,
                 ).events()
             except Exception as e:
                 if failures.classify(e) is not None:
