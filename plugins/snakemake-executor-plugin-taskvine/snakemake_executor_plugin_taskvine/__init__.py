@@ -33,6 +33,7 @@ from .taskvine import (
     SCHEDULERS,
     Adopted,
     CondorWorker,
+    Factory,
     private_directory,
     remove_private_directory,
     stop_all,
@@ -46,6 +47,22 @@ SLOT_CHECK_S = 60
 # How long the kept workers' port is tried while taken: the previous command, which does not wait for its manager's
 # end, may have left it to end up to a second (its turn) later.
 KEPT_PORT_WAIT_S = 3.0
+
+
+def excerpt(path: Path, lines: int = 2) -> str:
+    """The first and the last LINES non-empty lines of the file at PATH (its first and last 4 KB: a program's usage
+    error comes first, a failure last), joined by " / "; "nothing" when it is empty or cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096).decode(errors="replace")
+            f.seek(max(f.tell(), f.seek(0, os.SEEK_END) - 4096))
+            rest = f.read().decode(errors="replace")
+    except OSError:
+        return "nothing"
+    first = [line.strip() for line in head.splitlines() if line.strip()]
+    last = [line.strip() for line in (head + rest).splitlines() if line.strip()][-lines:]
+    shown = first[:lines] + [line for line in last if line not in first[:lines]]
+    return " / ".join(shown) or "nothing"
 
 
 def _setting(default, help: str, **extra):
@@ -277,6 +294,7 @@ class Executor(RemoteExecutor):
         self.warm_server: Optional[tuple[int, str]] = None
         self.kept: Optional[kept.Kept] = None
         self.kept_factories: list = []
+        self.factories_ended: list = []  # (check_factories: said once)
         self.cancelled = False
         try:
             self._start(settings)
@@ -508,6 +526,28 @@ class Executor(RemoteExecutor):
                     "(--taskvine-max-workers), or lower the rule's threads, mem_mb or disk_mb."
                 )
 
+    def check_factories(self) -> None:
+        """A factory that has ended during the run starts and replaces no worker: one that failed (a non-zero exit
+        status: e.g. a vine_factory that refused its options) fails the run, naming its log and what it said, rather
+        than let it wait for workers for ever; one that ended otherwise is said once (the workers it left may still
+        finish the run)."""
+        for factory in [p for p in self.provisioned if isinstance(p, Factory) and p not in self.factories_ended]:
+            code = factory.proc.poll()
+            if code is None:
+                continue
+            self.factories_ended.append(factory)
+            said = excerpt(factory.log)
+            if code != 0:
+                raise WorkflowError(
+                    f"the TaskVine factory {factory.argv[0]} ended with exit status {code} during the run, so no "
+                    f"worker is started: its log {factory.log} ends with: {said}. Check the factory's options "
+                    "against the installed cctools (vine_factory --help) and the batch system"
+                )
+            self.logger.warning(
+                f"TaskVine: a factory ended during the run (its log {factory.log}: {said}); the workers it started "
+                "go on, but none is started or replaced"
+            )
+
     def run_job(self, job: JobExecutorInterface):
         spec = job_task(
             job,
@@ -554,6 +594,7 @@ class Executor(RemoteExecutor):
         for note in self.dispatcher.take_notes():
             self.logger.info(note)
         self.slot_waits()
+        self.check_factories()
         results = self.dispatcher.take_results()
         for job_info in active_jobs:
             result = results.pop(job_info.external_jobid, None) if results else None
