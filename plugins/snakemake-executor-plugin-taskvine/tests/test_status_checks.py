@@ -44,6 +44,7 @@ def executor() -> tuple[Executor, list[str]]:
     ex.dispatcher, succeeded = FakeDispatcher(), []
     ex.report_job_success = lambda info: succeeded.append(info.external_jobid)
     ex.waiting_for_slot, ex.next_slot_check = {}, 0.0
+    ex.provisioned, ex.factories_ended = [], []
     return ex, succeeded
 
 
