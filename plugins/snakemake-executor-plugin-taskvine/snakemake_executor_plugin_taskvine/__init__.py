@@ -30,6 +30,7 @@ from .tasks import comma_separated, job_task, relative_name
 from .taskvine import (
     CREDENTIAL_ENV,
     DEFAULT_WORKER_ENV,
+    SAFE_PATH,
     SCHEDULERS,
     Adopted,
     CondorWorker,
@@ -47,6 +48,23 @@ SLOT_CHECK_S = 60
 # How long the kept workers' port is tried while taken: the previous command, which does not wait for its manager's
 # end, may have left it to end up to a second (its turn) later.
 KEPT_PORT_WAIT_S = 3.0
+# Where a manager of kept workers listens when no port is set: below Linux's ephemeral ports (32768-60999).
+KEPT_PORTS, KEPT_PORTS_SPAN = (20000, 30000), 100
+
+
+def port_allowed(port: int, wanted) -> bool:
+    """Whether PORT is one the settings allow (WANTED: a port, a (low, high) range, or 0: any)."""
+    if isinstance(wanted, tuple):
+        return wanted[0] <= port <= wanted[1]
+    return port > 0 and wanted in (0, port)
+
+
+def kept_ports() -> tuple[int, int]:
+    """The ports a manager whose workers are kept listens on when the settings name none: a random range of
+    KEPT_PORTS, not TaskVine's first free port from 1024, which the next manager on this host would take once the
+    kept one's manager has ended (and the kept workers would look for theirs there)."""
+    low = secrets.SystemRandom().randrange(KEPT_PORTS[0], KEPT_PORTS[1] - KEPT_PORTS_SPAN)
+    return low, low + KEPT_PORTS_SPAN
 
 
 def excerpt(path: Path, lines: int = 2) -> str:
@@ -233,10 +251,11 @@ class ExecutorSettings(ExecutorSettingsBase):
         "Keep the workers this many seconds after the run for the next command in the same working directory "
         "(the loop of changing a workflow and running it again): the factories stay and the workers look for the "
         "next manager, which listens on the same port with the same password and takes them without waiting for "
-        "the batch system. They end once they have seen no manager for this long; after Ctrl-C or a failure of "
-        "the manager they end with the run, and a command with 0 ends any kept before. Needs workers started by "
-        "factories (--taskvine-workers condor, or local without --taskvine-worker-groups). 0: workers end with "
-        "the run.",
+        "the batch system. The workers end once they have seen no manager for this long (their factories ~1-2 "
+        "min later); after Ctrl-C or a failure of the manager they end with the run, and a command with 0 ends any "
+        "kept before. Needs workers started by factories (--taskvine-workers condor, or local without "
+        "--taskvine-worker-groups). Without --taskvine-port(-range) the manager listens on a random port of "
+        "20000-30000. 0: workers end with the run.",
     )
 
 
@@ -321,14 +340,23 @@ class Executor(RemoteExecutor):
         """The directory of the workers kept for this working directory (kept.py), locked for this run, when this
         run keeps workers; None when it does not, or another command holds it (said). A run that does not keep
         workers stops any that an earlier one kept."""
-        keep = settings.keep_workers_s > 0
-        if not keep and not kept.directory_for(self.workdir).exists():
+        keep, where = settings.keep_workers_s > 0, kept.directory_for(self.workdir)
+        if not keep and not where.exists():
             return None
+        if keep and not SAFE_PATH.match(str(where)):  # (vine_factory pastes its files' paths into shell commands)
+            raise WorkflowError(
+                f"--taskvine-keep-workers-s: the kept workers' directory {where} has characters TaskVine's factory "
+                "cannot take: set XDG_STATE_HOME to a directory of your own whose path has letters, digits and "
+                "_ . / + - only"
+            )
         try:
             claimed = kept.Kept.claim(self.workdir)
         except OSError as e:
+            if not keep:  # (nothing to stop that this user could have kept there)
+                self.logger.warning(f"TaskVine: cannot look for kept workers in {where}: {e}")
+                return None
             raise WorkflowError(
-                f"--taskvine-keep-workers-s: cannot use {kept.directory_for(self.workdir)} for the kept workers "
+                f"--taskvine-keep-workers-s: cannot use {where} for the kept workers "
                 f"({e}); make it yours with mode 0700, or set XDG_STATE_HOME to a directory of your own"
             ) from e
         if claimed is None:
@@ -345,6 +373,8 @@ class Executor(RemoteExecutor):
         return claimed
 
     def _dispatcher(self, settings, port, port_wait_s: float = 0) -> Dispatcher:
+        """The run's manager process (not started yet), listening on PORT (a port, a (low, high) range, or 0: any),
+        trying a taken PORT again for PORT_WAIT_S."""
         return Dispatcher(
             dict(
                 port=port,
@@ -373,8 +403,8 @@ class Executor(RemoteExecutor):
             self.password_file = self.kept.password_file()
         else:
             self.password_file = write_password_file(self.private_dir)
-        port = 0
-        if self.kept is not None and self.kept.port and self.kept.alive():
+        port, wanted = 0, validation.port_range(settings.port_range) or settings.port
+        if self.kept is not None and self.kept.alive() and port_allowed(self.kept.port, wanted):
             self.dispatcher = self._dispatcher(settings, self.kept.port, KEPT_PORT_WAIT_S)
             try:
                 port = self.dispatcher.start()
@@ -382,7 +412,9 @@ class Executor(RemoteExecutor):
                 self.logger.info(f"TaskVine: the kept workers' port {self.kept.port} is not free ({e}): new workers")
                 self.kept.stop()
         if not port:
-            self.dispatcher = self._dispatcher(settings, validation.port_range(settings.port_range) or settings.port)
+            if self.kept is not None and not wanted:
+                wanted = kept_ports()
+            self.dispatcher = self._dispatcher(settings, wanted)
             port = self.dispatcher.start()
         self.manager_port = port
         self.logger.info(
@@ -632,6 +664,7 @@ class Executor(RemoteExecutor):
             self.kept is not None
             and not self.cancelled
             and self.dispatcher is not None
+            and self.dispatcher.alive()
             and self.dispatcher.error is None
             and self.dispatcher.stopped is None
         )
@@ -650,6 +683,7 @@ class Executor(RemoteExecutor):
             self.dispatcher.stop()
         if self.kept is not None:
             if keep:
+                self.kept.keep(self.workflow.executor_settings.keep_workers_s)
                 self.logger.info(
                     f"TaskVine: the workers stay {self.workflow.executor_settings.keep_workers_s} s for the next "
                     "command in this working directory (--taskvine-keep-workers-s)"

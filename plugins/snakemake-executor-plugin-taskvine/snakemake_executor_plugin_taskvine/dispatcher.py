@@ -407,6 +407,10 @@ class Dispatcher:
             raise DispatcherError(f"the TaskVine manager could not start: {value}")
         return value
 
+    def alive(self) -> bool:
+        """Whether the manager's process runs."""
+        return self._alive()
+
     def _alive(self) -> bool:
         return self._process is not None and self._process.poll() is None
 

@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from .taskvine import Factory, start_time, stop_all, write_password_file
 STATE = "state.json"
 LOCK = "lock"
 PASSWORD = "vine.password"
+ADOPT_MARGIN_S = 5  # kept workers whose time is up within this are not taken: they may be leaving
 
 
 def state_home() -> Path:
@@ -63,9 +65,6 @@ class Kept:
     def __init__(self, directory: Path, lock_fd: int):
         self.directory = directory
         self._lock_fd = lock_fd
-        self.port = 0
-        self.print = ""
-        self.records: list[Record] = []
         self._read()
 
     @classmethod
@@ -86,22 +85,28 @@ class Kept:
         return cls(directory, fd)
 
     def _read(self) -> None:
+        """What the last command wrote down: the manager's port, the fingerprint of the factories' settings, the
+        factories, and when that command ended (0: it never said so: it was killed) and for how long it kept them."""
         try:
             state = json.loads((self.directory / STATE).read_text())
             self.port = int(state["port"])
-            self.print = str(state["fingerprint"])
+            self.fingerprint = str(state["fingerprint"])
             self.records = [Record(**r) for r in state["factories"]]
+            self.ended, self.keep_s = float(state["ended"]), int(state["keep_s"])
         except (OSError, ValueError, KeyError, TypeError):  # none yet, or torn: nothing to adopt
-            self.port, self.print, self.records = 0, "", []
+            self.port, self.fingerprint, self.records, self.ended, self.keep_s = 0, "", [], 0.0, 0
 
     def alive(self) -> bool:
         """Whether every factory written down still runs (as the same process)."""
         return bool(self.records) and all(start_time(r.pid) == r.started for r in self.records)
 
-    def adoptable(self, wanted: str) -> bool:
+    def adoptable(self, wanted: str, now: float | None = None) -> bool:
         """Whether this command may take the kept factories as its own: started with what it would start them with
-        (WANTED, a fingerprint), and all still running."""
-        return self.print == wanted and self.alive()
+        (WANTED, a fingerprint), all still running, and kept by a command that ended ADOPT_MARGIN_S or more before
+        their time was up (a factory never ends before it: KEPT_FACTORY_SLACK_S)."""
+        now = time.time() if now is None else now
+        fresh = self.ended > 0 and now < self.ended + self.keep_s - ADOPT_MARGIN_S
+        return self.fingerprint == wanted and fresh and self.alive()
 
     def password_file(self) -> Path:
         """The password that the kept workers present: kept while they are; a fresh one otherwise."""
@@ -112,13 +117,28 @@ class Kept:
         return write_password_file(self.directory)
 
     def factory_scratch(self, group: str) -> Path:
+        """Where the kept factory of worker group GROUP works (the same for every command: its arguments name it)."""
         return self.directory / "factory" / group
 
     def save(self, port: int, wanted: str, records: list[Record]) -> None:
-        """Write down the port, the fingerprint WANTED and the factories' RECORDS (replaced whole: a reader never
-        sees half of it)."""
-        self.port, self.print, self.records = port, wanted, records
-        state = {"port": port, "fingerprint": wanted, "factories": [r.__dict__ for r in records]}
+        """Write down the port, the fingerprint WANTED and the factories' RECORDS of a run that holds them now."""
+        self.port, self.fingerprint, self.records, self.ended, self.keep_s = port, wanted, records, 0.0, 0
+        self._write()
+
+    def keep(self, keep_s: int) -> None:
+        """Write down that the run has ended now and keeps its workers KEEP_S seconds."""
+        self.ended, self.keep_s = time.time(), keep_s
+        self._write()
+
+    def _write(self) -> None:
+        """Replace the state whole (a reader never sees half of it)."""
+        state = {
+            "port": self.port,
+            "fingerprint": self.fingerprint,
+            "factories": [r.__dict__ for r in self.records],
+            "ended": self.ended,
+            "keep_s": self.keep_s,
+        }
         temporary = self.directory / f".{STATE}.{os.getpid()}"
         temporary.write_text(json.dumps(state))
         temporary.replace(self.directory / STATE)
@@ -131,7 +151,7 @@ class Kept:
     def forget(self) -> None:
         """Nothing kept any more (the password stays until the next command that keeps workers makes a new one: this
         one's manager may still read it; the lock stays with this command)."""
-        self.port, self.print, self.records = 0, "", []
+        self.port, self.fingerprint, self.records, self.ended, self.keep_s = 0, "", [], 0.0, 0
         (self.directory / STATE).unlink(missing_ok=True)
 
     def release(self) -> None:

@@ -23,6 +23,7 @@ it and checks it before anything starts.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import shutil
 import socket
@@ -351,25 +352,32 @@ def _kept_factories(kept: Kept, groups: list[WorkerGroup], made: dict, run_dir: 
             "workers": settings.workers,
             "catalog": catalog_address(),
             "environment": allowed_environment([*made["allow"], *CONDOR_CLIENT_ENV]),
+            # (vine_factory copies the password when it starts: a file changed since is another password)
+            "password": hashlib.sha256(Path(made["password_file"]).read_bytes()).hexdigest(),
         }
     )
     records = {r.group: r for r in kept.records} if kept.adoptable(wanted) else {}
     if set(records) != {g.name for g in groups}:  # (the kept ones are not these: stopped, and new ones started)
         kept.stop()
         records = {}
-    for group in groups:
-        record = records.get(group.name)
-        started.append(
-            _factory(
-                group=group,
-                scratch_dir=kept.factory_scratch(group.name),
-                log=run_dir / "factory" / group.name / "factory.log",
-                keep_s=settings.keep_workers_s,
-                job_tag=record.tag if record else None,
-                process=Adopted(record.pid, record.started) if record else None,
-                **made,
+    try:
+        for group in groups:
+            record = records.get(group.name)
+            started.append(
+                _factory(
+                    group=group,
+                    scratch_dir=kept.factory_scratch(group.name),
+                    log=run_dir / "factory" / group.name / "factory.log",
+                    keep_s=settings.keep_workers_s,
+                    job_tag=record.tag if record else None,
+                    process=Adopted(record.pid, record.started) if record else None,
+                    **made,
+                )
             )
-        )
+    except BaseException:  # (a factory that would outlive this command unwritten: none is kept)
+        stop_all(started)
+        kept.forget()
+        raise
     kept.save(
         made["manager_port"],
         wanted,
@@ -388,9 +396,11 @@ def _factory(
     allow: list[str],
     scratch_dir: Path,
     log: Path,
-    **kept,
+    keep_s: int = 0,
+    job_tag: str | None = None,
+    process: Adopted | None = None,
 ) -> Factory:
-    """GROUP's factory; KEPT: Factory's keep_s, job_tag and process, for a kept one."""
+    """GROUP's factory; KEEP_S, JOB_TAG and PROCESS for a kept one (see Factory)."""
     return Factory(
         batch_type=settings.workers,
         manager_host=host,
@@ -403,7 +413,9 @@ def _factory(
         condor_requirements=group.condor_requirements,
         worker_env={GROUP_ENV: group.name},
         worker_env_allow=allow,
-        **kept,
+        keep_s=keep_s,
+        job_tag=job_tag,
+        process=process,
     )
 
 

@@ -42,8 +42,11 @@ JOB_TAG = "TaskVineWorkerTag"
 # What vine_factory asks of HTCondor for a worker's memory and disk (MB) that TaskVine decides (0).
 CONDOR_DEFAULT_MB = 1024
 WORKER_STOP_GRACE_S = 5.0
-FACTORY_PERIOD_S = 30  # how often vine_factory looks at its manager (7.14.5 has no --factory-period): a kept one ends
-# up to this long after its --factory-timeout
+FACTORY_PERIOD_S = 30  # how often vine_factory looks at its manager (7.14.5 has no --factory-period)
+# A kept factory's --factory-timeout is its workers' time plus this: it counts from the last look that found the
+# manager (up to a period and a look's own time before the manager went), so it never ends before its workers' time is
+# up (kept.ADOPT_MARGIN_S before it, a next command takes them); it ends up to twice this after.
+KEPT_FACTORY_SLACK_S = FACTORY_PERIOD_S + 10
 KEPT_BACKOFF_S = 1  # how often a kept worker looks for the next manager
 WORKER_IDLE_S = 300  # a worker with nothing to do for this long ends; one that finds no manager for this long too
 # cctools 7.14.0-7.14.5 crash the manager (SIGSEGV: it frees the worker while still handling its message; cctools
@@ -466,8 +469,9 @@ class Manager:
         kwargs = {"port": port, "ssl": tls}
         if run_info_dir is not None:
             kwargs["run_info_path"] = str(run_info_dir)
-        attempts = 1 + round(port_wait_s / 0.15) if isinstance(port, int) and port else LISTEN_ATTEMPTS
-        self._m = listening(vine.Manager, kwargs, attempts, pause_s=(0.1, 0.2) if port_wait_s else (0.05, 0.5))
+        pause_s = (0.1, 0.2) if port_wait_s else (0.05, 0.5)
+        attempts = 1 + round(port_wait_s / sum(pause_s) * 2) if isinstance(port, int) and port else LISTEN_ATTEMPTS
+        self._m = listening(vine.Manager, kwargs, attempts, pause_s)
         self._m.set_catalog_servers(catalog_address())
         self._m.set_keepalive_interval(KEEPALIVE_INTERVAL_S)
         self._m.set_keepalive_timeout(KEEPALIVE_TIMEOUT_S)
@@ -814,6 +818,9 @@ class _Process:
             return
         self.proc.kill()
         self.proc.wait()
+        if isinstance(self.proc, Adopted):  # its pid was never ours: what it started is ended by its start time
+            self.group_killed = True  # (stop_all's _kill_left)
+            return
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)  # the group keeps the leader's pid, which was ours
         except ProcessLookupError:
@@ -978,10 +985,11 @@ class Factory(_Process):
     replaced by the allow-list (a later line wins), which leaves the HTCondor client variables out too. Its
     SCRATCH_DIR holds a copy of the password: give it a private directory.
 
-    KEEP_S > 0 makes it a factory kept between commands (kept.py): it does not end with this process, but once it
-    has seen no manager for KEEP_S (looking every FACTORY_PERIOD_S), and so do its workers, which look for the next
-    manager every second once theirs has gone. Such a factory is started with a JOB_TAG given (its record's), and an
-    earlier command's may be taken as this one (PROCESS, see _Process), given the same arguments."""
+    KEEP_S > 0 makes it a factory kept between commands (kept.py): it does not end with this process; its workers
+    look for the next manager every second once theirs has gone, and end once they have found none for KEEP_S; the
+    factory ends once it has seen no manager for KEEP_S + KEPT_FACTORY_SLACK_S (it looks every FACTORY_PERIOD_S).
+    Such a factory is started with a JOB_TAG given (its record's), and an earlier command's may be taken as this one
+    (PROCESS, see _Process), given the same arguments."""
 
     def __init__(
         self,
@@ -1009,7 +1017,7 @@ class Factory(_Process):
     ):
         worker_env = dict(worker_env or {})
         if keep_s:  # ended by its own timeout, not this process's end; its workers look for the next manager
-            lifetime = [f"--factory-timeout={keep_s}"]
+            lifetime = [f"--factory-timeout={keep_s + KEPT_FACTORY_SLACK_S}"]
             worker_end = [*_timeout_options(keep_s, worker_timeout_s), f"--max-backoff={KEPT_BACKOFF_S}"]
         else:
             # After the factory's own -t in each worker's command: the idle timeout a safe one (_timeout_options);

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from snakemake_executor_plugin_taskvine import kept, validation
-from snakemake_executor_plugin_taskvine.taskvine import Adopted, start_time
+from snakemake_executor_plugin_taskvine.taskvine import KEPT_FACTORY_SLACK_S, Adopted, Factory, start_time
 
 
 @pytest.fixture
@@ -51,24 +51,59 @@ def test_a_directory_others_can_enter_is_refused(state_home, tmp_path):
         kept.Kept.claim(str(tmp_path))
 
 
-def test_what_is_written_down_is_adopted_only_with_the_same_fingerprint_and_every_factory_running(
+def test_what_is_written_down_is_adopted_only_with_the_same_fingerprint_every_factory_running_and_time_left(
     state_home, tmp_path, sleeper
 ):
     pid, started = sleeper
     one = kept.Kept.claim(str(tmp_path))
     one.save(4321, "print-a", [kept.Record("rack-a", pid, started, "tag-a")])
+    assert not one.adoptable("print-a"), "a run holds them: it has not said it ended (a killed command never does)"
+    one.keep(60)
     one.release()
     two = kept.Kept.claim(str(tmp_path))
-    assert (two.port, two.records) == (4321, [kept.Record("rack-a", pid, started, "tag-a")])
+    assert (two.port, two.records, two.keep_s) == (4321, [kept.Record("rack-a", pid, started, "tag-a")], 60)
     assert two.adoptable("print-a")
     assert not two.adoptable("print-b"), "started with other settings"
+    assert two.adoptable("print-a", now=two.ended + 60 - kept.ADOPT_MARGIN_S - 1)
+    assert not two.adoptable("print-a", now=two.ended + 60 - kept.ADOPT_MARGIN_S), "their time is nearly up"
     two.save(4321, "print-a", [kept.Record("rack-a", pid, started + 1, "tag-a")])
+    two.keep(60)
     assert not two.adoptable("print-a"), "a process that is not the one written down (its pid reused)"
     two.save(4321, "print-a", [kept.Record("rack-a", pid, started, None), kept.Record("rack-b", 2**22 + 7, 1, None)])
+    two.keep(60)
     assert not two.adoptable("print-a"), "one of the factories has ended"
     two.forget()
     assert (two.port, two.records) == (0, [])
     assert not (two.directory / kept.STATE).exists()
+
+
+def test_a_kept_factory_outlives_its_workers_time_and_leaves_with_no_process_of_ours(tmp_path, sleeper):
+    """The arguments of a kept factory (taken from a running process, so that nothing starts here)."""
+    pid, started = sleeper
+    factory = Factory(
+        batch_type="condor",
+        manager_host="127.0.0.1",
+        manager_port=4321,
+        scratch_dir=tmp_path / "factory",
+        keep_s=60,
+        job_tag="abc",
+        process=Adopted(pid, started),
+    )
+    assert factory.proc.pid == pid and factory.job_tag == "abc"
+    assert "--parent-death" not in factory.argv
+    assert f"--factory-timeout={60 + KEPT_FACTORY_SLACK_S}" in factory.argv
+    workers = next(a for a in factory.argv if a.startswith("--extra-options=")).split("=", 1)[1].split()
+    assert "--single-shot" not in workers and "--connect-timeout=60" in workers and "--max-backoff=1" in workers
+    assert any('TaskVineWorkerTag = "abc"' in a for a in factory.argv)
+    ours = Factory(
+        batch_type="condor",
+        manager_host="127.0.0.1",
+        manager_port=4321,
+        scratch_dir=tmp_path / "factory",
+        process=Adopted(pid, started),
+    )
+    assert "--parent-death" in ours.argv and not any(a.startswith("--factory-timeout") for a in ours.argv)
+    assert "--single-shot" in next(a for a in ours.argv if a.startswith("--extra-options="))
 
 
 def test_a_torn_state_is_nothing_to_adopt(state_home, tmp_path):
@@ -77,7 +112,7 @@ def test_a_torn_state_is_nothing_to_adopt(state_home, tmp_path):
     for text in ("{", json.dumps({"port": 1}), json.dumps({"port": 1, "fingerprint": "x", "factories": [{"a": 1}]})):
         (directory / kept.STATE).write_text(text)
         claimed = kept.Kept.claim(str(tmp_path))
-        assert (claimed.port, claimed.print, claimed.records) == (0, "", [])
+        assert (claimed.port, claimed.fingerprint, claimed.records, claimed.ended) == (0, "", [], 0.0)
         claimed.release()
 
 
@@ -89,6 +124,7 @@ def test_the_password_stays_with_running_workers_and_is_new_otherwise(state_home
     secret = first.read_text()
     assert claimed.password_file().read_text() != secret, "no workers kept: a new password"
     claimed.save(1, "p", [kept.Record("g", pid, started, None)])
+    claimed.keep(60)
     secret = claimed.password_file().read_text()
     assert claimed.password_file().read_text() == secret, "the kept workers present this one"
 
