@@ -31,6 +31,7 @@ import fcntl
 import json
 import multiprocessing
 import multiprocessing.connection
+import os
 import pickle
 import signal
 import subprocess
@@ -76,6 +77,7 @@ def _serve(
         results.send(("error", f"{type(e).__name__}: {e}"))
         return
     results.send(("ready", manager.port))
+    detach_output(manager_kwargs.get("run_info_dir"))
     tasks = Tasks(manager, stragglers, results, max_tasks)
     lost_checked = time.monotonic()
     keep = False  # (the workers kept for the next command: "stop" says so)
@@ -112,6 +114,28 @@ def _serve(
     finally:
         tasks.cancel_all()
         manager.close(keep)  # the workers still connected are released (the parent stops what it provisioned meanwhile)
+
+
+OUTPUT = "manager-output.log"  # what the manager process writes once it listens, in its run-info directory
+
+
+def detach_output(run_info_dir: Path | None) -> None:
+    """From now on the manager process writes (TaskVine's messages, a crash's) to OUTPUT in RUN_INFO_DIR, not to its
+    parent's standard output and error: so that a caller reading those (a pipe: ``snakemake ... | tee``, a script's
+    capture) has their end when Snakemake exits, not when a manager that ends by itself after it does (a run whose
+    workers are kept does not wait for it). Before, what stops its start is said on the parent's error."""
+    if run_info_dir is None:
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        fd = os.open(Path(run_info_dir) / OUTPUT, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError as e:  # (it goes on writing where its parent does)
+        print(f"TaskVine manager: cannot write to {run_info_dir}: {e}", file=sys.stderr, flush=True)
+        return
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
 
 
 # The manager process's program: Ctrl-C ignored from its first statement (the parent decides), the parent's module
@@ -448,7 +472,9 @@ class Dispatcher:
                     else:
                         self.error = value
             except (EOFError, OSError):
-                self.error = self.error or f"the TaskVine manager process ended unexpectedly ({self._ended()})"
+                where = self._serve_args[0].get("run_info_dir")
+                note = f"; what it wrote is in {Path(where) / OUTPUT}" if where else ""
+                self.error = self.error or f"the TaskVine manager process ended unexpectedly ({self._ended()}){note}"
 
     def _ended(self) -> str:
         """How the manager process ended (its exit status or the signal that ended it), as far as known."""

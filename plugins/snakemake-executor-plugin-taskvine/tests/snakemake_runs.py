@@ -11,6 +11,17 @@ from pathlib import Path
 
 import psutil
 
+# Workers and jobs small enough for the sandbox's VM: workers of 1,000 MB of memory and disk, jobs of 100 MB and 10 MB.
+SMALL = (
+    "--taskvine-worker-memory-mb",
+    "1000",
+    "--taskvine-worker-disk-mb",
+    "1000",
+    "--default-resources",
+    "mem_mb=100",
+    "disk_mb=10",
+)
+
 
 class Workflow:
     """A workflow directory with a Snakefile, run with `snakemake --executor taskvine`."""

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from snakemake_runs import alive, busy, kill_all, slow_snakefile, workers_of
+from snakemake_runs import SMALL, alive, busy, kill_all, slow_snakefile, workers_of
 
 pytestmark = pytest.mark.sandbox
 
@@ -27,13 +27,7 @@ ARGS = (
     "none",
     "--taskvine-max-workers",
     "2",
-    "--taskvine-worker-memory-mb",
-    "1000",
-    "--taskvine-worker-disk-mb",
-    "1000",
-    "--default-resources",
-    "mem_mb=100",
-    "disk_mb=10",
+    *SMALL,
 )
 
 

@@ -11,7 +11,7 @@ import time
 
 import psutil
 import pytest
-from snakemake_runs import alive, slow_snakefile
+from snakemake_runs import SMALL, alive, slow_snakefile
 from test_interrupt import Run
 
 from snakemake_executor_plugin_taskvine import kept
@@ -25,13 +25,7 @@ SIZES = (
     "none",
     "--taskvine-max-workers",
     "1",
-    "--taskvine-worker-memory-mb",
-    "1000",
-    "--taskvine-worker-disk-mb",
-    "1000",
-    "--default-resources",
-    "mem_mb=100",
-    "disk_mb=10",
+    *SMALL,
 )
 
 

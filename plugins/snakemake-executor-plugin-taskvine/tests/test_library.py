@@ -9,7 +9,7 @@ the server the executor starts on this node, and a job run as a process on a wor
 from __future__ import annotations
 
 import pytest
-from snakemake_runs import slow_snakefile
+from snakemake_runs import SMALL, slow_snakefile
 
 pytestmark = pytest.mark.sandbox
 
@@ -23,13 +23,7 @@ JOBS = slow_snakefile(
 NO_SHARED_FS = (
     "--shared-fs-usage",
     "none",
-    "--taskvine-worker-memory-mb",
-    "1000",
-    "--taskvine-worker-disk-mb",
-    "1000",
-    "--default-resources",
-    "mem_mb=100",
-    "disk_mb=10",
+    *SMALL,
 )
 
 

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 import psutil
 import pytest
@@ -121,3 +123,33 @@ def test_a_manager_process_that_ends_before_it_starts_is_an_error_naming_how(tmp
     monkeypatch.setattr(dispatcher_module, "CHILD", "import sys; sys.exit(3)")
     with pytest.raises(DispatcherError, match=r"could not start: its process ended \(exit status 3\)"):
         plain(tmp_path).start()
+
+
+def test_once_it_listens_the_manager_writes_to_a_file_not_to_its_parents_output(tmp_path):
+    """So that a caller reading Snakemake's output through a pipe has its end when Snakemake exits, not when a manager
+    left to end by itself (a run that keeps its workers) does; and a manager that dies says where its output is."""
+    dispatcher = plain(tmp_path)
+    dispatcher.start()
+    try:
+        child = dispatcher._process.pid
+        log = tmp_path / "run-info" / dispatcher_module.OUTPUT
+        assert wait_for(lambda: all(os.readlink(f"/proc/{child}/fd/{fd}") == str(log) for fd in (1, 2)), 10), [
+            os.readlink(f"/proc/{child}/fd/{fd}") for fd in (1, 2)
+        ]
+        os.kill(child, signal.SIGKILL)
+        dispatcher._process.wait()
+        dispatcher.collect()
+        assert dispatcher.error == (
+            f"the TaskVine manager process ended unexpectedly (killed by SIGKILL); what it wrote is in {log}"
+        )
+    finally:
+        dispatcher.stop()
+
+
+def wait_for(check, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return check()
