@@ -572,7 +572,7 @@ class Executor(RemoteExecutor):
             if code != 0:
                 raise WorkflowError(
                     f"the TaskVine factory {factory.argv[0]} ended with exit status {code} during the run, so no "
-                    f"worker is started: its log {factory.log} ends with: {said}. Check the factory's options "
+                    f"worker is started: its log {factory.log} says: {said}. Check the factory's options "
                     "against the installed cctools (vine_factory --help) and the batch system"
                 )
             self.logger.warning(

@@ -790,7 +790,7 @@ class _Process:
 
     def __init__(self, argv: list[str], log: Path, env: dict[str, str] | None = None, process=None):
         """Start ARGV (its output appended to LOG), or take PROCESS (one an earlier command started with the same
-        ARGV: a kept factory, kept.Adopted) as this one."""
+        ARGV: a kept factory, Adopted) as this one."""
         self.argv = argv
         self.log = log
         self.env = env
