@@ -2,16 +2,15 @@
 same working directory, and how the next one finds it.
 
 A command that keeps its workers leaves its factories running (each ends, removing its workers, once it has seen no
-manager for a little longer than N s: taskvine.KEPT_FACTORY_SLACK_S) and its workers connecting again every second
-(each ends after N s without a manager), and writes
-down in a directory of this user's own (mode 0700, under ``$XDG_STATE_HOME``, else ``~/.local/state``; one per
-working directory) the manager's port, the password the workers present, and each factory's pid, start time and
-HTCondor job tag, beside a fingerprint of everything the factories were started with. The next command that keeps
-workers takes that directory's lock for its whole run (a second command at the same time keeps nothing and starts
-its own workers), listens on the same port with the same password, and adopts the factories if the fingerprint is
-its own, each factory still runs and their time is not nearly up; else it stops them and starts its own. A command that does not keep workers
-stops any that an earlier one kept, and so does ``python -m snakemake_executor_plugin_taskvine stop-kept [WORKDIR]``
-(default: the working directory) at once.
+manager for a little longer than N s: taskvine.KEPT_FACTORY_SLACK_S) and its workers connecting again every second (each
+ends after N s without a manager), and writes down in a directory of this user's own (mode 0700, under
+``$XDG_STATE_HOME``, else ``~/.local/state``; one per working directory) the manager's port, the password the workers
+present, and each factory's pid, start time and HTCondor job tag, beside a fingerprint of everything the factories were
+started with. The next command that keeps workers takes that directory's lock for its whole run (a second command at the
+same time keeps nothing and starts its own workers), listens on the same port with the same password, and adopts the
+factories if the fingerprint is its own, each factory still runs and their time is not nearly up; else it stops them and
+starts its own. A command that does not keep workers stops any that an earlier one kept, and so does ``python -m
+snakemake_executor_plugin_taskvine stop-kept [WORKDIR]`` (default: the working directory) at once.
 """
 
 from __future__ import annotations
