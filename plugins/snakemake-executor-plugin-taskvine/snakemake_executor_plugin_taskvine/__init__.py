@@ -312,7 +312,6 @@ class Executor(RemoteExecutor):
         self.provisioned: list = []
         self.warm_server: Optional[tuple[int, str]] = None
         self.kept: Optional[kept.Kept] = None
-        self.kept_factories: list = []
         self.factories_ended: list = []  # (check_factories: said once)
         self.cancelled = False
         try:
@@ -430,8 +429,7 @@ class Executor(RemoteExecutor):
             kept=self.kept,
         )
         if self.kept is not None:
-            self.kept_factories = list(self.provisioned)
-            adopted = [str(f.proc.pid) for f in self.kept_factories if isinstance(f.proc, Adopted)]
+            adopted = [str(f.proc.pid) for f in self.provisioned if isinstance(f.proc, Adopted)]
             if adopted:
                 self.logger.info(
                     f"TaskVine: the workers kept by an earlier command connect again (their factories: pid "
@@ -672,7 +670,9 @@ class Executor(RemoteExecutor):
     def stop_workers(self, keep: bool = False):
         # All at once: the time to stop stays bounded (STOP_TIMEOUT_S) with any number of workers and factories.
         provisioned, self.provisioned = self.provisioned, []
-        stopping = [p for p in provisioned if not keep or p not in self.kept_factories]
+        # (With kept workers every factory is a kept one: a worker started for a larger job is no factory's.)
+        factories = [p for p in provisioned if isinstance(p, Factory)]
+        stopping = [p for p in provisioned if not keep or p not in factories]
         if self.dispatcher is not None:
             # Its manager ends at its next turn (up to a second later): meanwhile what was provisioned is stopped, so
             # the run's end waits for the longer of the two, not for both. (The factories are signalled at once; a
@@ -688,7 +688,7 @@ class Executor(RemoteExecutor):
                     f"TaskVine: the workers stay {self.workflow.executor_settings.keep_workers_s} s for the next "
                     "command in this working directory (--taskvine-keep-workers-s)"
                 )
-            elif self.kept_factories:  # (stopped above)
+            elif factories:  # (stopped above)
                 self.kept.forget()
             else:  # (the run failed before it took them)
                 self.kept.stop()

@@ -10,6 +10,10 @@ import pytest
 
 import snakemake_executor_plugin_taskvine as plugin
 from snakemake_executor_plugin_taskvine import Executor
+from snakemake_executor_plugin_taskvine.taskvine import Factory
+
+# The run's two factories (never started: stop_all is a stand-in).
+FACTORY_A, FACTORY_B = Factory.__new__(Factory), Factory.__new__(Factory)
 
 
 class FakeDispatcher:
@@ -52,8 +56,7 @@ def run(tmp_path, monkeypatch):
     monkeypatch.setattr(plugin, "stop_all", lambda processes: stopped.append(list(processes)))
     ex = object.__new__(Executor)
     ex.dispatcher, ex.kept, ex.cancelled = FakeDispatcher(), FakeKept(), False
-    ex.kept_factories = ["factory-a", "factory-b"]
-    ex.provisioned = [*ex.kept_factories, "fit-worker"]
+    ex.provisioned = [FACTORY_A, FACTORY_B, "fit-worker"]
     ex.warm_server, ex.private_dir = None, tmp_path / "private"
     ex.logger = SimpleNamespace(info=lambda message: None)
     ex.workflow = SimpleNamespace(executor_settings=SimpleNamespace(keep_workers_s=60))
@@ -91,14 +94,14 @@ def test_a_run_that_does_not_end_normally_keeps_nothing(run, end):
 def test_a_run_that_keeps_nothing_stops_its_kept_factories_and_forgets_them(run):
     ex, stopped = run
     ex.stop_workers(keep=False)
-    assert stopped == [["factory-a", "factory-b", "fit-worker"]]
+    assert stopped == [[FACTORY_A, FACTORY_B, "fit-worker"]]
     assert ex.dispatcher.asked == [False] and ex.dispatcher.waited
     assert ex.kept.done == ["forget", "release"]
 
 
 def test_a_run_that_failed_before_it_took_the_kept_factories_stops_them(run):
     ex, stopped = run
-    ex.kept_factories, ex.provisioned = [], []
+    ex.provisioned = []
     ex.stop_workers(keep=False)
     assert stopped == [[]]
     assert ex.kept.done == ["stop", "release"]
