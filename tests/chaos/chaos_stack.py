@@ -36,6 +36,7 @@ from servers import Server, free_port, origin_config, port_open, wait_until  # n
 
 # The executor's tests' process helpers (their directory is on the path through tests/conftest.py).
 from snakemake_runs import alive, kill_all  # noqa: E402, F401  (re-exported to the chaos tests)
+from snakemake_runs import condor_jobs_under as condor_jobs  # noqa: E402, F401  (re-exported: a factory's workers)
 
 RACKS = ("rack-a", "rack-b")
 # The sandbox profile, with the worker groups of the test's site config (1-core workers, so that two campaigns at
@@ -309,19 +310,6 @@ def analysing(worker: psutil.Process) -> bool:
         return any("hepvine.jobs.driver" in " ".join(child.cmdline()) for child in worker.children(recursive=True))
     except psutil.NoSuchProcess:
         return False
-
-
-def condor_jobs(condor_env: dict, scratch: str) -> list[str]:
-    """'cluster.proc status' of each HTCondor job whose working directory is under SCRATCH (a factory's workers)."""
-    done = subprocess.run(
-        ["condor_q", "-constraint", f'regexp("^{scratch}", Iwd)', "-af:j", "JobStatus"],
-        capture_output=True,
-        text=True,
-        env=condor_env,
-        timeout=60,
-        check=True,
-    )
-    return done.stdout.splitlines()
 
 
 def condor_job_of(worker: psutil.Process) -> str | None:

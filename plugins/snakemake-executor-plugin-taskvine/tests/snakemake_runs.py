@@ -23,6 +23,25 @@ SMALL = (
 )
 
 
+def condor_jobs(condor_env: dict, constraint: str) -> list[str]:
+    """'cluster.proc status' of each HTCondor job of any user that matches CONSTRAINT (a ClassAd expression)."""
+    done = subprocess.run(
+        ["condor_q", "-allusers", "-constraint", constraint, "-af:j", "JobStatus"],
+        capture_output=True,
+        text=True,
+        env=condor_env,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout.splitlines()
+
+
+def condor_jobs_under(condor_env: dict, root: str) -> list[str]:
+    """'cluster.proc status' of each HTCondor job whose working directory is under ROOT (a factory's scratch
+    directory: its workers)."""
+    return condor_jobs(condor_env, f'regexp("^{root}", Iwd)')
+
+
 class Workflow:
     """A workflow directory with a Snakefile, run with `snakemake --executor taskvine`."""
 

@@ -7,14 +7,13 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
 
 import psutil
 import pytest
-from snakemake_runs import SMALL, alive, busy, kill_all, slow_snakefile, workers_of
+from snakemake_runs import SMALL, alive, busy, condor_jobs_under, kill_all, slow_snakefile, workers_of
 
 pytestmark = pytest.mark.sandbox
 
@@ -213,19 +212,6 @@ def _factory_scratch(pid: int) -> str | None:
     return None
 
 
-def _condor_jobs(condor_env, root) -> list[str]:
-    """'cluster.proc status' of each HTCondor job whose working directory is under ROOT: the run's workers."""
-    done = subprocess.run(
-        ["condor_q", "-allusers", "-constraint", f'regexp("^{root}", Iwd)', "-af:j", "JobStatus"],
-        capture_output=True,
-        text=True,
-        env=condor_env,
-        timeout=60,
-        check=True,
-    )
-    return done.stdout.splitlines()
-
-
 @pytest.mark.chaos
 def test_ctrl_c_removes_condor_workers(workflow, condor_env):
     wf = workflow(SLOW_CONDOR)
@@ -240,9 +226,9 @@ def test_ctrl_c_removes_condor_workers(workflow, condor_env):
             time.sleep(0.5)
         assert scratch is not None, "the run started no vine_factory"
         deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and not any(j.endswith(" 2") for j in _condor_jobs(condor_env, scratch)):
+        while time.monotonic() < deadline and not any(j.endswith(" 2") for j in condor_jobs_under(condor_env, scratch)):
             time.sleep(2)
-        assert any(j.endswith(" 2") for j in _condor_jobs(condor_env, scratch)), "no worker job started (status 2)"
+        assert any(j.endswith(" 2") for j in condor_jobs_under(condor_env, scratch)), "no worker job started (status 2)"
         time.sleep(5)  # tasks reach the workers
         started.interrupt()
     finally:
@@ -250,7 +236,7 @@ def test_ctrl_c_removes_condor_workers(workflow, condor_env):
             run.kill()
     # The factory removed its worker jobs from the pool on the way out.
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and _condor_jobs(condor_env, scratch):
+    while time.monotonic() < deadline and condor_jobs_under(condor_env, scratch):
         time.sleep(2)
-    assert _condor_jobs(condor_env, scratch) == [], "worker jobs left in the HTCondor queue after Ctrl-C"
+    assert condor_jobs_under(condor_env, scratch) == [], "worker jobs left in the HTCondor queue after Ctrl-C"
     assert_rerun_finishes(wf, args, timeout=400)

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import time
 
 import psutil
 import pytest
-from snakemake_runs import SMALL, alive, slow_snakefile
+from snakemake_runs import SMALL, alive, condor_jobs, slow_snakefile
 from test_interrupt import Run
 
 from snakemake_executor_plugin_taskvine import kept
@@ -46,15 +45,7 @@ def factories_running(records: list[dict]) -> list[int]:
 
 def tagged_jobs(condor_env, tag: str) -> list[str]:
     """'cluster.proc' of the HTCondor jobs (the workers) of the factory whose jobs carry TAG."""
-    done = subprocess.run(
-        ["condor_q", "-constraint", f'{JOB_TAG} == "{tag}"', "-af:j", "JobStatus"],
-        capture_output=True,
-        text=True,
-        env=condor_env,
-        timeout=60,
-        check=True,
-    )
-    return sorted(line.split()[0] for line in done.stdout.splitlines())
+    return sorted(line.split()[0] for line in condor_jobs(condor_env, f'{JOB_TAG} == "{tag}"'))
 
 
 def worker_ids(wf) -> list[set[str]]:
