@@ -32,20 +32,38 @@ OUTPUT_KEEP = 200_000  # characters of output returned to the manager
 SNAKEMAKE_COMMAND = re.compile(r"^\S+ -m snakemake (?P<args>.*)$", re.S)
 WARM_VARIABLE = "TASKVINE_LIBRARY_WARM_S"
 PRELOADED: list[str] = []  # the modules warm imported for the calls' commands (warm.py)
+_WARM_S = 0.0  # the seconds warm took (in a library forked from its worker's library server: the first library's)
 
 
-def warm(preload: list[str] | tuple[str, ...] = ()) -> None:
+def warm(preload: list[str] | tuple[str, ...] = (), keep: bool = False) -> None:
     """Run once in the library process, before its first call: what every call would otherwise redo in its fork —
     Snakemake's command-line parser with its plugin registries (~0.5 s: every installed plugin is found and
     imported), and the modules a job's ``snakemake`` imports after reading its command line (the API, the DAG, the
     config's validation, source and report handling); then the modules of PRELOAD, for the calls' warm commands (one
     that cannot be imported here is named in the library's log and left to the commands). The seconds it took go to
-    the calls' environment as WARM_VARIABLE (a job can tell it ran in a warmed library)."""
+    the calls' environment as WARM_VARIABLE (a job can tell it ran in a warmed library). KEEP (its worker is kept
+    between commands): the worker's next libraries are forked from this one's imports (``warm.serve_library``); a
+    library so forked has them already."""
     import time
 
+    global _WARM_S
+    start = time.process_time()
+    if warm_commands.LIBRARY_SERVER is not None:
+        print(f"library forked from its worker's library server (pid {warm_commands.LIBRARY_SERVER})", flush=True)
+    else:
+        _import_snakemake()
+    PRELOADED[:] = warm_commands.import_modules(preload, "--taskvine-library-preload")
+    _WARM_S = _WARM_S or time.process_time() - start
+    os.environ[WARM_VARIABLE] = f"{_WARM_S:.3f}"
+    if keep and warm_commands.LIBRARY_SERVER is None:
+        warm_commands.serve_library(sys.argv[1:])
+
+
+def _import_snakemake() -> None:
+    """Snakemake's command-line parser, and the modules a job's ``snakemake`` imports after reading its command line
+    (see ``warm``)."""
     from snakemake.cli import get_argument_parser
 
-    start = time.process_time()
     get_argument_parser()
     try:
         import jsonschema  # noqa: F401
@@ -60,8 +78,6 @@ def warm(preload: list[str] | tuple[str, ...] = ()) -> None:
         import yte  # noqa: F401
     except ModuleNotFoundError:  # a Snakemake laid out otherwise: what was imported stays, calls import the rest
         pass
-    PRELOADED.extend(warm_commands.import_modules(preload, "--taskvine-library-preload"))
-    os.environ[WARM_VARIABLE] = f"{time.process_time() - start:.3f}"
 
 
 def run_job(command: str, directory: str = "", env: dict | None = None, files_env: dict | None = None) -> dict:

@@ -57,6 +57,8 @@ WORKER_IDLE_S = 300  # a worker with nothing to do for this long ends; one that 
 IDLE_LEAVE_FIXED_IN = (7, 14, 6)
 NEVER_IDLE_S = 10 * 365 * 24 * 3600
 LIBRARY_NAME = "snakemake-jobs"
+LIBRARY_SCRIPT = "library_code.py"  # what TaskVine's library command runs (`python library_code.py`)
+LIBRARY_CLIENT = "vine_warm.py"  # warm.py, as a kept worker's library's sandbox holds it
 # What every task's and the library's command line becomes (own_group). cctools' worker makes a task the leader of a
 # process group of its own from its side of the fork only (setpgid after fork(), unchecked); a task that execs before
 # it does stays in the worker's group, and the worker's kill (kill(-pid): a task cancelled, the manager gone) then
@@ -450,6 +452,7 @@ class Manager:
         scheduler: str = "files",
         library: bool = False,
         library_preload: Sequence[str] = (),
+        library_kept: bool = False,
         secrets_dir: Path | None = None,
         environment: Path | None = None,
         credential_files: Mapping[str, str] | None = None,
@@ -492,7 +495,7 @@ class Manager:
         self._generation_of: dict[int, int] = {}
         self._environment = self._declare_environment(environment) if environment is not None else None
         if library:
-            self._install_library(library_preload)
+            self._install_library(library_preload, library_kept)
 
     def _declare_environment(self, path: Path):
         """The packed environment at PATH (a tarball with ``bin/run_in_env`` at its top) as
@@ -502,10 +505,11 @@ class Manager:
         tarball = self._m.declare_file(str(path), cache="workflow", peer_transfer=PEER_TRANSFER)
         return self._m.declare_poncho(tarball, cache="workflow", peer_transfer=PEER_TRANSFER)
 
-    def _install_library(self, preload: Sequence[str] = ()) -> None:
+    def _install_library(self, preload: Sequence[str] = (), kept: bool = False) -> None:
         """One library per worker that has imported Snakemake (and the modules of PRELOAD, for the calls' warm
         commands); calls are forked from it (library.py). It takes the whole worker, with one function slot per
-        core."""
+        core. KEPT (workers kept between commands): a worker's library leaves a server behind that the worker's next
+        libraries are forked from, imports and all (warm.serve_library): their command is warm.py's client."""
         from . import library
 
         lib = self._m.create_library_from_functions(
@@ -517,12 +521,16 @@ class Manager:
             # before the manager listens).
             hoisting_modules=[types.ModuleType("snakemake.cli")],
             exec_mode="fork",
-            library_context_info=[library.warm, [list(preload)], {}],
+            library_context_info=[library.warm, [list(preload), kept], {}],
         )
         if self._environment is not None:  # the library's `python` is the environment's
             lib.add_environment(self._environment)
+        command = lib.command
+        if kept and command.startswith(f"python {LIBRARY_SCRIPT}"):  # (the same library, through warm.py's client)
+            lib.add_input(self._m.declare_file(warm.__file__, cache="workflow"), LIBRARY_CLIENT)
+            command = command.replace("python ", f"python {LIBRARY_CLIENT} {warm.LIBRARY} ", 1)
         # A simple command (no init_command), to which the worker appends the library's arguments.
-        lib.set_command(own_group(lib.command))
+        lib.set_command(own_group(command))
         self._m.tune("watch-library-logfiles", 1)  # its log comes back to the run directory (library-logs/)
         self._m.install_library(lib)
 

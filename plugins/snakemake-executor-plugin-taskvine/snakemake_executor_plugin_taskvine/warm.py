@@ -27,12 +27,14 @@ when they were imported (e.g. thread counts), are the server's.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import select
 import shutil
 import signal
 import socket
+import stat
 import sys
 import tempfile
 import threading
@@ -43,7 +45,12 @@ VARIABLE = "TASKVINE_WARM_PYTHON"  # the prefix: in a call's (or the executor's)
 SOCKET_VARIABLE = "TASKVINE_WARM_SOCKET"
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent ends
 SERVER_FD = 3  # where the node's server finds its listening socket (serve)
+STANDARD_FDS = [0, 1, 2]
+MAX_FDS = 8  # the most descriptors a client sends (a library's: its standard ones and two pipes)
+LIBRARY = "--library"  # warm.py --library SCRIPT ARGS: a TaskVine library, forked from its worker's library server
 STARTED = b"+"  # a minder's first word to its client: the command is forked (before it, the client may run it cold)
+LIBRARY_SERVER: int | None = None  # in a worker's library server and the libraries forked from it: the server's pid
+_LOADED: dict[str, int] = {}  # in a library server: its modules' files, with their times of change (_takes)
 # The node's server's own PYTHONPATH entries: not the command's (it has its own).
 _SERVER_PATH: list[str] = []
 
@@ -176,6 +183,147 @@ def _serve_node(argv: list[str]) -> None:
     shutil.rmtree(directory, ignore_errors=True)
 
 
+def library_socket(worker: int) -> str:
+    """Where the library server of the worker whose pid is WORKER listens (``serve_library``): in a directory of this
+    user's under /tmp (a worker's own directories may be too deep for a socket's path)."""
+    return os.path.join("/tmp", f"vine-library-{os.getuid()}", f"{worker}.s")
+
+
+def serve_library(args: list[str]) -> int | None:
+    """In a TaskVine library whose worker is kept between commands (ARGS: the library's own, naming its worker's
+    pid), once it has imported what its calls need (``library.warm``): fork the worker's library server, from which
+    the worker's next libraries — one per manager that takes the worker — are forked with all of it imported
+    (``library_client``), instead of starting a new interpreter and importing it again. It lives in a session of its
+    own (the worker ends this library's group when its manager leaves) and ends when the worker does, or when a module
+    it imported changes on disk (its next library then starts cold, and makes the next server). Its pid; None where
+    one already serves this worker or none can start (this process runs threads, no /proc, a directory not this
+    user's: said on standard error)."""
+    try:
+        worker = int(_option(args, "--worker-pid") or "")
+    except ValueError:
+        return None
+    path = library_socket(worker)
+    if threading.active_count() > 1 or _serving(path):
+        return None
+    listener = watch = None
+    try:
+        _private_directory(os.path.dirname(path))
+        _forget_ended(os.path.dirname(path))
+        watch = os.pidfd_open(worker)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            os.unlink(path)  # (an ended server's: none answers there)
+        except FileNotFoundError:
+            pass
+        listener.bind(path)
+        listener.listen(16)
+        loaded = _loaded(os.getcwd())
+        pid = _fork()
+    except OSError as e:
+        print(f"--taskvine-keep-workers-s: worker {worker} keeps no library: {type(e).__name__}: {e}", file=sys.stderr)
+        if listener is not None:
+            listener.close()
+        if watch is not None:
+            os.close(watch)
+        return None
+    if pid == 0:
+        code = 0
+        try:
+            os.setsid()
+            os.chdir("/")
+            log = os.open(path + ".log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            null = os.open(os.devnull, os.O_RDONLY)
+            for target, fd in ((0, null), (1, log), (2, log)):
+                os.dup2(fd, target)
+            _close_all_but([0, 1, 2, listener.fileno(), watch])  # (the library's pipes to its worker above all)
+            global LIBRARY_SERVER, _LOADED
+            LIBRARY_SERVER, _LOADED = os.getpid(), loaded
+            print(f"warm: library server {LIBRARY_SERVER} of worker {worker} ({len(loaded)} modules)", file=sys.stderr)
+            _serve(listener, watch)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        finally:
+            for name in (path, path + ".log"):
+                try:
+                    os.unlink(name)
+                except OSError:
+                    pass
+            os._exit(code)
+    listener.close()
+    os.close(watch)
+    return pid
+
+
+def _serving(path: str) -> bool:
+    """Whether a server answers at PATH."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as probe:
+        try:
+            probe.connect(path)
+        except OSError:
+            return False
+    return True
+
+
+def _private_directory(path: str) -> None:
+    """Make directory PATH (mode 0700), or make sure the one there is this user's alone (OSError if not)."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise PermissionError(f"{path} is not a directory of this user's alone (mode 0700)")
+
+
+def _forget_ended(directory: str) -> None:
+    """Remove from DIRECTORY the sockets and logs of servers whose worker has ended (a server killed with its
+    worker's batch job had no time to)."""
+    for name in os.listdir(directory):
+        worker = name.split(".", 1)[0]
+        if worker.isdigit() and not os.path.exists(f"/proc/{worker}"):
+            try:
+                os.unlink(os.path.join(directory, name))
+            except OSError:
+                pass
+
+
+def _loaded(sandbox: str) -> dict[str, int]:
+    """Each imported module's file, with its time of change; not those in SANDBOX (the library's own: TaskVine's
+    script, which the next library of the same task id finds rewritten in the same place)."""
+    files = {}
+    inside = os.path.join(os.path.realpath(sandbox), "")
+    for module in list(sys.modules.values()):
+        name = getattr(module, "__file__", None)
+        if isinstance(name, str) and name not in files and not os.path.realpath(name).startswith(inside):
+            try:
+                files[name] = os.stat(name).st_mtime_ns
+            except OSError:
+                pass
+    return files
+
+
+def _takes(request: dict) -> bool:
+    """Whether this server takes REQUEST: any command, but a library (``library_client``) only from the interpreter
+    this server runs and while no module it imported has changed on disk (else it ends: a library starts cold). Why
+    not is said on standard error (the server's log)."""
+    if "python" not in request:
+        return True
+    if request["python"] != os.path.realpath(sys.executable) or not _LOADED:
+        print(f"warm: a library of {request['python']} not taken: this server runs {sys.executable}", file=sys.stderr)
+        return False
+    for name, changed in _LOADED.items():
+        try:
+            same = os.stat(name).st_mtime_ns == changed
+        except OSError:  # (gone, as the first library's own script with its sandbox: nothing to import again)
+            same = True
+        if not same:
+            print(f"warm: {name} has changed since it was imported: this library server ends", file=sys.stderr)
+            os.kill(os.getppid(), signal.SIGTERM)  # (the server: the next library makes a new one)
+            return False
+    return True
+
+
 def import_modules(names: list[str] | tuple[str, ...], setting: str) -> list[str]:
     """Import NAMES for the warm commands (a server's, or a library's before its calls); the names imported. One that
     cannot be imported is named on standard error with SETTING, and left to the commands: they import it themselves,
@@ -251,13 +399,16 @@ def _fork() -> int:
 
 def _mind(conn: socket.socket) -> None:
     """In a minder: run the command CONN's client asks for, and send it its exit status; end it if the client ends."""
-    message, fds, _, _ = socket.recv_fds(conn, 1 << 22, 3)
-    if not message or len(fds) != 3:  # a client that ended before it asked
+    message, fds, _, _ = socket.recv_fds(conn, 1 << 22, MAX_FDS)
+    request = json.loads(message) if message else {}
+    if len(fds) != len(request.get("fds", STANDARD_FDS)) or not message or not _takes(request):
+        for fd in fds:  # (a client that ended before it asked, or a library this server cannot take: it runs cold)
+            os.close(fd)
         return
     minder = os.getpid()
     pid = _fork()
     if pid == 0:
-        _run(message, fds, minder)
+        _run(request, fds, minder)
     for fd in fds:
         os.close(fd)
     try:
@@ -266,7 +417,12 @@ def _mind(conn: socket.socket) -> None:
         pass
     ended = os.pidfd_open(pid)
     ready, _, _ = select.select([conn, ended], [], [])
-    if ended not in ready:  # the client said nothing more: it has ended, and so does its command
+    if ended not in ready:  # the client said nothing more: it has ended, and so does its command (its group's)
+        if request.get("group"):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:  # (not yet its group's leader)
+                pass
         os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
     try:
@@ -275,21 +431,24 @@ def _mind(conn: socket.socket) -> None:
         pass
 
 
-def _run(message: bytes, fds: list[int], minder: int) -> None:
-    """In the forked command: become ``python -m MODULE ARGS`` as MESSAGE (the client's request) says, with the
-    client's descriptors FDS as standard input, output and error; never returns. It ends when its MINDER does (and
-    the minder when the server does)."""
+def _run(request: dict, fds: list[int], minder: int) -> None:
+    """In the forked command: become ``python -m MODULE ARGS`` (or ``python SCRIPT ARGS``) as REQUEST (the client's)
+    says, with the client's descriptors FDS as its own (standard input, output and error, and a library's pipes to its
+    worker); never returns. It ends when its MINDER does (and the minder when the server does)."""
     code = 0
     try:
-        for target, fd in enumerate(fds):
+        targets = request.get("fds", STANDARD_FDS)
+        above = [fcntl.fcntl(fd, fcntl.F_DUPFD, max(targets) + 1) for fd in fds]  # (none overwritten before use)
+        for target, fd in zip(targets, above):
             os.dup2(fd, target)
-        os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # the server's socket, the client's copies, the library's files
+        _close_all_but(targets)  # the server's socket, the client's copies, the library's files
+        if request.get("group"):
+            os.setpgid(0, 0)
         _die_with_parent(minder)
         import atexit
         import runpy
 
         atexit._clear()  # the library's own exit handlers are not the command's
-        request = json.loads(message)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.umask(request["umask"])
         os.chdir(request["cwd"])
@@ -302,13 +461,19 @@ def _run(message: bytes, fds: list[int], minder: int) -> None:
         for entry in _SERVER_PATH:
             if entry in sys.path:
                 sys.path.remove(entry)
-        sys.path[0:0] = [request["cwd"], *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-        sys.argv = [request["module"], *request["args"]]
+        script = request.get("script")
+        first = os.path.dirname(os.path.abspath(script)) if script else request["cwd"]  # (a script's: its directory)
+        sys.path[0:0] = [first, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        sys.argv = [script or request["module"], *request["args"]]
         # A preloaded module run as the command is run afresh as __main__, as `python -m` runs it: its preloaded copy
         # (and what it imported) stays for others to import.
-        sys.modules.pop(request["module"], None)
+        if not script:
+            sys.modules.pop(request["module"], None)
         try:
-            runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+            if script:
+                runpy.run_path(script, run_name="__main__")
+            else:
+                runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
         finally:
             for thread in threading.enumerate():  # as the interpreter does at its end: its threads, then atexit
                 if thread is not threading.current_thread() and not thread.daemon:
@@ -333,6 +498,14 @@ def _run(message: bytes, fds: list[int], minder: int) -> None:
     os._exit(code)
 
 
+def _close_all_but(kept: list[int]) -> None:
+    """Close every descriptor of this process but KEPT."""
+    bounds = [-1, *sorted(set(kept)), os.sysconf("SC_OPEN_MAX")]
+    for low, high in zip(bounds, bounds[1:]):
+        if high > low + 1:  # (os.closerange(a, b) with b < a would close all from a)
+            os.closerange(low + 1, high)
+
+
 def _die_with_parent(parent: int) -> None:
     """SIGKILL to this process when its parent (PARENT: the server, or a command's minder) ends, as when the call
     stops the server (Linux's prctl); at once if it has already ended."""
@@ -352,24 +525,46 @@ def client(argv: list[str]) -> int:
     interpreter's: a job in an environment of its own). Its exit status is the command's (a command killed by a
     signal: this client too)."""
     module, args = argv[0], argv[1:]
-    path = os.environ.get(SOCKET_VARIABLE)
     python = shutil.which("python")
-    request = {"module": module, "args": args, "cwd": os.getcwd(), "env": dict(os.environ), "umask": _umask()}
+    path = os.environ.get(SOCKET_VARIABLE)
+    if python and os.path.dirname(os.path.abspath(python)) != os.path.dirname(os.path.abspath(sys.executable)):
+        path = None
+    env = {k: v for k, v in os.environ.items() if k not in (VARIABLE, SOCKET_VARIABLE)}
+    interpreter = python or sys.executable
+    request = {"module": module, "args": args}
+    return _through(path, request, STANDARD_FDS, [interpreter, "-m", module, *args], env)
+
+
+def library_client(argv: list[str]) -> int:
+    """``warm.py --library SCRIPT ARGS``: a TaskVine library (``python SCRIPT ARGS``, as its worker starts it) forked
+    from its worker's library server (``serve_library``) with the library's pipes to its worker, leading a process
+    group of its own that ends with this client (which its worker kills); ``python SCRIPT ARGS`` where none takes it.
+    """
+    script, args = argv[0], argv[1:]
+    try:
+        pipes = [int(_option(args, "--in-pipe-fd")), int(_option(args, "--out-pipe-fd"))]
+        path = library_socket(int(_option(args, "--worker-pid")))
+    except (TypeError, ValueError):  # (not a library's arguments: it says so itself, cold)
+        pipes, path = [], None
+    request = {"script": script, "args": args, "group": True, "python": os.path.realpath(sys.executable)}
+    return _through(path, request, [*STANDARD_FDS, *pipes], [sys.executable, script, *args], dict(os.environ))
+
+
+def _through(path: str | None, request: dict, fds: list[int], cold: list[str], env: dict) -> int:
+    """REQUEST (with this process's working directory, environment and umask, and its descriptors FDS) run by the
+    server listening at PATH; its exit status. Where none takes it, this process execs COLD with ENV instead."""
+    request = {**request, "fds": fds, "cwd": os.getcwd(), "env": dict(os.environ), "umask": _umask()}
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         if not path:
             raise OSError("no server")
-        if python and os.path.dirname(os.path.abspath(python)) != os.path.dirname(os.path.abspath(sys.executable)):
-            raise OSError(f"python is {python}")
         conn.connect(path)
-        socket.send_fds(conn, [json.dumps(request).encode()], [0, 1, 2])
+        socket.send_fds(conn, [json.dumps(request).encode()], fds)
         if conn.recv(64) != STARTED:
             raise OSError("not started")
     except OSError:  # run cold: the command has not begun (a closed standard stream, a huge environment...)
         conn.close()
-        env = {k: v for k, v in os.environ.items() if k not in (VARIABLE, SOCKET_VARIABLE)}
-        interpreter = python or sys.executable
-        os.execve(interpreter, [interpreter, "-m", module, *args], env)
+        os.execve(cold[0], cold, env)
     try:
         reply = conn.recv(64)
     except OSError:
@@ -383,6 +578,16 @@ def client(argv: list[str]) -> int:
     return code
 
 
+def _option(args: list[str], name: str) -> str | None:
+    """The value of option NAME in ARGS (``NAME VALUE`` or ``NAME=VALUE``), else None."""
+    for i, arg in enumerate(args):
+        if arg == name and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(name + "="):
+            return arg[len(name) + 1 :]
+    return None
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -392,5 +597,7 @@ def _umask() -> int:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--serve"]:
         _serve_node(sys.argv[2:])
+    elif sys.argv[1:2] == [LIBRARY]:
+        sys.exit(library_client(sys.argv[2:]))
     else:
         sys.exit(client(sys.argv[1:]))

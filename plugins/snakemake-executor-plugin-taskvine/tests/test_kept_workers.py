@@ -1,6 +1,8 @@
 """Workers kept between commands (--taskvine-keep-workers-s), on the sandbox's real HTCondor pool and local workers:
 the next command takes the same workers (the same worker ids in both runs' TaskVine logs, no new HTCondor job), a
-command that keeps none stops them at once, Ctrl-C stops them, and left alone they end by themselves."""
+command that keeps none stops them at once, Ctrl-C stops them, and left alone they end by themselves. With
+--taskvine-library, the next command's libraries are forked from the first library's imports (warm.serve_library),
+whose server ends with its worker."""
 
 from __future__ import annotations
 
@@ -54,6 +56,12 @@ def worker_ids(wf) -> list[set[str]]:
     return [set(re.findall(r" WORKER (\S+) CONNECTION ", log.read_text())) for log in runs]
 
 
+def libraries(wf) -> list[list[str]]:
+    """The library logs of each run, run by run."""
+    runs = sorted(wf.root.glob(".snakemake/taskvine/*/manager/most-recent/library-logs"))
+    return [[log.read_text() for log in sorted(run.glob("*.log"))] for run in runs]
+
+
 def wait_until(check, timeout_s: float, step_s: float = 1.0) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -67,7 +75,7 @@ def test_the_next_command_takes_the_kept_condor_workers_and_one_that_keeps_none_
     workflow, condor_env, state_home
 ):
     wf = workflow(QUICK)
-    keep = ("--taskvine-workers", "condor", "--taskvine-keep-workers-s", "300", *SIZES)
+    keep = ("--taskvine-workers", "condor", "--taskvine-keep-workers-s", "300", "--taskvine-library", *SIZES)
     first = wf.run(*keep, check=True)
     assert "the workers stay 300 s" in first.stderr
     records = state(wf)["factories"]
@@ -85,6 +93,11 @@ def test_the_next_command_takes_the_kept_condor_workers_and_one_that_keeps_none_
     assert len(ids) == 2 and ids[1] and ids[1] <= ids[0], f"the second run had other workers: {ids}"
     assert state(wf)["factories"] == records, "the second run started factories of its own"
     assert tagged_jobs(condor_env, tag) == jobs, "the second run's workers were new HTCondor jobs"
+    first_library, second_library = libraries(wf)
+    assert first_library and not any("library forked" in log for log in first_library), first_library
+    assert second_library and all("library forked from its worker's library server" in log for log in second_library)
+    servers = [psutil.Process(int(pid)) for pid in re.findall(r"library server \(pid (\d+)\)", "".join(second_library))]
+    assert servers and all(map(alive, servers)), servers
 
     for path in (wf.root / "out").glob("*.txt"):
         path.unlink()
@@ -93,6 +106,7 @@ def test_the_next_command_takes_the_kept_condor_workers_and_one_that_keeps_none_
     assert factories_running(records) == [], "a command keeping no workers left the kept factory running"
     assert wait_until(lambda: tagged_jobs(condor_env, tag) == [], 30), "the kept workers' jobs are still queued"
     assert not (kept.directory_for(str(wf.root)) / kept.STATE).exists()
+    assert wait_until(lambda: not any(map(alive, servers)), 30), "a library server outlived its worker"
 
 
 def test_kept_workers_stay_after_a_jobs_failure_and_end_by_themselves(workflow, state_home):

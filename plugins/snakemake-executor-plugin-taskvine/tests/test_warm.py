@@ -251,3 +251,95 @@ UNSTARTED = textwrap.dedent(
 
 def test_a_command_the_server_took_but_did_not_start_runs_cold(tmp_path):
     assert said_by(UNSTARTED, tmp_path, timeout_s=60) == ["0 ran"]
+
+
+# A kept worker's library server (serve_library), with this script as the worker and its first library: a library
+# (a stand-in: it says whether it has the first library's module `marker` imported and leads its own group, echoes a
+# line from its worker, then, told to, forks a call and says both pids) started through warm.py's client, as its
+# worker starts it.
+LIBRARY = PREAMBLE + textwrap.dedent(
+    """
+    (here / "marker.py").write_text("")
+    (here / "library.py").write_text(
+        "import os, sys, time\\n"
+        "args = sys.argv[1:]\\n"
+        "pipe_in, pipe_out = (int(args[args.index(o) + 1]) for o in ('--in-pipe-fd', '--out-pipe-fd'))\\n"
+        "said = ('marker' in sys.modules, os.getpgid(0) == os.getpid(), sys.path[0] == os.getcwd())\\n"
+        "os.write(pipe_out, repr(said).encode() + b'\\\\n')\\n"
+        "line = os.read(pipe_in, 100)\\n"
+        "if line == b'call\\\\n':\\n"
+        "    call = os.fork()\\n"
+        "    if call == 0:\\n"
+        "        time.sleep(60)\\n"
+        "    line = f'{os.getpid()} {call}\\\\n'.encode()\\n"
+        "os.write(pipe_out, line)\\n"
+        "time.sleep(60 if b' ' in line else 0)\\n"
+    )
+    sys.path.insert(0, str(here))
+    import marker
+
+    def library(worker, line=b"hello\\n"):  # (the library's process as its worker started it, what it said)
+        to_library, library_in = os.pipe()
+        library_out, from_library = os.pipe()
+        args = ["--in-pipe-fd", str(to_library), "--out-pipe-fd", str(from_library), "--worker-pid", str(worker)]
+        started = subprocess.Popen(
+            [sys.executable, warm.__file__, warm.LIBRARY, "library.py", *args],
+            cwd=here,
+            pass_fds=(to_library, from_library),
+        )
+        os.close(to_library)
+        os.close(from_library)
+        with os.fdopen(library_out) as said:
+            first = said.readline().strip()
+            os.write(library_in, line)
+            return started, first, said.readline().strip()
+
+    def gone(pid):  # (ended: no such process, or one that waits to be collected)
+        for _ in range(100):
+            try:
+                if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+            except FileNotFoundError:
+                return True
+            time.sleep(0.05)
+        return False
+
+    me = os.getpid()
+    server = warm.serve_library(["--in-pipe-fd", "5", "--worker-pid", str(me)])
+    print("again", warm.serve_library(["--worker-pid", str(me)]))
+    started, first, echoed = library(me)
+    print("forked", first, echoed, started.wait())
+
+    # Its client killed (as its worker kills a library when its manager leaves): the library and its call end.
+    started, first, echoed = library(me, b"call\\n")
+    started.kill()
+    started.wait()
+    print("killed", first, [gone(int(pid)) for pid in echoed.split()])
+
+    # A module the server imported changes: the library runs cold, and the server ends.
+    os.utime(here / "marker.py", ns=(0, 0))
+    started, first, echoed = library(me)
+    print("changed", first, echoed, started.wait(), gone(server))
+
+    # A server ends with its worker, and leaves no socket.
+    worker = subprocess.Popen(["sleep", "60"])
+    server = warm.serve_library(["--worker-pid", str(worker.pid)])
+    worker.kill()
+    print("worker ended", gone(server), os.path.exists(warm.library_socket(worker.pid)))
+    worker.wait()
+
+    threading.Thread(target=time.sleep, args=(1,)).start()
+    print("with threads", warm.serve_library(["--worker-pid", str(me)]))
+    """
+)
+
+
+def test_a_kept_workers_libraries_are_forked_from_its_first_librarys_imports(tmp_path):
+    assert said_by(LIBRARY, tmp_path) == [
+        "again None",
+        "forked (True, True, True) hello 0",
+        "killed (True, True, True) [True, True]",
+        "changed (False, False, True) hello 0 True",
+        "worker ended True False",
+        "with threads None",
+    ]
