@@ -385,7 +385,7 @@ class Executor(RemoteExecutor):
                 scheduler=settings.scheduler,
                 library=settings.library,
                 library_preload=tuple(comma_separated(settings.library_preload)),
-                library_kept=self.kept is not None,
+                kept=self.kept is not None,
                 secrets_dir=self.private_dir,
                 environment=self.environment,
                 credential_files=self.credential_files(settings.credential_env),

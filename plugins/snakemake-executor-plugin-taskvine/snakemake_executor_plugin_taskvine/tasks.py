@@ -78,19 +78,22 @@ def is_remote(path: str) -> bool:
 
 def shipped_files(
     job: JobExecutorInterface, sources: Iterable[str], workdir: str
-) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """(inputs, outputs) of a job run without a shared filesystem, as (local path, sandbox name) pairs. A group
-    job's inputs are its members' inputs not made inside the group; its outputs are all its members' outputs."""
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]], list[tuple[str, str]]]:
+    """(sources, inputs, outputs) of a job run without a shared filesystem, as (local path, sandbox name) pairs. A
+    group job's inputs are its members' inputs not made inside the group (and not sources); its outputs are all its
+    members' outputs."""
     members = list(job.jobs) if job.is_group() else [job]
     produced = {os.path.abspath(str(p)) for member in members for p in member.output}
+    shipped_sources = {
+        os.path.abspath(path): relative_name(path, workdir, job, "workflow source")
+        for path in sources
+        if os.path.isfile(path)
+    }
     inputs: dict[str, str] = {}
-    for path in sources:
-        if os.path.isfile(path):
-            inputs[os.path.abspath(path)] = relative_name(path, workdir, job, "workflow source")
     for path in (p for member in members for p in member.input):
         path = str(path)
-        if is_remote(path) or os.path.abspath(path) in produced:
-            continue  # read by the job itself, or made inside this (group) job
+        if is_remote(path) or os.path.abspath(path) in produced or os.path.abspath(path) in shipped_sources:
+            continue  # read by the job itself, made inside this (group) job, or shipped as a source
         if os.path.isdir(path):
             raise WorkflowError(
                 f"rule {job.name}: input {path} is a directory; without a shared filesystem the TaskVine executor "
@@ -103,7 +106,7 @@ def shipped_files(
         for p in [*member.output, *member.log]
         if not is_remote(str(p))
     }
-    return sorted(inputs.items()), sorted(outputs.items())
+    return sorted(shipped_sources.items()), sorted(inputs.items()), sorted(outputs.items())
 
 
 def job_task(
@@ -126,10 +129,11 @@ def job_task(
     cores = max(1, int(job.resources.get("_cores", job.threads) or 1))
     memory_mb = _int_resource(job, "mem_mb")
     function = function and call_fits(cores, memory_mb, call_memory_mb)
+    shipped: list[tuple[str, str]] = []
     inputs: list[tuple[str, str]] = []
     outputs: list[tuple[str, str]] = []
     if not shared_fs:
-        inputs, outputs = shipped_files(job, sources, workdir)
+        shipped, inputs, outputs = shipped_files(job, sources, workdir)
     elif not function:  # a library call is given the directory instead
         command = f"cd {shlex.quote(workdir)} && {command}"
     if not function:
@@ -146,6 +150,7 @@ def job_task(
         features=features(job),
         preferred=features(job, "taskvine_prefer"),
         retries=retries,
+        sources=shipped,
         inputs=inputs,
         outputs=outputs,
         function=function,

@@ -339,8 +339,9 @@ class TaskSpec:
     # (default: the call's sandbox). Cores, memory and disk are then the library's: one call per function slot.
     function: bool = False
     directory: str = ""
-    # (local path, name in the task's sandbox) pairs. Inputs are sent to the worker (and cached there for the
-    # whole run); outputs are brought back to the local path when the task ends.
+    # (local path, name in the task's sandbox) pairs. Sources (the workflow's) and inputs are sent to the worker (and
+    # cached there for the whole run); outputs are brought back to the local path when the task ends.
+    sources: Sequence[tuple[str, str]] = ()
     inputs: Sequence[tuple[str, str]] = ()
     outputs: Sequence[tuple[str, str]] = ()
 
@@ -452,14 +453,15 @@ class Manager:
         scheduler: str = "files",
         library: bool = False,
         library_preload: Sequence[str] = (),
-        library_kept: bool = False,
+        kept: bool = False,
         secrets_dir: Path | None = None,
         environment: Path | None = None,
         credential_files: Mapping[str, str] | None = None,
         port_wait_s: float = 0,
     ):
-        """PORT_WAIT_S: how long a given PORT is tried again while it is taken (the kept workers' port, which the
-        previous command's manager may still hold for a second: it is not waited for)."""
+        """KEPT: the workers are kept between commands (the workflow's sources, and the library's imports, stay with
+        them for the next command). PORT_WAIT_S: how long a given PORT is tried again while it is taken (the kept
+        workers' port, which the previous command's manager may still hold for a second: it is not waited for)."""
         vine = import_taskvine()
         from ndcctools.taskvine import cvine
 
@@ -486,6 +488,7 @@ class Manager:
         self._tasks: dict[int, object] = {}
         self._lost = LostWorkers()
         self._files: dict[str, object] = {}
+        self._kept = kept
         self._env_files: dict[str, object] = {}
         # Each credential: the variable naming its file here, that file, and (its stat when read, its declaration,
         # when it expires or None). The generation counts the declarations; each task keeps the one it was given.
@@ -495,7 +498,7 @@ class Manager:
         self._generation_of: dict[int, int] = {}
         self._environment = self._declare_environment(environment) if environment is not None else None
         if library:
-            self._install_library(library_preload, library_kept)
+            self._install_library(library_preload, kept)
 
     def _declare_environment(self, path: Path):
         """The packed environment at PATH (a tarball with ``bin/run_in_env`` at its top) as
@@ -573,6 +576,8 @@ class Manager:
             t.add_feature(feature)
         for _, declared, name in credentials:
             t.add_input(declared, name)
+        for local, remote in spec.sources:
+            t.add_input(self._file(local, source=True), remote)
         for local, remote in spec.inputs:
             t.add_input(self._file(local), remote)
         for local, remote in spec.outputs:
@@ -642,13 +647,18 @@ class Manager:
         self._credential_inputs()
         return given < self._credential_generation
 
-    def _file(self, local: str):
+    def _file(self, local: str, source: bool = False):
         """The run's one declaration of a local file: a file used by many tasks, or made by one task and read by
         others, is declared once, so that workers keep it in their cache for the whole run; the manager sends it to
-        each worker that needs it (PEER_TRANSFER)."""
+        each worker that needs it (PEER_TRANSFER). A SOURCE of the workflow, on workers kept between commands, is
+        kept by them for the next command too, named by its contents, so that the next manager sends only the sources
+        that have changed (~500 files of this repository: up to 0.5 s before a kept worker's first job). Its cache
+        is TaskVine's "forever": a worker that changes managers deletes what is cached for less (cctools 7.14's
+        vine_cache_load), and deletes its whole cache when it ends."""
         key = os.path.abspath(local)
         if key not in self._files:
-            self._files[key] = self._m.declare_file(key, cache="workflow", peer_transfer=PEER_TRANSFER)
+            cache = "forever" if source and self._kept else "workflow"
+            self._files[key] = self._m.declare_file(key, cache=cache, peer_transfer=PEER_TRANSFER)
         return self._files[key]
 
     def wait(self, timeout_s: int = 1) -> TaskResult | None:

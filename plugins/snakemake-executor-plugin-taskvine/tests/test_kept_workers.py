@@ -2,7 +2,7 @@
 the next command takes the same workers (the same worker ids in both runs' TaskVine logs, no new HTCondor job), a
 command that keeps none stops them at once, Ctrl-C stops them, and left alone they end by themselves. With
 --taskvine-library, the next command's libraries are forked from the first library's imports (warm.serve_library),
-whose server ends with its worker."""
+whose server ends with its worker; the workflow's sources stay in the kept workers' caches."""
 
 from __future__ import annotations
 
@@ -56,6 +56,11 @@ def worker_ids(wf) -> list[set[str]]:
     return [set(re.findall(r" WORKER (\S+) CONNECTION ", log.read_text())) for log in runs]
 
 
+def debug_logs(wf) -> list:
+    """Each run's TaskVine debug log, run by run."""
+    return sorted(wf.root.glob(".snakemake/taskvine/*/manager/most-recent/vine-logs/debug"))
+
+
 def libraries(wf) -> list[list[str]]:
     """The library logs of each run, run by run."""
     runs = sorted(wf.root.glob(".snakemake/taskvine/*/manager/most-recent/library-logs"))
@@ -96,6 +101,8 @@ def test_the_next_command_takes_the_kept_condor_workers_and_one_that_keeps_none_
     first_library, second_library = libraries(wf)
     assert first_library and not any("library forked" in log for log in first_library), first_library
     assert second_library and all("library forked from its worker's library server" in log for log in second_library)
+    sent = [log.read_text().count(f"needs file {wf.root / 'Snakefile'} ") for log in debug_logs(wf)]
+    assert sent[0] >= 1 and sent[1] == 0, f"the second run sent the Snakefile again to the kept worker: {sent}"
     servers = [psutil.Process(int(pid)) for pid in re.findall(r"library server \(pid (\d+)\)", "".join(second_library))]
     assert servers and all(map(alive, servers)), servers
 
