@@ -259,7 +259,10 @@ def test_a_command_the_server_took_but_did_not_start_runs_cold(tmp_path):
 # worker starts it.
 LIBRARY = PREAMBLE + textwrap.dedent(
     """
-    (here / "marker.py").write_text("")
+    (here / "modules").mkdir()
+    (here / "modules" / "marker.py").write_text("")
+    (here / "sandbox").mkdir()  # the first library's own (TaskVine's script is there)
+    (here / "sandbox" / "own.py").write_text("")
     (here / "library.py").write_text(
         "import os, sys, time\\n"
         "args = sys.argv[1:]\\n"
@@ -275,8 +278,8 @@ LIBRARY = PREAMBLE + textwrap.dedent(
         "os.write(pipe_out, line)\\n"
         "time.sleep(60 if b' ' in line else 0)\\n"
     )
-    sys.path.insert(0, str(here))
-    import marker
+    sys.path[0:0] = [str(here / "modules"), str(here / "sandbox")]
+    import marker, own
 
     def library(worker, line=b"hello\\n"):  # (the library's process as its worker started it, what it said)
         to_library, library_in = os.pipe()
@@ -305,8 +308,11 @@ LIBRARY = PREAMBLE + textwrap.dedent(
         return False
 
     me = os.getpid()
+    os.chdir(here / "sandbox")
     server = warm.serve_library(["--in-pipe-fd", "5", "--worker-pid", str(me)])
+    os.chdir(here)
     print("again", warm.serve_library(["--worker-pid", str(me)]))
+    os.utime(here / "sandbox" / "own.py", ns=(0, 0))  # (the next library's script, rewritten: not a change)
     started, first, echoed = library(me)
     print("forked", first, echoed, started.wait())
 
@@ -317,7 +323,7 @@ LIBRARY = PREAMBLE + textwrap.dedent(
     print("killed", first, [gone(int(pid)) for pid in echoed.split()])
 
     # A module the server imported changes: the library runs cold, and the server ends.
-    os.utime(here / "marker.py", ns=(0, 0))
+    os.utime(here / "modules" / "marker.py", ns=(0, 0))
     started, first, echoed = library(me)
     print("changed", first, echoed, started.wait(), gone(server))
 
