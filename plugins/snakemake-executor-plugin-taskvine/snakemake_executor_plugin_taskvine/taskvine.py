@@ -511,10 +511,13 @@ class Manager:
     def _install_library(self, preload: Sequence[str] = (), kept: bool = False) -> None:
         """One library per worker that has imported Snakemake (and the modules of PRELOAD, for the calls' warm
         commands); calls are forked from it (library.py). It takes the whole worker, with one function slot per
-        core. KEPT (workers kept between commands): a worker's library leaves a server behind that the worker's next
-        libraries are forked from, imports and all (warm.serve_library): their command is warm.py's client."""
+        core. KEPT (workers kept between commands; no packed environment): a worker's library leaves a server behind
+        that the worker's next libraries are forked from, imports and all (warm.serve_library): their command is
+        warm.py's client. In a packed environment (whose files the worker links into each library's sandbox, where
+        the server would not see them change) the libraries start as they are."""
         from . import library
 
+        forked = kept and self._environment is None
         lib = self._m.create_library_from_functions(
             LIBRARY_NAME,
             library.run_job,
@@ -524,14 +527,17 @@ class Manager:
             # before the manager listens).
             hoisting_modules=[types.ModuleType("snakemake.cli")],
             exec_mode="fork",
-            library_context_info=[library.warm, [list(preload), kept], {}],
+            library_context_info=[library.warm, [list(preload), forked], {}],
         )
         if self._environment is not None:  # the library's `python` is the environment's
             lib.add_environment(self._environment)
         command = lib.command
-        if kept and command.startswith(f"python {LIBRARY_SCRIPT}"):  # (the same library, through warm.py's client)
-            lib.add_input(self._m.declare_file(warm.__file__, cache="workflow"), LIBRARY_CLIENT)
-            command = command.replace("python ", f"python {LIBRARY_CLIENT} {warm.LIBRARY} ", 1)
+        if forked:  # (`python library_code.py`: the same library, through warm.py's client)
+            client = self._m.declare_file(warm.__file__, cache="workflow", peer_transfer=PEER_TRANSFER)
+            lib.add_input(client, LIBRARY_CLIENT)
+            command = command.replace(
+                f"python {LIBRARY_SCRIPT}", f"python {LIBRARY_CLIENT} {warm.LIBRARY} {LIBRARY_SCRIPT}", 1
+            )
         # A simple command (no init_command), to which the worker appends the library's arguments.
         lib.set_command(own_group(command))
         self._m.tune("watch-library-logfiles", 1)  # its log comes back to the run directory (library-logs/)
@@ -654,11 +660,14 @@ class Manager:
         kept by them for the next command too, named by its contents, so that the next manager sends only the sources
         that have changed (~500 files of this repository: up to 0.5 s before a kept worker's first job). Its cache
         is TaskVine's "forever": a worker that changes managers deletes what is cached for less (cctools 7.14's
-        vine_cache_load), and deletes its whole cache when it ends."""
-        key = os.path.abspath(local)
+        vine_cache_load), and deletes its whole cache when it ends. (A source that a job also makes or reads is
+        declared apart for that job: its later contents are not the source's.)"""
+        path = os.path.abspath(local)
+        kept = source and self._kept
+        key = f"source:{path}" if kept else path
         if key not in self._files:
-            cache = "forever" if source and self._kept else "workflow"
-            self._files[key] = self._m.declare_file(key, cache=cache, peer_transfer=PEER_TRANSFER)
+            cache = "forever" if kept else "workflow"
+            self._files[key] = self._m.declare_file(path, cache=cache, peer_transfer=PEER_TRANSFER)
         return self._files[key]
 
     def wait(self, timeout_s: int = 1) -> TaskResult | None:

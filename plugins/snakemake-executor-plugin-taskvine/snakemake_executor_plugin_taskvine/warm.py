@@ -35,6 +35,7 @@ import shutil
 import signal
 import socket
 import stat
+import struct
 import sys
 import tempfile
 import threading
@@ -50,7 +51,9 @@ MAX_FDS = 8  # the most descriptors a client sends (a library's: its standard on
 LIBRARY = "--library"  # warm.py --library SCRIPT ARGS: a TaskVine library, forked from its worker's library server
 STARTED = b"+"  # a minder's first word to its client: the command is forked (before it, the client may run it cold)
 LIBRARY_SERVER: int | None = None  # in a worker's library server and the libraries forked from it: the server's pid
-_LOADED: dict[str, int] = {}  # in a library server: its modules' files, with their times of change (_takes)
+_LOADED: dict[str, tuple[int, ...] | None] = {}  # in a library server: its modules' files, as they were (_takes)
+_LIBRARY_SOCKET = ""  # in a library server: where it listens
+_WORKER = 0  # in a library server: its worker's pid
 # The node's server's own PYTHONPATH entries: not the command's (it has its own).
 _SERVER_PATH: list[str] = []
 
@@ -191,13 +194,14 @@ def library_socket(worker: int) -> str:
 
 def serve_library(args: list[str]) -> int | None:
     """In a TaskVine library whose worker is kept between commands (ARGS: the library's own, naming its worker's
-    pid), once it has imported what its calls need (``library.warm``): fork the worker's library server, from which
+    pid), once it has imported what its calls need (``library.warm``): start the worker's library server, from which
     the worker's next libraries — one per manager that takes the worker — are forked with all of it imported
-    (``library_client``), instead of starting a new interpreter and importing it again. It lives in a session of its
-    own (the worker ends this library's group when its manager leaves) and ends when the worker does, or when a module
-    it imported changes on disk (its next library then starts cold, and makes the next server). Its pid; None where
-    one already serves this worker or none can start (this process runs threads, no /proc, a directory not this
-    user's: said on standard error)."""
+    (``library_client``), instead of starting a new interpreter and importing it again. It is forked twice, so that it
+    is no child of this library (whose own reaping takes every child for a call of its), in a session of its own (the
+    worker ends this library's group when its manager leaves), and ends when the worker does, or when a later library
+    finds a module it imported changed on disk, or comes from another interpreter (that library starts cold, and
+    makes the next server). Its pid; None where one already serves this worker or none can start (this process runs
+    threads; a directory, socket or fork that fails: said on standard error)."""
     try:
         worker = int(_option(args, "--worker-pid") or "")
     except ValueError:
@@ -218,7 +222,11 @@ def serve_library(args: list[str]) -> int | None:
         listener.bind(path)
         listener.listen(16)
         loaded = _loaded(os.getcwd())
-        pid = _fork()
+        first_path = [sys.path[0], *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        sys.stdout.flush()
+        sys.stderr.flush()
+        said, told = os.pipe()
+        between = _fork()
     except OSError as e:
         print(f"--taskvine-keep-workers-s: worker {worker} keeps no library: {type(e).__name__}: {e}", file=sys.stderr)
         if listener is not None:
@@ -226,33 +234,47 @@ def serve_library(args: list[str]) -> int | None:
         if watch is not None:
             os.close(watch)
         return None
-    if pid == 0:
+    if between == 0:
         code = 0
         try:
+            os.close(said)
+            if _fork() != 0:
+                os._exit(0)
             os.setsid()
+            os.write(told, str(os.getpid()).encode())
             os.chdir("/")
             log = os.open(path + ".log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             null = os.open(os.devnull, os.O_RDONLY)
             for target, fd in ((0, null), (1, log), (2, log)):
                 os.dup2(fd, target)
             _close_all_but([0, 1, 2, listener.fileno(), watch])  # (the library's pipes to its worker above all)
-            global LIBRARY_SERVER, _LOADED
-            LIBRARY_SERVER, _LOADED = os.getpid(), loaded
+            global LIBRARY_SERVER, _LIBRARY_SOCKET, _LOADED, _WORKER
+            LIBRARY_SERVER, _LIBRARY_SOCKET, _LOADED, _WORKER = os.getpid(), path, loaded, worker
+            _SERVER_PATH.extend(first_path)  # (the first library's sandbox and PYTHONPATH are not the next one's)
             print(f"warm: library server {LIBRARY_SERVER} of worker {worker} ({len(loaded)} modules)", file=sys.stderr)
             _serve(listener, watch)
         except BaseException:
             traceback.print_exc()
             code = 1
         finally:
-            for name in (path, path + ".log"):
-                try:
-                    os.unlink(name)
-                except OSError:
-                    pass
+            _end_library_server()
             os._exit(code)
     listener.close()
     os.close(watch)
-    return pid
+    os.close(told)
+    os.waitpid(between, 0)
+    with os.fdopen(said) as reply:
+        server = reply.read()
+    return int(server) if server.isdigit() else None
+
+
+def _end_library_server() -> None:
+    """Remove this library server's socket and log (in the server, or a minder of it that ends it)."""
+    for name in (_LIBRARY_SOCKET, _LIBRARY_SOCKET + ".log"):
+        try:
+            os.unlink(name)
+        except OSError:
+            pass
 
 
 def _serving(path: str) -> bool:
@@ -277,51 +299,69 @@ def _private_directory(path: str) -> None:
 
 
 def _forget_ended(directory: str) -> None:
-    """Remove from DIRECTORY the sockets and logs of servers whose worker has ended (a server killed with its
-    worker's batch job had no time to)."""
+    """Remove from DIRECTORY the sockets (and logs) where no server answers any more (one killed with its worker's
+    batch job had no time to)."""
     for name in os.listdir(directory):
-        worker = name.split(".", 1)[0]
-        if worker.isdigit() and not os.path.exists(f"/proc/{worker}"):
-            try:
-                os.unlink(os.path.join(directory, name))
-            except OSError:
-                pass
+        if name.endswith(".s") and not _serving(os.path.join(directory, name)):
+            for ended in (name, name + ".log"):
+                try:
+                    os.unlink(os.path.join(directory, ended))
+                except OSError:
+                    pass
 
 
-def _loaded(sandbox: str) -> dict[str, int]:
-    """Each imported module's file, with its time of change; not those in SANDBOX (the library's own: TaskVine's
-    script, which the next library of the same task id finds rewritten in the same place)."""
+def _identity(path: str) -> tuple[int, ...] | None:
+    """What tells the file at PATH from another one, or from itself changed: None if there is none."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns
+
+
+def _loaded(sandbox: str) -> dict[str, tuple[int, ...] | None]:
+    """Each imported module's file (its real path), with its identity (``_identity``); not those in SANDBOX (the
+    library's own: TaskVine's script, which the next library of the same task id finds rewritten in the same
+    place)."""
     files = {}
     inside = os.path.join(os.path.realpath(sandbox), "")
     for module in list(sys.modules.values()):
         name = getattr(module, "__file__", None)
-        if isinstance(name, str) and name not in files and not os.path.realpath(name).startswith(inside):
-            try:
-                files[name] = os.stat(name).st_mtime_ns
-            except OSError:
-                pass
+        if isinstance(name, str):
+            real = os.path.realpath(name)
+            if real not in files and not real.startswith(inside):
+                files[real] = _identity(real)
     return files
 
 
-def _takes(request: dict) -> bool:
-    """Whether this server takes REQUEST: any command, but a library (``library_client``) only from the interpreter
-    this server runs and while no module it imported has changed on disk (else it ends: a library starts cold). Why
-    not is said on standard error (the server's log)."""
+def _takes(request: dict, conn: socket.socket) -> bool:
+    """Whether this server takes REQUEST, come through CONN: any command, but a library (``library_client``) only
+    from a child of this server's worker, run by the interpreter this server runs, while no module it imported has
+    changed on disk. Why not is said on standard error (the server's log); a library refused for its interpreter or
+    a change ends the server (its next library starts cold, and makes a new one)."""
     if "python" not in request:
         return True
-    if request["python"] != os.path.realpath(sys.executable) or not _LOADED:
-        print(f"warm: a library of {request['python']} not taken: this server runs {sys.executable}", file=sys.stderr)
+    peer = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
+    if _parent(peer) != _WORKER:
+        print(f"warm: a library from process {peer}, not a child of worker {_WORKER}: not taken", file=sys.stderr)
         return False
-    for name, changed in _LOADED.items():
-        try:
-            same = os.stat(name).st_mtime_ns == changed
-        except OSError:  # (gone, as the first library's own script with its sandbox: nothing to import again)
-            same = True
-        if not same:
-            print(f"warm: {name} has changed since it was imported: this library server ends", file=sys.stderr)
-            os.kill(os.getppid(), signal.SIGTERM)  # (the server: the next library makes a new one)
-            return False
+    changed = [name for name, was in _LOADED.items() if _identity(name) != was]
+    if request["python"] != os.path.realpath(sys.executable) or changed:
+        why = f"{changed[0]} has changed" if changed else f"a library of {request['python']} came"
+        print(f"warm: {why} since this server began: it ends", file=sys.stderr, flush=True)
+        _end_library_server()
+        os.kill(os.getppid(), signal.SIGKILL)  # (the server; this minder ends with it)
+        return False
     return True
+
+
+def _parent(pid: int) -> int | None:
+    """The parent of process PID (from /proc), or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def import_modules(names: list[str] | tuple[str, ...], setting: str) -> list[str]:
@@ -401,7 +441,7 @@ def _mind(conn: socket.socket) -> None:
     """In a minder: run the command CONN's client asks for, and send it its exit status; end it if the client ends."""
     message, fds, _, _ = socket.recv_fds(conn, 1 << 22, MAX_FDS)
     request = json.loads(message) if message else {}
-    if len(fds) != len(request.get("fds", STANDARD_FDS)) or not message or not _takes(request):
+    if len(fds) != len(request.get("fds", STANDARD_FDS)) or not message or not _takes(request, conn):
         for fd in fds:  # (a client that ended before it asked, or a library this server cannot take: it runs cold)
             os.close(fd)
         return
@@ -417,13 +457,13 @@ def _mind(conn: socket.socket) -> None:
         pass
     ended = os.pidfd_open(pid)
     ready, _, _ = select.select([conn, ended], [], [])
-    if ended not in ready:  # the client said nothing more: it has ended, and so does its command (its group's)
-        if request.get("group"):
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:  # (not yet its group's leader)
-                pass
+    if ended not in ready:  # the client said nothing more: it has ended, and so does its command
         os.kill(pid, signal.SIGKILL)
+    if request.get("group"):  # and what is left of its group (a library's calls), ended or not
+        try:
+            os.killpg(pid, signal.SIGKILL)  # (its leader, not yet collected, keeps the group's id)
+        except ProcessLookupError:  # (it had not yet made its group)
+            pass
     _, status = os.waitpid(pid, 0)
     try:
         conn.sendall(str(os.waitstatus_to_exitcode(status)).encode())
@@ -565,6 +605,8 @@ def _through(path: str | None, request: dict, fds: list[int], cold: list[str], e
     except OSError:  # run cold: the command has not begun (a closed standard stream, a huge environment...)
         conn.close()
         os.execve(cold[0], cold, env)
+    for fd in fds[len(STANDARD_FDS) :]:  # (the command has its own copies: a library's pipes)
+        os.close(fd)
     try:
         reply = conn.recv(64)
     except OSError:

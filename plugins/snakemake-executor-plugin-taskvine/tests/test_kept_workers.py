@@ -113,7 +113,7 @@ def test_the_next_command_takes_the_kept_condor_workers_and_one_that_keeps_none_
     assert factories_running(records) == [], "a command keeping no workers left the kept factory running"
     assert wait_until(lambda: tagged_jobs(condor_env, tag) == [], 30), "the kept workers' jobs are still queued"
     assert not (kept.directory_for(str(wf.root)) / kept.STATE).exists()
-    assert wait_until(lambda: not any(map(alive, servers)), 30), "a library server outlived its worker"
+    assert wait_until(lambda: not any(map(alive, servers)), 30), "a library server outlived its worker's job"
 
 
 def test_kept_workers_stay_after_a_jobs_failure_and_end_by_themselves(workflow, state_home):

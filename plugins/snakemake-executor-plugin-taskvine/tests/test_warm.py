@@ -309,9 +309,12 @@ LIBRARY = PREAMBLE + textwrap.dedent(
 
     me = os.getpid()
     os.chdir(here / "sandbox")
-    server = warm.serve_library(["--in-pipe-fd", "5", "--worker-pid", str(me)])
+    pipes = os.pipe()  # (as the first library's to its worker)
+    server = warm.serve_library(["--in-pipe-fd", str(pipes[0]), "--worker-pid", str(me)])
     os.chdir(here)
     print("again", warm.serve_library(["--worker-pid", str(me)]))
+    # Its standard descriptors, its socket and its worker's pidfd: nothing of the library's.
+    print("descriptors", len(os.listdir(f"/proc/{server}/fd")), os.getppid() != server)
     os.utime(here / "sandbox" / "own.py", ns=(0, 0))  # (the next library's script, rewritten: not a change)
     started, first, echoed = library(me)
     print("forked", first, echoed, started.wait())
@@ -325,7 +328,7 @@ LIBRARY = PREAMBLE + textwrap.dedent(
     # A module the server imported changes: the library runs cold, and the server ends.
     os.utime(here / "modules" / "marker.py", ns=(0, 0))
     started, first, echoed = library(me)
-    print("changed", first, echoed, started.wait(), gone(server))
+    print("changed", first, echoed, started.wait(), gone(server), os.path.exists(warm.library_socket(me)))
 
     # A server ends with its worker, and leaves no socket.
     worker = subprocess.Popen(["sleep", "60"])
@@ -343,9 +346,10 @@ LIBRARY = PREAMBLE + textwrap.dedent(
 def test_a_kept_workers_libraries_are_forked_from_its_first_librarys_imports(tmp_path):
     assert said_by(LIBRARY, tmp_path) == [
         "again None",
+        "descriptors 5 True",
         "forked (True, True, True) hello 0",
         "killed (True, True, True) [True, True]",
-        "changed (False, False, True) hello 0 True",
+        "changed (False, False, True) hello 0 True False",
         "worker ended True False",
         "with threads None",
     ]
