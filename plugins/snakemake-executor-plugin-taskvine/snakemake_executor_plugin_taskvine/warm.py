@@ -2,8 +2,9 @@
 runs ``python -m MODULE ARGS`` in a process forked from one that has imported the preloaded modules once, instead of
 in a new interpreter that imports them again (coffea's 0.7 s, for instance, in every job).
 
-Two kinds of server do it. A library call starts its own (``start``) before Snakemake runs the job — a fork of the
-call while it is still one thread, so the forks it makes run no thread but their own — and ends it after (``stop``).
+Two kinds of server do it (and a third runs TaskVine libraries themselves: ``serve_library``). A library call starts
+its own (``start``) before Snakemake runs the job — a fork of the call while it is still one thread, so the forks it
+makes run no thread but their own — and ends it after (``stop``).
 The executor starts one for the jobs Snakemake runs on this node, its local rules (``serve``): a process of its own
 (this file run as ``python warm.py --serve``; the executor runs threads, so nothing is forked from it), which imports
 the modules while the run begins, and ends with the run (``stop``, or when the executor's process ends).
@@ -19,6 +20,11 @@ another interpreter's: a conda environment of its own) the client runs ``python 
 same command, cold.
 
 A command's module is run afresh as ``__main__``, even when it was preloaded (what it imports stays imported).
+
+On a worker kept between commands (``--taskvine-keep-workers-s``), the first library leaves a library server behind
+(``serve_library``), and the worker's next libraries run as ``python warm.py --library library_code.py ARGS``: the
+client (``library_client``) sends the server the library's pipes to its worker besides its standard descriptors, and
+the library is forked from the first one's imports (docs/kept-workers.md).
 
 Limits: the command is the server's interpreter, forked: interpreter settings from the job's environment
 (``PYTHONWARNINGS``, ``PYTHONHASHSEED``, ``-X`` options), and what the preloaded modules read from the environment
