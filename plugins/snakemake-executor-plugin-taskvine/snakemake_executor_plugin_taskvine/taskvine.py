@@ -660,8 +660,8 @@ class Manager:
         kept by them for the next command too, named by its contents, so that the next manager sends only the sources
         that have changed (~500 files of this repository: up to 0.5 s before a kept worker's first job). Its cache
         is TaskVine's "forever": a worker that changes managers deletes what is cached for less (cctools 7.14's
-        vine_cache_load), and deletes its whole cache when it ends. (A source that a job also makes or reads is
-        declared apart for that job: its later contents are not the source's.)"""
+        vine_cache_load), and deletes its whole cache when it ends. (A source that a job also makes is declared
+        apart as that job's output: its later contents are not the source's.)"""
         path = os.path.abspath(local)
         kept = source and self._kept
         key = f"source:{path}" if kept else path
@@ -855,20 +855,9 @@ class _Process:
         self.group_killed = True
 
 
-def _parent_and_start(pid: int | str) -> tuple[int, int] | None:
-    """(parent pid, start time in clock ticks since boot) of process PID, from /proc; None when it does not run (also
-    when it has ended and waits to be reaped)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state, ppid, ... starttime (22nd)
-    return None if fields[0] == "Z" else (int(fields[1]), int(fields[19]))
-
-
 def start_time(pid: int) -> int | None:
     """The start time of process PID, which tells it from a later process given the same pid; None when none runs."""
-    found = _parent_and_start(pid)
+    found = warm.parent_and_start(pid)
     return None if found is None else found[1]
 
 
@@ -877,7 +866,7 @@ def _process_table() -> dict[int, tuple[int, int]]:
     table = {}
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
-            found = _parent_and_start(entry.name)
+            found = warm.parent_and_start(entry.name)
             if found is not None:  # (else ended meanwhile)
                 table[int(entry.name)] = found
     return table

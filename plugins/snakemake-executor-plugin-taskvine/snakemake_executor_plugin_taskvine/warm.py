@@ -348,7 +348,8 @@ def _takes(request: dict, conn: socket.socket) -> bool:
     if "python" not in request:
         return True
     peer = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
-    if _parent(peer) != _WORKER:
+    found = parent_and_start(peer)
+    if found is None or found[0] != _WORKER:
         print(f"warm: a library from process {peer}, not a child of worker {_WORKER}: not taken", file=sys.stderr)
         return False
     changed = [name for name, was in _LOADED.items() if _identity(name) != was]
@@ -361,13 +362,16 @@ def _takes(request: dict, conn: socket.socket) -> bool:
     return True
 
 
-def _parent(pid: int) -> int | None:
-    """The parent of process PID (from /proc), or None."""
+def parent_and_start(pid: int | str) -> tuple[int, int] | None:
+    """(parent pid, start time in clock ticks since boot) of process PID, from /proc; None when it does not run (also
+    when it has ended and waits to be reaped)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
+            line = f.read()
+    except OSError:
         return None
+    fields = line[line.rindex(")") + 2 :].split()  # after "pid (comm) ": state, ppid, ... starttime (22nd)
+    return None if fields[0] == "Z" else (int(fields[1]), int(fields[19]))
 
 
 def import_modules(names: list[str] | tuple[str, ...], setting: str) -> list[str]:

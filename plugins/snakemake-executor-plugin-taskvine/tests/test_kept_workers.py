@@ -50,21 +50,22 @@ def tagged_jobs(condor_env, tag: str) -> list[str]:
     return sorted(line.split()[0] for line in condor_jobs(condor_env, f'{JOB_TAG} == "{tag}"'))
 
 
+def of_each_run(wf, below: str) -> list:
+    """BELOW (a path in a manager's most recent TaskVine log directory) of each run of WF, run by run."""
+    return sorted(wf.root.glob(f".snakemake/taskvine/*/manager/most-recent/{below}"))
+
+
 def worker_ids(wf) -> list[set[str]]:
     """The ids of the workers that connected to each run's manager, run by run (TaskVine's transactions logs)."""
-    runs = sorted(wf.root.glob(".snakemake/taskvine/*/manager/most-recent/vine-logs/transactions"))
-    return [set(re.findall(r" WORKER (\S+) CONNECTION ", log.read_text())) for log in runs]
-
-
-def debug_logs(wf) -> list:
-    """Each run's TaskVine debug log, run by run."""
-    return sorted(wf.root.glob(".snakemake/taskvine/*/manager/most-recent/vine-logs/debug"))
+    return [
+        set(re.findall(r" WORKER (\S+) CONNECTION ", log.read_text()))
+        for log in of_each_run(wf, "vine-logs/transactions")
+    ]
 
 
 def libraries(wf) -> list[list[str]]:
     """The library logs of each run, run by run."""
-    runs = sorted(wf.root.glob(".snakemake/taskvine/*/manager/most-recent/library-logs"))
-    return [[log.read_text() for log in sorted(run.glob("*.log"))] for run in runs]
+    return [[log.read_text() for log in sorted(run.glob("*.log"))] for run in of_each_run(wf, "library-logs")]
 
 
 def wait_until(check, timeout_s: float, step_s: float = 1.0) -> bool:
@@ -101,7 +102,7 @@ def test_the_next_command_takes_the_kept_condor_workers_and_one_that_keeps_none_
     first_library, second_library = libraries(wf)
     assert first_library and not any("library forked" in log for log in first_library), first_library
     assert second_library and all("library forked from its worker's library server" in log for log in second_library)
-    sent = [log.read_text().count(f"needs file {wf.root / 'Snakefile'} ") for log in debug_logs(wf)]
+    sent = [log.read_text().count(f"needs file {wf.root / 'Snakefile'} ") for log in of_each_run(wf, "vine-logs/debug")]
     assert sent[0] >= 1 and sent[1] == 0, f"the second run sent the Snakefile again to the kept worker: {sent}"
     servers = [psutil.Process(int(pid)) for pid in re.findall(r"library server \(pid (\d+)\)", "".join(second_library))]
     assert servers and all(map(alive, servers)), servers
