@@ -34,6 +34,8 @@ class Gated(processor.ProcessorABC):
         self.gate = gate
 
     def process(self, events):
+        if self.gate:  # say this file is held (its reads done): the test takes the site down after four
+            open(f"{self.gate}.{os.path.basename(events.metadata['filename'])}.held", "w").close()
         while time.time() < self.until and not (self.gate and os.path.exists(self.gate)):
             time.sleep(0.2)
         return {"events": len(events), "files": {events.metadata["filename"]: len(events)}}

@@ -232,12 +232,14 @@ def test_a_storage_element_taken_down_mid_campaign_its_files_come_from_their_oth
             text=True,
         )
         try:
-            # The first four files opened at the other site (and held there by the analysis): take it down.
+            # The first four files read at the other site and held there by the analysis: take it down. (Opened is
+            # not enough: a file whose reads were still going on when the site went down fails over.)
             wait_until(
-                "four files read at the other site",
-                lambda: len(other.opened(opened)) >= 4 or run.poll() is not None,
+                "four files read and held at the other site",
+                lambda: len(list(inputs.glob("site-down.*.held"))) >= 4 or run.poll() is not None,
                 150,
             )
+            assert len(other.opened(opened)) >= 4, "the held files were not opened at the other site"
             assert run.poll() is None and time.time() < until - 5, "the first files were not held: nothing to fail over"
             other.server.stop()
             gate.touch()
