@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import importlib.util
 import json
 import shutil
@@ -198,6 +199,7 @@ def run(args, stack: contextlib.ExitStack) -> int:
     for round_ in range(args.repeat + 1):  # round 0 warms the caches (XCache, page cache, imports)
         for place, urls in where.items():
             for name, run in variants.items():
+                gc.collect()  # each variant starts with no garbage of the one before to collect
                 wall, cpu = time.perf_counter(), time.process_time()
                 n = run(urls)
                 wall, cpu = time.perf_counter() - wall, time.process_time() - cpu

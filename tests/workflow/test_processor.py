@@ -290,6 +290,59 @@ def test_a_local_file_is_read_lazily_untraced_with_the_same_output(tmp_path):
     ]
 
 
+@pytest.mark.parametrize(
+    "name, schema, preload",
+    [
+        ("ttH_M125_2017.root", "NanoAODSchema", frozenset({"event", "nMuon", "Muon_pt"})),
+        ("nano_dimuon.root", "BaseSchema", frozenset({"event", "nMuon", "Muon_pt"})),  # Run 2 data
+        ("nano_dy_rntuple.root", "NanoAODSchema", None),
+    ],
+)
+def test_a_files_chunks_share_its_base_form_and_are_what_coffeas_from_root_makes(name, schema, preload, monkeypatch):
+    """``FileChunks`` derives a file's base form once and builds each chunk from a copy of it: every chunk is what
+    coffea's ``from_root`` makes (the same form, metadata, partition, attributes and columns), with branches preloaded
+    and without, TTree and RNTuple."""
+    import awkward as ak
+    from coffea.nanoevents import NanoEventsFactory
+    from coffea.nanoevents.mapping import UprootSourceMapping
+
+    derived = []
+    extract = UprootSourceMapping._extract_base_form.__func__
+    monkeypatch.setattr(
+        UprootSourceMapping,
+        "_extract_base_form",
+        classmethod(lambda cls, tree, **kw: derived.append(tree) or extract(cls, tree, **kw)),
+    )
+    path, schemaclass = str(NANOAOD / name), processor.schema_class(schema)
+    with uproot.open(path) as f:
+        made = processor.FileChunks(f, "Events", schemaclass)
+        steps = processor.chunks(made.tree.num_entries, 15)  # the files hold 40 to 100 events
+        assert len(steps) > 1
+        for loaded in {preload, None}:
+            for start, stop in steps:
+                metadata = {"dataset": "d", "filename": path, "entrystart": start, "entrystop": stop, "kind": "mc"}
+                ours = made.events(dict(metadata), start, stop, loaded)
+                theirs = NanoEventsFactory.from_root(
+                    file=f,
+                    treepath="Events",
+                    schemaclass=schemaclass,
+                    metadata=dict(metadata),
+                    mode="virtual",
+                    entry_start=start,
+                    entry_stop=stop,
+                    preload=loaded,
+                ).events()
+                assert ours.layout.form == theirs.layout.form and ours.metadata == theirs.metadata
+                assert ours.attrs.keys() == theirs.attrs.keys() and ours.attrs["@form"] == theirs.attrs["@form"]
+                factories = ours.attrs["@events_factory"], theirs.attrs["@events_factory"]
+                assert factories[0]._partition_key == factories[1]._partition_key
+                assert factories[0].file_handle is factories[1].file_handle is f
+                muon_pt = (lambda e: e.Muon.pt) if schema == "NanoAODSchema" else (lambda e: e.Muon_pt)
+                assert len(ours) == stop - start and ak.array_equal(ours.event, theirs.event)
+                assert ak.array_equal(muon_pt(ours), muon_pt(theirs))
+    assert len(derived) == 1 + len({preload, None}) * len(steps)  # ours once for the file, from_root's every chunk
+
+
 SETTLED = """
 import gc, pickle, sys
 from hepvine.model import dataset
