@@ -343,6 +343,29 @@ def test_a_files_chunks_share_its_base_form_and_are_what_coffeas_from_root_makes
     assert len(derived) == 1 + len({preload, None}) * len(steps)  # ours once for the file, from_root's every chunk
 
 
+def test_making_a_chunk_leaves_the_garbage_collector_as_it_found_it():
+    """``FileChunks.events`` pauses the collector while it makes a chunk: on, it is on again after (a failure too);
+    off, it stays off."""
+    import gc
+
+    from coffea.nanoevents.schemas import BaseSchema
+
+    class Broken(BaseSchema):
+        def __init__(self, base_form):
+            raise RuntimeError("no such layout")
+
+    with uproot.open(NANOAOD / "nano_dimuon.root") as f:
+        with pytest.raises(RuntimeError, match="no such layout"):
+            processor.FileChunks(f, "Events", Broken).events({}, 0, 10, None)
+        assert gc.isenabled()
+        gc.disable()
+        try:
+            assert len(processor.FileChunks(f, "Events", BaseSchema).events({}, 0, 10, None)) == 10
+            assert not gc.isenabled()
+        finally:
+            gc.enable()
+
+
 SETTLED = """
 import gc, pickle, sys
 from hepvine.model import dataset
