@@ -12,10 +12,12 @@ Remote inputs (``root://``, ``https://`` ...) are read by the job itself.
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import uuid
-from typing import Iterable
+from types import MappingProxyType
+from typing import Iterable, Mapping
 
 from snakemake_interface_common.exceptions import WorkflowError
 from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
@@ -60,16 +62,38 @@ def _int_resource(job: JobExecutorInterface, name: str) -> int:
     return number
 
 
+def _inside(path: str, workdir: str) -> str | None:
+    """PATH relative to WORKDIR, or None where it lies outside."""
+    rel = os.path.relpath(os.path.abspath(path), workdir)
+    return None if rel.startswith(".." + os.sep) or rel == ".." or os.path.isabs(rel) else rel
+
+
 def relative_name(path: str, workdir: str, job: JobExecutorInterface, what: str) -> str:
     """PATH as a name inside the task's sandbox: relative to the workflow directory, never above it."""
-    rel = os.path.relpath(os.path.abspath(path), workdir)
-    if rel.startswith(".." + os.sep) or rel == ".." or os.path.isabs(rel):
+    rel = _inside(path, workdir)
+    if rel is None:
         raise WorkflowError(
             f"rule {job.name}: {what} {path} lies outside the workflow directory {workdir}, so it cannot be sent "
             "to a TaskVine worker without a shared filesystem. Move it under the workflow directory, or run with "
             "a shared filesystem (drop --shared-fs-usage none)."
         )
     return rel
+
+
+@functools.lru_cache(maxsize=8)
+def _source_names(sources: tuple[str, ...], workdir: str) -> tuple[Mapping[str, str], tuple[str, ...]]:
+    """({absolute path: sandbox name} of the SOURCES that are files, the sources that lie outside WORKDIR). The same
+    for every job of a run (the workflow's ~500 source files, each stat'ed and named: a few milliseconds a job), so
+    made once; read only."""
+    names, outside = {}, []
+    for path in sources:
+        if os.path.isfile(path):
+            rel = _inside(path, workdir)
+            if rel is None:
+                outside.append(path)
+            else:
+                names[os.path.abspath(path)] = rel
+    return MappingProxyType(names), tuple(outside)
 
 
 def is_remote(path: str) -> bool:
@@ -84,11 +108,9 @@ def shipped_files(
     members' outputs."""
     members = list(job.jobs) if job.is_group() else [job]
     produced = {os.path.abspath(str(p)) for member in members for p in member.output}
-    shipped_sources = {
-        os.path.abspath(path): relative_name(path, workdir, job, "workflow source")
-        for path in sources
-        if os.path.isfile(path)
-    }
+    shipped_sources, outside = _source_names(tuple(sources), workdir)
+    for path in outside:
+        relative_name(path, workdir, job, "workflow source")  # says where it lies and what to do
     inputs: dict[str, str] = {}
     for path in (p for member in members for p in member.input):
         path = str(path)
