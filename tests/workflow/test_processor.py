@@ -337,6 +337,8 @@ def test_a_files_chunks_share_its_base_form_and_are_what_coffeas_from_root_makes
                 factories = ours.attrs["@events_factory"], theirs.attrs["@events_factory"]
                 assert factories[0]._partition_key == factories[1]._partition_key
                 assert factories[0].file_handle is factories[1].file_handle is f
+                preloaded = [set(x._mapping.preloaded_arrays or ()) for x in factories]
+                assert preloaded[0] == preloaded[1] == set(loaded or ())
                 muon_pt = (lambda e: e.Muon.pt) if schema == "NanoAODSchema" else (lambda e: e.Muon_pt)
                 assert len(ours) == stop - start and ak.array_equal(ours.event, theirs.event)
                 assert ak.array_equal(muon_pt(ours), muon_pt(theirs))
@@ -354,10 +356,19 @@ def test_making_a_chunk_leaves_the_garbage_collector_as_it_found_it():
         def __init__(self, base_form):
             raise RuntimeError("no such layout")
 
+    class Seen(BaseSchema):
+        collecting = []
+
+        def __init__(self, base_form):
+            Seen.collecting.append(gc.isenabled())
+            super().__init__(base_form)
+
     with uproot.open(NANOAOD / "nano_dimuon.root") as f:
         with pytest.raises(RuntimeError, match="no such layout"):
             processor.FileChunks(f, "Events", Broken).events({}, 0, 10, None)
         assert gc.isenabled()
+        assert len(processor.FileChunks(f, "Events", Seen).events({}, 0, 10, None)) == 10
+        assert Seen.collecting == [False] and gc.isenabled()  # paused while the chunk was made, on again after
         gc.disable()
         try:
             assert len(processor.FileChunks(f, "Events", BaseSchema).events({}, 0, 10, None)) == 10

@@ -254,7 +254,7 @@ class FileChunks:
     """The chunks of one file's tree as NanoEvents: what ``NanoEventsFactory.from_root(file=OPENED, treepath=...,
     mode="virtual", entry_start=..., entry_stop=..., preload=...)`` makes, but with the tree's base form derived once
     for the file and copied for each chunk, where ``from_root`` derives it again for every chunk (the processor bench:
-    ~30 ms a chunk of the 1,590-branch NanoAOD layout, ~5 ms from a copy). Built from coffea's own parts in
+    ~30 ms a chunk of the 1,590-branch NanoAOD layout, ~2 ms to copy). Built from coffea's own parts in
     ``from_root``'s order (``UprootSourceMapping``, ``TrivialUprootOpener``, ``NanoEventsFactory._from_mapping``);
     ``test_processor`` checks that it gives what ``from_root`` gives. Where coffea lacks those parts (another
     version) or the schema reads podio metadata, every chunk is ``from_root``'s."""
@@ -279,20 +279,34 @@ class FileChunks:
     def events(self, metadata: dict, start: int, stop: int, preload: frozenset | None):
         """The NanoEvents of entries START to STOP with METADATA, the branches PRELOAD (if any) read in bulk.
 
-        The garbage collector is paused while they are made (~58,000 objects on the NanoAOD layout, no data yet) and
-        its youngest generation collected after: the collections the making set off walked the file's tree (~74,000
-        objects) again and again. Side by side on a file of 500,000 events (5 chunks), best of 5: LZMA 2.13 -> 2.05 s,
-        ZSTD 0.75 -> 0.65 s, peak memory 495 -> 433 MB; no change on 200,000 (2 chunks)."""
-        paused = gc.isenabled()
+        The garbage collector is paused while they are made (after the bulk read of PRELOAD: ~58,000 objects on the
+        NanoAOD layout, no data) and its youngest generation collected after: the collections the making set off
+        walked the file's tree (~74,000 objects) again and again. Side by side on a local file of 500,000 events (5
+        chunks, nothing preloaded), best of 5: LZMA 2.13 -> 2.05 s, ZSTD 0.75 -> 0.65 s, peak memory 495 -> 433 MB;
+        no change on 200,000 (2 chunks)."""
+        tree = self.tree
+        start, stop = max(start, 0), min(stop, tree.num_entries)
+        preloaded = None
+        if preload is not None and self._parts is not None:
+            arrays = tree.arrays(
+                filter_branch=lambda branch: branch.name in preload,
+                entry_start=start,
+                entry_stop=stop,
+                ak_add_doc=True,
+                how=dict,
+            )
+            preloaded = {name: self._only_sliceable(a, slice(start, stop)) for name, a in arrays.items()}
+        was_enabled = gc.isenabled()
         gc.disable()
         try:
-            return self._make(metadata, start, stop, preload)
+            return self._make(metadata, start, stop, preload, preloaded)
         finally:
-            if paused:
+            if was_enabled:
                 gc.enable()
                 gc.collect(0)
 
-    def _make(self, metadata: dict, start: int, stop: int, preload: frozenset | None):
+    def _make(self, metadata: dict, start: int, stop: int, preload: frozenset | None, preloaded: dict | None):
+        """The chunk's NanoEvents (PRELOADED: PRELOAD's arrays, already read; from_root reads them itself)."""
         from coffea.nanoevents import NanoEventsFactory
 
         tree = self.tree
@@ -312,18 +326,7 @@ class FileChunks:
             form = mapping_class._extract_base_form(tree)
             form["typenames"] = tree.typenames()
             self._base_form = pickle.dumps(form, protocol=pickle.HIGHEST_PROTOCOL)
-        start, stop = max(start, 0), min(stop, tree.num_entries)
         key = (str(tree.file.uuid), tree.object_path, f"{start}-{stop}")
-        preloaded = None
-        if preload is not None:
-            arrays = tree.arrays(
-                filter_branch=lambda branch: branch.name in preload,
-                entry_start=start,
-                entry_stop=stop,
-                ak_add_doc=True,
-                how=dict,
-            )
-            preloaded = {name: self._only_sliceable(a, slice(start, stop)) for name, a in arrays.items()}
         mapping = mapping_class(
             opener({key[0]: tree.file.file_path}, {}),
             start,
