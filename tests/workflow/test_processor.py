@@ -345,6 +345,47 @@ def test_a_files_chunks_share_its_base_form_and_are_what_coffeas_from_root_makes
     assert len(derived) == 1 + len({preload, None}) * len(steps)  # ours once for the file, from_root's every chunk
 
 
+def test_a_preloaded_count_branch_is_taken_from_the_branch_it_counts_and_not_read():
+    """A count branch (``nMuon``) preloaded with a branch it counts (``Muon_pt``) is that branch's numbers of values
+    per event, as uproot would read it (values, type, ``__doc__``), and its baskets are not read; one that counts no
+    preloaded branch (``nElectron``) is read."""
+    import awkward as ak
+    from coffea.nanoevents import NanoAODSchema
+
+    path = NANOAOD / "ttH_M125_2017.root"
+    preload = frozenset({"event", "nJet", "Jet_pt", "Jet_eta", "nMuon", "Muon_pt", "nElectron"})
+    start, stop = 10, 60
+
+    def requested(f, read) -> int:
+        before = f.file.source.num_requested_bytes
+        read()
+        return f.file.source.num_requested_bytes - before
+
+    with uproot.open(path) as f:
+        made = processor.FileChunks(f, "Events", NanoAODSchema)
+        assert made._counted(preload) == {"nJet": "Jet_eta", "nMuon": "Muon_pt"}
+        chunk = []
+        ours = requested(f, lambda: chunk.append(made.events({}, start, stop, preload)))
+        loaded = chunk[0].attrs["@events_factory"]._mapping.preloaded_arrays
+    with uproot.open(path) as f:
+        expected = f["Events"].arrays(
+            filter_branch=lambda b: b.name in preload, entry_start=start, entry_stop=stop, ak_add_doc=True, how=dict
+        )
+    for name in preload:
+        array = loaded[name][slice(start, stop)]
+        assert array.layout.form == expected[name].layout.form and ak.array_equal(array, expected[name]), name
+    assert ak.num(chunk[0].Muon.pt).to_list() == expected["nMuon"].to_list()
+
+    def read_of(names):
+        with uproot.open(path) as f:
+            tree = f["Events"]
+            return requested(
+                f, lambda: tree.arrays(filter_branch=lambda b: b.name in names, entry_start=start, entry_stop=stop)
+            )
+
+    assert ours == read_of(preload - {"nJet", "nMuon"}) < read_of(preload)
+
+
 def test_making_a_chunk_leaves_the_garbage_collector_as_it_found_it():
     """``FileChunks.events`` pauses the collector while it makes a chunk: on, it is on again after (a failure too);
     off, it stays off."""

@@ -263,6 +263,7 @@ class FileChunks:
         self.opened, self.treename, self.schema = opened, treename, schema
         self.tree = opened[treename]
         self._base_form: bytes | None = None  # pickled: a chunk's schema may change the form it is given
+        self._counts_of: dict[frozenset, dict[str, str]] = {}  # _counted's, by preload
         try:
             from coffea.nanoevents.factory import (
                 TrivialUprootOpener,
@@ -288,13 +289,16 @@ class FileChunks:
         start, stop = max(start, 0), min(stop, tree.num_entries)
         preloaded = None
         if preload is not None and self._parts is not None:
+            counted = self._counted(preload)
             arrays = tree.arrays(
-                filter_branch=lambda branch: branch.name in preload,
+                filter_branch=lambda branch: branch.name in preload and branch.name not in counted,
                 entry_start=start,
                 entry_stop=stop,
                 ak_add_doc=True,
                 how=dict,
             )
+            for count, jagged in counted.items():
+                arrays[count] = _counts(arrays[jagged], tree[count])
             preloaded = {name: self._only_sliceable(a, slice(start, stop)) for name, a in arrays.items()}
         was_enabled = gc.isenabled()
         gc.disable()
@@ -304,6 +308,31 @@ class FileChunks:
             if was_enabled:
                 gc.enable()
                 gc.collect(0)
+
+    def _counted(self, preload: frozenset) -> dict[str, str]:
+        """Of PRELOAD's branches, each count branch (``nJet``) that counts another of them (``Jet_pt``): {count: the
+        first branch it counts}. ROOT writes each entry of a branch with a count leaf with as many values as the
+        count says, so the counts are that branch's numbers of values per entry, taken from the offsets already read
+        (``_counts``) instead of read again: a count branch's baskets are read and decompressed like any other (the
+        processor bench: the AGC selection's 3 counts are ~4% of a 200,000-event LZMA file's reading). Only plain
+        ``TBranch``es (the NanoAOD layout): an integer count, a jagged branch of numbers."""
+        if preload not in self._counts_of:
+            from uproot.interpretation.jagged import AsJagged
+            from uproot.interpretation.numerical import AsDtype
+
+            found: dict[str, str] = {}
+            for name in sorted(preload):
+                branch = self.tree.get(name)
+                if branch is None or branch.classname != "TBranch" or not isinstance(branch.interpretation, AsJagged):
+                    continue
+                count = branch.count_branch
+                if count is None or count.name in found or count.name not in preload or count.classname != "TBranch":
+                    continue
+                read_as = count.interpretation
+                if isinstance(read_as, AsDtype) and read_as.to_dtype.shape == () and read_as.to_dtype.kind in "iu":
+                    found[count.name] = name
+            self._counts_of[preload] = found
+        return self._counts_of[preload]
 
     def _make(self, metadata: dict, start: int, stop: int, preload: frozenset | None, preloaded: dict | None):
         """The chunk's NanoEvents (PRELOADED: PRELOAD's arrays, already read; from_root reads them itself)."""
@@ -340,6 +369,17 @@ class FileChunks:
         mapping.preload_column_source(key[0], key[1], tree)
         form = pickle.loads(self._base_form)
         return NanoEventsFactory._from_mapping(mapping, key, form, self.schema, metadata, mode="virtual").events()
+
+
+def _counts(jagged, count):
+    """The values of the count branch COUNT (``nJet``) for the entries of JAGGED, a branch it counts (``Jet_pt``) read
+    as uproot reads it (an awkward array with its ``__doc__``): each entry's number of values, in COUNT's type, with
+    COUNT's title as ``__doc__`` (uproot's ``ak_add_doc``)."""
+    import awkward as ak
+    import numpy as np
+
+    numbers = np.asarray(ak.num(jagged, axis=1)).astype(count.interpretation.to_dtype)
+    return ak.with_parameter(ak.Array(numbers), "__doc__", count.title)
 
 
 def run_file(url: str, task, analysis: Analysis) -> tuple[object, int, int]:
