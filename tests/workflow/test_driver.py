@@ -146,6 +146,30 @@ def test_an_exception_in_the_analysis_is_the_files_permanent_analysis_error(file
         assert f"{analysis.__file__}:" in failure["fix"] and " in process" in failure["fix"], failure["fix"]
 
 
+def test_a_files_process_sends_back_the_base_form_it_derived(files, tmp_path, monkeypatch):
+    """With a process per file, the base form the first file's process derives comes back to the job
+    (``Analysis.forms``): the second file, of the same layout, derives none."""
+    from coffea.nanoevents.mapping import UprootSourceMapping
+
+    good, _, _ = files
+    log = tmp_path / "derived.log"
+    extract = UprootSourceMapping._extract_base_form.__func__
+
+    def logged(cls, tree, **kw):
+        with open(log, "a") as out:  # written by the files' processes
+            out.write(f"{tree.file.file_path}\n")
+        return extract(cls, tree, **kw)
+
+    monkeypatch.setattr(UprootSourceMapping, "_extract_base_form", classmethod(logged))
+    fresh = processor.load("hepvine.examples.agc:TtbarProcessor", {"lumi_pb": 3378})
+    limits = Limits(rate_floor_mb_s=1, file_time_base_s=60, bytes_per_event=1)
+    result = driver.run_batch(shard(good), fresh, limits=limits)
+    assert [r["failure"] for r in result["records"]] == [None, None]
+    assert log.read_text().splitlines() == [good[0]]
+    with uproot.open(good[1]) as f:
+        assert list(fresh.forms) == [processor.layout_key(f["Events"])]
+
+
 def test_reads_retry_in_rounds_and_then_classify():
     calls = []
 

@@ -345,6 +345,97 @@ def test_a_files_chunks_share_its_base_form_and_are_what_coffeas_from_root_makes
     assert len(derived) == 1 + len({preload, None}) * len(steps)  # ours once for the file, from_root's every chunk
 
 
+@pytest.fixture(scope="module")
+def tth_copy(tmp_path_factory) -> Path:
+    """The ttH file recompressed to ZSTD by ROOT (hepvine.work.recompress): a file of the same layout, other bytes."""
+    from hepvine.work import recompress
+
+    copy = tmp_path_factory.mktemp("copy") / "ttH-zstd.root"
+    recompress.recompress(str(NANOAOD / "ttH_M125_2017.root"), copy, recompress.parse_codec("zstd:5"))
+    return copy
+
+
+def base_form(tree) -> dict:
+    from coffea.nanoevents.mapping import UprootSourceMapping
+
+    return {**UprootSourceMapping._extract_base_form(tree), "typenames": tree.typenames()}
+
+
+def test_trees_of_one_layout_share_a_key_and_their_base_form_and_trees_of_others_do_not(tth_copy, tmp_path):
+    """``layout_key``: every real NanoAOD TTree has one (RNTuples none); a file and ROOT's copy of it share the key and
+    the base form; the real files' keys all differ (their forms do); a branch of another type changes the key."""
+    keys, forms = {}, {}
+    for path in [*sorted(NANOAOD.glob("*.root")), tth_copy]:
+        with uproot.open(path) as f:
+            keys[path.name] = processor.layout_key(f["Events"])
+            if keys[path.name] is not None:
+                forms[path.name] = base_form(f["Events"])
+    assert {name for name, key in keys.items() if key is None} == {n for n in keys if "rntuple" in n.lower()}
+    assert keys["ttH-zstd.root"] == keys["ttH_M125_2017.root"] and forms["ttH-zstd.root"] == forms["ttH_M125_2017.root"]
+    real = [name for name in forms if name != "ttH-zstd.root"]
+    assert (
+        len({keys[name] for name in real})
+        == len({json.dumps(forms[name], sort_keys=True) for name in real})
+        == len(real)
+    )
+
+    written = {}
+    for name, kind in (("a", "float32"), ("b", "float32"), ("c", "float64")):
+        with uproot.recreate(tmp_path / f"{name}.root") as f:
+            jets = ak_jets(kind, seed=len(written))
+            f.mktree("Events", {"Jet": jets.type})  # a TTree (assigning a dict writes an RNTuple)
+            f["Events"].extend({"Jet": jets})
+        with uproot.open(tmp_path / f"{name}.root") as f:
+            written[name] = (processor.layout_key(f["Events"]), base_form(f["Events"]))
+    assert written["a"] == written["b"]  # other values, one layout
+    assert written["a"][0] != written["c"][0] and written["a"][1] != written["c"][1]
+
+
+def ak_jets(kind: str, seed: int):
+    import awkward as ak
+
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(0, 5, 20)
+    return ak.zip({"pt": ak.unflatten(rng.random(counts.sum()).astype(kind), counts)})
+
+
+def test_a_files_after_the_first_of_a_layout_derive_no_base_form_and_make_what_from_root_makes(tth_copy, monkeypatch):
+    """With a job's forms (``Analysis.forms``), the second file of a layout takes the first's base form: one derivation
+    for the two, and the second file's chunks are what ``from_root`` makes of it; a file of another layout derives
+    its own."""
+    import awkward as ak
+    from coffea.nanoevents import NanoAODSchema, NanoEventsFactory
+    from coffea.nanoevents.mapping import UprootSourceMapping
+
+    derived = []
+    extract = UprootSourceMapping._extract_base_form.__func__
+    monkeypatch.setattr(
+        UprootSourceMapping,
+        "_extract_base_form",
+        classmethod(lambda cls, tree, **kw: derived.append(tree.file.file_path) or extract(cls, tree, **kw)),
+    )
+    forms, paths = {}, (NANOAOD / "ttH_M125_2017.root", tth_copy, NANOAOD / "nano_dy.root")
+    for path in paths:
+        with uproot.open(path) as f:
+            events = processor.FileChunks(f, "Events", NanoAODSchema, forms).events({"dataset": "d"}, 5, 40, None)
+            assert len(events) == 35
+    assert [Path(p).name for p in derived] == ["ttH_M125_2017.root", "nano_dy.root"]  # the copy took ttH's
+    for path in paths:
+        with uproot.open(path) as f:
+            ours = processor.FileChunks(f, "Events", NanoAODSchema, forms).events({"dataset": "d"}, 5, 40, None)
+            theirs = NanoEventsFactory.from_root(
+                file=f,
+                treepath="Events",
+                schemaclass=NanoAODSchema,
+                metadata={"dataset": "d"},
+                mode="virtual",
+                entry_start=5,
+                entry_stop=40,
+            ).events()
+            assert ours.layout.form == theirs.layout.form and ak.array_equal(ours.Jet.pt, theirs.Jet.pt)
+    assert len(forms) == 2
+
+
 def test_a_preloaded_count_branch_is_taken_from_the_branch_it_counts_and_not_read():
     """A count branch (``nMuon``) preloaded with a branch it counts (``Muon_pt``) is that branch's numbers of values
     per event, as uproot would read it (values, type, ``__doc__``), and its baskets are not read; one that counts no

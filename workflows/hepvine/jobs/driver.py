@@ -127,14 +127,16 @@ def run_file(
 
 
 def _child(send, args: tuple) -> None:
-    """In the file's own process: run it and send (record, histogram, the analysis's traces) back, or the traceback
-    of a bug."""
+    """In the file's own process: run it and send (record, histogram, the analysis's traces, the base forms it
+    derived) back, or the traceback of a bug."""
     os.setpgid(0, 0)  # a group of its own, with whatever it starts (ROOT's programs), so that all of it can be ended
     try:
         analysis = args[2]  # (entry, batch, analysis, ...): run_file's arguments
         processor.settle(analysis)  # what the job had made so far, too
+        known = set(analysis.forms)
         record, h = run_file(*args)
-        send.send(("done", (record.to_dict(), h, analysis.traced)))
+        derived = {key: form for key, form in analysis.forms.items() if key not in known}
+        send.send(("done", (record.to_dict(), h, analysis.traced, derived)))
     except BaseException:  # a bug (run_file records the file's own failures): the parent fails the job with it
         send.send(("bug", traceback.format_exc()))
     finally:
@@ -145,7 +147,8 @@ def run_file_limited(entry: dict, batch: str, limit_s: float, args: tuple) -> tu
     """run_file(ENTRY, BATCH, *ARGS) in a child process that is ended after LIMIT_S seconds: a file that hangs
     (a read that never returns, a crawling cache or disk) or crashes its process becomes a transient failure of its
     own and its batch-mates go on. A bug in hepvine still fails the job, with the child's traceback. What the child
-    traced of the analysis (``processor.preload``) is kept for the files after it."""
+    traced of the analysis (``processor.preload``) and the base forms it derived (``processor.FileChunks``) are kept
+    for the files after it."""
     context = multiprocessing.get_context("fork")  # the child starts with the parent's imports: milliseconds
     receive, send = context.Pipe(duplex=False)
     child = context.Process(target=_child, args=(send, (entry, batch, *args)), daemon=True)
@@ -168,9 +171,11 @@ def run_file_limited(entry: dict, batch: str, limit_s: float, args: tuple) -> tu
             f"{entry['path']}: hepvine failed on this file (a bug, not the file's fault):\n" + message[1]
         )
     if message is not None:
-        data, h, traced = message[1]
+        data, h, traced, derived = message[1]
         analysis = args[0]  # (analysis, codec, copies, retry)
         analysis.traced.update(traced)
+        for key, form in derived.items():
+            processor.keep_form(analysis.forms, key, form)
         return records.FileRecord.from_dict(data), h
     transcode.SHARED.close()  # the child was ended (or crashed), perhaps in the middle of a file sent to it
     record = new_record(index.task(entry), batch)
