@@ -250,14 +250,24 @@ def served(services):
 
 
 def test_the_branches_an_analysis_reads_over_xrootd_are_traced_once_and_preloaded_without_changing_its_output(
-    tmp_path, served
+    tmp_path, served, monkeypatch
 ):
+    from coffea.nanoevents.mapping import UprootSourceMapping
+
     (tmp_path / "mine.py").write_text(NEW_PROCESSOR)
     (tmp_path / "untraceable.py").write_text(UNTRACEABLE)
     path = served
     task = next(t for t in dataset.tasks({DAS: {"files": {path: "Events"}}}) if t.path == path)
     traced = processor.load(f"{tmp_path}/mine.py:JetsAndMuons", {"pt_min": 25.0}, chunksize=CHUNKSIZE)
+    derived = []
+    extract = UprootSourceMapping._extract_base_form.__func__
+    monkeypatch.setattr(
+        UprootSourceMapping,
+        "_extract_base_form",
+        classmethod(lambda cls, tree, **kw: derived.append(tree) or extract(cls, tree, **kw)),
+    )
     ours, events, _ = processor.run_file(path, task, traced)
+    assert len(derived) == 1  # the trace's empty chunk and the file's chunks share one base form
     columns = traced.traced[(task.dataset, "Events")]
     assert {"nJet", "Jet_pt", "Jet_eta", "Jet_phi", "nMuon"} <= columns and len(columns) < 20, columns
     lazy = processor.load(f"{tmp_path}/mine.py:JetsAndMuons", {"pt_min": 25.0}, chunksize=CHUNKSIZE)
@@ -434,6 +444,33 @@ def test_a_files_after_the_first_of_a_layout_derive_no_base_form_and_make_what_f
             ).events()
             assert ours.layout.form == theirs.layout.form and ak.array_equal(ours.Jet.pt, theirs.Jet.pt)
     assert len(forms) == 2
+
+
+def test_a_coffea_whose_parts_take_other_arguments_gets_from_roots_chunks(monkeypatch):
+    """``coffea_parts`` checks the signatures of the coffea parts ``FileChunks`` calls: one reshaped (as a later coffea
+    might) makes every chunk ``from_root``'s, which are still the file's events, instead of failing every file."""
+    import awkward as ak
+    from coffea.nanoevents import NanoAODSchema, factory
+
+    assert processor.coffea_parts() is not None  # this coffea's parts fit
+
+    class Reshaped:  # takes one argument where FileChunks gives two (from_root uses it only to preload)
+        def __init__(self, array):
+            raise AssertionError("called with the old arguments")
+
+    monkeypatch.setattr(factory, "_OnlySliceableAs", Reshaped)
+    processor.coffea_parts.cache_clear()
+    try:
+        assert processor.coffea_parts() is None
+        with uproot.open(NANOAOD / "ttH_M125_2017.root") as f:
+            made = processor.FileChunks(f, "Events", NanoAODSchema, {})
+            events = made.events({"dataset": "d"}, 0, 30, None)
+            expected = f["Events"].arrays(["Muon_pt"], entry_stop=30)["Muon_pt"]
+            assert ak.array_equal(events.Muon.pt, expected, check_parameters=False)
+    finally:
+        monkeypatch.undo()
+        processor.coffea_parts.cache_clear()
+    assert processor.coffea_parts() is not None
 
 
 def test_a_preloaded_count_branch_is_taken_from_the_branch_it_counts_and_not_read():

@@ -32,9 +32,11 @@ or a missing branch seen while NanoEvents loaded a column), which keeps its own 
 
 from __future__ import annotations
 
+import functools
 import gc
 import importlib
 import importlib.util
+import inspect
 import math
 import pickle
 import sys
@@ -43,6 +45,7 @@ import uuid
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 from hepvine.model.records import AnalysisError, FileProblem
 from hepvine.reading import failures
@@ -221,27 +224,19 @@ def over_network(url: str) -> bool:
     return url.lower().startswith(NETWORK_SCHEMES)
 
 
-def preload(analysis: Analysis, opened, task, metadata: dict) -> frozenset | None:
-    """The branches of TASK's tree (in the file OPENED) that ANALYSIS reads, traced on an empty chunk the first time
-    the job meets TASK's dataset and tree (then kept in ``analysis.traced``); None when the trace fails (or finds
-    nothing)."""
+def preload(analysis: Analysis, made: FileChunks, task, metadata: dict) -> frozenset | None:
+    """The branches of TASK's tree (MADE: its file's chunks) that ANALYSIS reads, traced on an empty chunk the first
+    time the job meets TASK's dataset and tree (then kept in ``analysis.traced``); None when the trace fails (or
+    finds nothing). The empty chunk is the file's like its others (``FileChunks``: the base form it derives is the
+    one its chunks then share)."""
     key = (task.dataset, task.treename)
     if key not in analysis.traced:
-        from coffea.nanoevents import NanoEventsFactory
         from coffea.nanoevents.trace import trace
 
         try:
             with warnings.catch_warnings():  # coffea warns of each way of tracing it tries
                 warnings.simplefilter("ignore")
-                empty = NanoEventsFactory.from_root(
-                    file=opened,
-                    treepath=task.treename,
-                    schemaclass=analysis.schema,
-                    metadata={**metadata, "entrystart": 0, "entrystop": 0},
-                    mode="virtual",
-                    entry_start=0,
-                    entry_stop=0,
-                ).events()
+                empty = made.events({**metadata, "entrystart": 0, "entrystop": 0}, 0, 0, None)
                 # coffea's trace gives an empty set when every way of tracing failed: nothing to preload.
                 analysis.traced[key] = frozenset(trace(analysis.process, empty)) or None
         except Exception:  # whatever the user's code does on a typetracer: the chunks are then read lazily
@@ -303,14 +298,58 @@ def keep_form(forms: dict, key: tuple, form: bytes) -> None:
     forms[key] = form
 
 
+@functools.cache
+def coffea_parts() -> SimpleNamespace | None:
+    """coffea's parts that ``FileChunks`` builds a chunk from (the ones ``NanoEventsFactory.from_root`` calls), if
+    this coffea has them all and each takes the arguments ``FileChunks`` gives it (checked once a process against
+    their signatures); else None, and every chunk is ``from_root``'s: a later coffea that renames or reshapes them
+    costs the shared form, never a file."""
+    try:
+        from coffea.nanoevents.factory import (
+            NanoEventsFactory,
+            TrivialUprootOpener,
+            UprootSourceMapping,
+            _OnlySliceableAs,
+            _reads_podio_metadata,
+        )
+    except ImportError:
+        return None
+    calls = (
+        (TrivialUprootOpener, ({}, {}), {}),
+        (
+            UprootSourceMapping,
+            (None, 0, 0),
+            {"cache": {}, "file_handle": None, "use_ak_forth": True, "virtual": True, "preloaded_arrays": None},
+        ),
+        (UprootSourceMapping._extract_base_form, (None,), {}),
+        (UprootSourceMapping.preload_column_source, (None, "", "", None), {}),
+        (NanoEventsFactory._from_mapping, (None, None, None, None, None), {"mode": "virtual"}),
+        (_OnlySliceableAs, (None, slice(0)), {}),
+        (_reads_podio_metadata, (None,), {}),
+    )
+    try:
+        for part, args, kwargs in calls:
+            inspect.signature(part).bind(*args, **kwargs)
+    except (TypeError, ValueError):  # another signature (TypeError) or none to read (ValueError)
+        return None
+    return SimpleNamespace(
+        opener=TrivialUprootOpener,
+        mapping=UprootSourceMapping,
+        from_mapping=NanoEventsFactory._from_mapping,
+        only_sliceable=_OnlySliceableAs,
+        reads_podio_metadata=_reads_podio_metadata,
+    )
+
+
 class FileChunks:
     """The chunks of one file's tree as NanoEvents: what ``NanoEventsFactory.from_root(file=OPENED, treepath=...,
     mode="virtual", entry_start=..., entry_stop=..., preload=...)`` makes, but with the tree's base form derived once
     for the file and copied for each chunk, where ``from_root`` derives it again for every chunk (the processor bench:
     ~30 ms a chunk of the 1,590-branch NanoAOD layout, ~2 ms to copy). Built from coffea's own parts in
     ``from_root``'s order (``UprootSourceMapping``, ``TrivialUprootOpener``, ``NanoEventsFactory._from_mapping``);
-    ``test_processor`` checks that it gives what ``from_root`` gives. Where coffea lacks those parts (another
-    version) or the schema reads podio metadata, every chunk is ``from_root``'s.
+    ``test_processor`` checks that it gives what ``from_root`` gives. Where coffea lacks those parts or takes other
+    arguments (``coffea_parts``: another version), or the schema reads podio metadata, every chunk is
+    ``from_root``'s.
 
     FORMS (``Analysis.forms``), when given, keeps base forms by layout (``layout_key``) for the files after this
     one: a file whose tree has the layout of one met before derives none (~50 ms a file of the NanoAOD layout)."""
@@ -320,18 +359,8 @@ class FileChunks:
         self.tree = opened[treename]
         self._base_form: bytes | None = None  # pickled: a chunk's schema may change the form it is given
         self._counts_of: dict[frozenset, dict[str, str]] = {}  # _counted's, by preload
-        try:
-            from coffea.nanoevents.factory import (
-                TrivialUprootOpener,
-                UprootSourceMapping,
-                _OnlySliceableAs,
-                _reads_podio_metadata,
-            )
-        except ImportError:
-            self._parts = None
-        else:
-            self._parts = None if _reads_podio_metadata(schema) else (TrivialUprootOpener, UprootSourceMapping)
-            self._only_sliceable = _OnlySliceableAs
+        parts = coffea_parts()
+        self._parts = None if parts is None or parts.reads_podio_metadata(schema) else parts
 
     def events(self, metadata: dict, start: int, stop: int, preload: frozenset | None):
         """The NanoEvents of entries START to STOP with METADATA, the branches PRELOAD (if any) read in bulk.
@@ -340,11 +369,25 @@ class FileChunks:
         NanoAOD layout, no data) and its youngest generation collected after: the collections the making set off
         walked the file's tree (~74,000 objects) again and again. Side by side on a local file of 500,000 events (5
         chunks, nothing preloaded), best of 5: LZMA 2.13 -> 2.05 s, ZSTD 0.75 -> 0.65 s, peak memory 495 -> 433 MB;
-        no change on 200,000 (2 chunks)."""
+        no change on 200,000 (2 chunks). (``from_root``'s chunks, which read PRELOAD as they are made, are made as
+        coffea makes them.)"""
         tree = self.tree
         start, stop = max(start, 0), min(stop, tree.num_entries)
+        if self._parts is None:
+            from coffea.nanoevents import NanoEventsFactory
+
+            return NanoEventsFactory.from_root(
+                file=self.opened,
+                treepath=self.treename,
+                schemaclass=self.schema,
+                metadata=metadata,
+                mode="virtual",
+                entry_start=start,
+                entry_stop=stop,
+                preload=preload,
+            ).events()
         preloaded = None
-        if preload is not None and self._parts is not None:
+        if preload is not None:
             counted = self._counted(preload)
             arrays = tree.arrays(
                 filter_branch=lambda branch: branch.name in preload and branch.name not in counted,
@@ -355,11 +398,11 @@ class FileChunks:
             )
             for count, jagged in counted.items():
                 arrays[count] = _counts(arrays[jagged], tree[count])
-            preloaded = {name: self._only_sliceable(a, slice(start, stop)) for name, a in arrays.items()}
+            preloaded = {name: self._parts.only_sliceable(a, slice(start, stop)) for name, a in arrays.items()}
         was_enabled = gc.isenabled()
         gc.disable()
         try:
-            return self._make(metadata, start, stop, preload, preloaded)
+            return self._make(metadata, start, stop, preloaded)
         finally:
             if was_enabled:
                 gc.enable()
@@ -390,23 +433,10 @@ class FileChunks:
             self._counts_of[preload] = found
         return self._counts_of[preload]
 
-    def _make(self, metadata: dict, start: int, stop: int, preload: frozenset | None, preloaded: dict | None):
-        """The chunk's NanoEvents (PRELOADED: PRELOAD's arrays, already read; from_root reads them itself)."""
-        from coffea.nanoevents import NanoEventsFactory
-
+    def _make(self, metadata: dict, start: int, stop: int, preloaded: dict | None):
+        """The chunk's NanoEvents from coffea's parts (PRELOADED: the arrays read in bulk, if any)."""
         tree = self.tree
-        if self._parts is None:
-            return NanoEventsFactory.from_root(
-                file=self.opened,
-                treepath=self.treename,
-                schemaclass=self.schema,
-                metadata=metadata,
-                mode="virtual",
-                entry_start=start,
-                entry_stop=stop,
-                preload=preload,
-            ).events()
-        opener, mapping_class = self._parts
+        opener, mapping_class = self._parts.opener, self._parts.mapping
         if self._base_form is None:
             self._base_form = self._derived_form(mapping_class)
         key = (str(tree.file.uuid), tree.object_path, f"{start}-{stop}")
@@ -422,7 +452,7 @@ class FileChunks:
         )
         mapping.preload_column_source(key[0], key[1], tree)
         form = pickle.loads(self._base_form)
-        return NanoEventsFactory._from_mapping(mapping, key, form, self.schema, metadata, mode="virtual").events()
+        return self._parts.from_mapping(mapping, key, form, self.schema, metadata, mode="virtual").events()
 
     def _derived_form(self, mapping_class) -> bytes:
         """The tree's base form with its typenames (as ``from_root`` makes it), pickled: from FORMS when a tree of its
@@ -474,7 +504,7 @@ def run_file(url: str, task, analysis: Analysis) -> tuple[object, int, int]:
                 **(task.metadata or {}),
             }
             try:
-                chunk = made.events(metadata, start, stop, preload(analysis, f, task, metadata) if bulk else None)
+                chunk = made.events(metadata, start, stop, preload(analysis, made, task, metadata) if bulk else None)
             except Exception as e:
                 if failures.classify(e) is not None:
                     raise
