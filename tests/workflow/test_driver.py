@@ -21,7 +21,7 @@ from hepvine.model import records
 from hepvine.model.limits import UNKNOWN_FILE_BYTES, Limits
 from hepvine.reading import failures, fetch
 from hepvine.routing import index as hv_index
-from hepvine.work import processor
+from hepvine.work import nanoevents, processor
 
 AGC = processor.load("hepvine.examples.agc:TtbarProcessor", {"lumi_pb": 3378})
 
@@ -167,7 +167,7 @@ def test_a_files_process_sends_back_the_base_form_it_derived(files, tmp_path, mo
     assert [r["failure"] for r in result["records"]] == [None, None]
     assert log.read_text().splitlines() == [good[0]]
     with uproot.open(good[1]) as f:
-        assert list(fresh.forms) == [processor.layout_key(f["Events"])]
+        assert list(fresh.forms) == [nanoevents.layout_key(f["Events"])]
 
 
 def test_reads_retry_in_rounds_and_then_classify():

@@ -22,7 +22,7 @@ from coffea import util
 from processors import CHUNKSIZE, NEW_PROCESSOR, assert_same, coffea_runner, fileset_in
 
 from hepvine.model import dataset
-from hepvine.work import processor
+from hepvine.work import nanoevents, processor
 
 NANOAOD = Path(__file__).resolve().parents[3] / "shared" / "nanoaod"
 DAS = "/TTHtoGG_M125/RunIIFall17NanoAODv7-PU2017_12Apr2018/NANOAODSIM"
@@ -325,7 +325,7 @@ def test_a_files_chunks_share_its_base_form_and_are_what_coffeas_from_root_makes
     )
     path, schemaclass = str(NANOAOD / name), processor.schema_class(schema)
     with uproot.open(path) as f:
-        made = processor.FileChunks(f, "Events", schemaclass)
+        made = nanoevents.FileChunks(f, "Events", schemaclass)
         steps = processor.chunks(made.tree.num_entries, 15)  # the files hold 40 to 100 events
         assert len(steps) > 1
         for loaded in {preload, None}:
@@ -377,7 +377,7 @@ def test_trees_of_one_layout_share_a_key_and_their_base_form_and_trees_of_others
     keys, forms = {}, {}
     for path in [*sorted(NANOAOD.glob("*.root")), tth_copy]:
         with uproot.open(path) as f:
-            keys[path.name] = processor.layout_key(f["Events"])
+            keys[path.name] = nanoevents.layout_key(f["Events"])
             if keys[path.name] is not None:
                 forms[path.name] = base_form(f["Events"])
     assert {name for name, key in keys.items() if key is None} == {n for n in keys if "rntuple" in n.lower()}
@@ -396,7 +396,7 @@ def test_trees_of_one_layout_share_a_key_and_their_base_form_and_trees_of_others
             f.mktree("Events", {"Jet": jets.type})  # a TTree (assigning a dict writes an RNTuple)
             f["Events"].extend({"Jet": jets})
         with uproot.open(tmp_path / f"{name}.root") as f:
-            written[name] = (processor.layout_key(f["Events"]), base_form(f["Events"]))
+            written[name] = (nanoevents.layout_key(f["Events"]), base_form(f["Events"]))
     assert written["a"] == written["b"]  # other values, one layout
     assert written["a"][0] != written["c"][0] and written["a"][1] != written["c"][1]
 
@@ -427,12 +427,12 @@ def test_a_files_after_the_first_of_a_layout_derive_no_base_form_and_make_what_f
     forms, paths = {}, (NANOAOD / "ttH_M125_2017.root", tth_copy, NANOAOD / "nano_dy.root")
     for path in paths:
         with uproot.open(path) as f:
-            events = processor.FileChunks(f, "Events", NanoAODSchema, forms).events({"dataset": "d"}, 5, 40, None)
+            events = nanoevents.FileChunks(f, "Events", NanoAODSchema, forms).events({"dataset": "d"}, 5, 40, None)
             assert len(events) == 35
     assert [Path(p).name for p in derived] == ["ttH_M125_2017.root", "nano_dy.root"]  # the copy took ttH's
     for path in paths:
         with uproot.open(path) as f:
-            ours = processor.FileChunks(f, "Events", NanoAODSchema, forms).events({"dataset": "d"}, 5, 40, None)
+            ours = nanoevents.FileChunks(f, "Events", NanoAODSchema, forms).events({"dataset": "d"}, 5, 40, None)
             theirs = NanoEventsFactory.from_root(
                 file=f,
                 treepath="Events",
@@ -452,25 +452,25 @@ def test_a_coffea_whose_parts_take_other_arguments_gets_from_roots_chunks(monkey
     import awkward as ak
     from coffea.nanoevents import NanoAODSchema, factory
 
-    assert processor.coffea_parts() is not None  # this coffea's parts fit
+    assert nanoevents.coffea_parts() is not None  # this coffea's parts fit
 
     class Reshaped:  # takes one argument where FileChunks gives two (from_root uses it only to preload)
         def __init__(self, array):
             raise AssertionError("called with the old arguments")
 
     monkeypatch.setattr(factory, "_OnlySliceableAs", Reshaped)
-    processor.coffea_parts.cache_clear()
+    nanoevents.coffea_parts.cache_clear()
     try:
-        assert processor.coffea_parts() is None
+        assert nanoevents.coffea_parts() is None
         with uproot.open(NANOAOD / "ttH_M125_2017.root") as f:
-            made = processor.FileChunks(f, "Events", NanoAODSchema, {})
+            made = nanoevents.FileChunks(f, "Events", NanoAODSchema, {})
             events = made.events({"dataset": "d"}, 0, 30, None)
             expected = f["Events"].arrays(["Muon_pt"], entry_stop=30)["Muon_pt"]
             assert ak.array_equal(events.Muon.pt, expected, check_parameters=False)
     finally:
         monkeypatch.undo()
-        processor.coffea_parts.cache_clear()
-    assert processor.coffea_parts() is not None
+        nanoevents.coffea_parts.cache_clear()
+    assert nanoevents.coffea_parts() is not None
 
 
 def test_a_preloaded_count_branch_is_taken_from_the_branch_it_counts_and_not_read():
@@ -490,7 +490,7 @@ def test_a_preloaded_count_branch_is_taken_from_the_branch_it_counts_and_not_rea
         return f.file.source.num_requested_bytes - before
 
     with uproot.open(path) as f:
-        made = processor.FileChunks(f, "Events", NanoAODSchema)
+        made = nanoevents.FileChunks(f, "Events", NanoAODSchema)
         assert made._counted(preload) == {"nJet": "Jet_eta", "nMuon": "Muon_pt"}
         chunk = []
         ours = requested(f, lambda: chunk.append(made.events({}, start, stop, preload)))
@@ -534,13 +534,13 @@ def test_making_a_chunk_leaves_the_garbage_collector_as_it_found_it():
 
     with uproot.open(NANOAOD / "nano_dimuon.root") as f:
         with pytest.raises(RuntimeError, match="no such layout"):
-            processor.FileChunks(f, "Events", Broken).events({}, 0, 10, None)
+            nanoevents.FileChunks(f, "Events", Broken).events({}, 0, 10, None)
         assert gc.isenabled()
-        assert len(processor.FileChunks(f, "Events", Seen).events({}, 0, 10, None)) == 10
+        assert len(nanoevents.FileChunks(f, "Events", Seen).events({}, 0, 10, None)) == 10
         assert Seen.collecting == [False] and gc.isenabled()  # paused while the chunk was made, on again after
         gc.disable()
         try:
-            assert len(processor.FileChunks(f, "Events", BaseSchema).events({}, 0, 10, None)) == 10
+            assert len(nanoevents.FileChunks(f, "Events", BaseSchema).events({}, 0, 10, None)) == 10
             assert not gc.isenabled()
         finally:
             gc.enable()

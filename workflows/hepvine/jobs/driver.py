@@ -32,7 +32,7 @@ from hepvine.model import atomic, records
 from hepvine.model.limits import Limits
 from hepvine.reading import failures, fetch
 from hepvine.routing import index
-from hepvine.work import processor, transcode
+from hepvine.work import nanoevents, processor, transcode
 from hepvine.work.recompress import parse_codec, recompress, remove_leftovers
 from hepvine.work.recompress import start as start_recompression
 
@@ -147,7 +147,7 @@ def run_file_limited(entry: dict, batch: str, limit_s: float, args: tuple) -> tu
     """run_file(ENTRY, BATCH, *ARGS) in a child process that is ended after LIMIT_S seconds: a file that hangs
     (a read that never returns, a crawling cache or disk) or crashes its process becomes a transient failure of its
     own and its batch-mates go on. A bug in hepvine still fails the job, with the child's traceback. What the child
-    traced of the analysis (``processor.preload``) and the base forms it derived (``processor.FileChunks``) are kept
+    traced of the analysis (``processor.preload``) and the base forms it derived (``nanoevents.FileChunks``) are kept
     for the files after it."""
     context = multiprocessing.get_context("fork")  # the child starts with the parent's imports: milliseconds
     receive, send = context.Pipe(duplex=False)
@@ -175,7 +175,7 @@ def run_file_limited(entry: dict, batch: str, limit_s: float, args: tuple) -> tu
         analysis = args[0]  # (analysis, codec, copies, retry)
         analysis.traced.update(traced)
         for key, form in derived.items():
-            processor.keep_form(analysis.forms, key, form)
+            nanoevents.keep_form(analysis.forms, key, form)
         return records.FileRecord.from_dict(data), h
     transcode.SHARED.close()  # the child was ended (or crashed), perhaps in the middle of a file sent to it
     record = new_record(index.task(entry), batch)
