@@ -26,7 +26,7 @@ from .dispatcher import Dispatcher, DispatcherError
 from .failures import describe_failure
 from .scheduler import release_scheduler_timers
 from .stragglers import Stragglers
-from .tasks import comma_separated, job_task, relative_name
+from .tasks import Sources, comma_separated, job_task, relative_name
 from .taskvine import (
     CREDENTIAL_ENV,
     DEFAULT_WORKER_ENV,
@@ -297,7 +297,7 @@ class Executor(RemoteExecutor):
         # The run's secrets, and the factories' files (they copy the password), outside the checkout; removed at the
         # end of the run (shutdown).
         self.private_dir = private_directory()
-        self._sources: Optional[List[str]] = None
+        self._sources: Optional[Sources] = None
         self.call_memory_mb = provision.call_memory_mb(settings)
         # Per worker group, the size of its largest worker (grown when a worker is started for a larger job); and
         # the most a worker may grow to, asked (of the machine or the pool) at the first job that needs it.
@@ -458,10 +458,11 @@ class Executor(RemoteExecutor):
                 command = command.replace(str(path), relative_name(str(path), self.workdir, job, "config file"))
         return command
 
-    def sources(self) -> List[str]:
-        """The workflow's source files (Snakefile, includes, scripts, config files), computed once per run."""
+    def sources(self) -> Sources:
+        """The workflow's source files (Snakefile, includes, scripts, config files) as jobs without a shared
+        filesystem are sent them, made once per run (at its first job)."""
         if self._sources is None:
-            self._sources = sorted(self.workflow.dag.get_sources())
+            self._sources = Sources.of(sorted(self.workflow.dag.get_sources()), self.workdir)
         return self._sources
 
     def too_large(self, job: JobExecutorInterface, spec, size) -> Optional[str]:
@@ -586,7 +587,7 @@ class Executor(RemoteExecutor):
             shared_fs=self.shared_fs,
             workdir=self.workdir,
             retries=self.workflow.executor_settings.retries,
-            sources=() if self.shared_fs else self.sources(),
+            sources=Sources() if self.shared_fs else self.sources(),
             function=self.workflow.executor_settings.library,
             call_memory_mb=self.call_memory_mb,
             env=self.envvars(),

@@ -12,10 +12,10 @@ Remote inputs (``root://``, ``https://`` ...) are read by the job itself.
 
 from __future__ import annotations
 
-import functools
 import os
 import shlex
 import uuid
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Iterable, Mapping
 
@@ -80,20 +80,27 @@ def relative_name(path: str, workdir: str, job: JobExecutorInterface, what: str)
     return rel
 
 
-@functools.lru_cache(maxsize=8)
-def _source_names(sources: tuple[str, ...], workdir: str) -> tuple[Mapping[str, str], tuple[str, ...]]:
-    """({absolute path: sandbox name} of the SOURCES that are files, the sources that lie outside WORKDIR). The same
-    for every job of a run (the workflow's ~500 source files, each stat'ed and named: a few milliseconds a job), so
-    made once; read only."""
-    names, outside = {}, []
-    for path in sources:
-        if os.path.isfile(path):
-            rel = _inside(path, workdir)
-            if rel is None:
-                outside.append(path)
-            else:
-                names[os.path.abspath(path)] = rel
-    return MappingProxyType(names), tuple(outside)
+@dataclass(frozen=True)
+class Sources:
+    """The workflow's source files as a job without a shared filesystem is sent them: {absolute path: sandbox name}
+    of those that are files (NAMES), and those that lie outside the workflow directory (OUTSIDE, which no job can be
+    sent). The same for every job of a run: the executor makes it once (``Sources.of``), not once a job (the
+    workflow's ~500 sources, each stat'ed and named: a few milliseconds a job)."""
+
+    names: Mapping[str, str] = field(default_factory=dict)
+    outside: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, paths: Iterable[str], workdir: str) -> Sources:
+        names, outside = {}, []
+        for path in paths:
+            if os.path.isfile(path):
+                rel = _inside(path, workdir)
+                if rel is None:
+                    outside.append(path)
+                else:
+                    names[os.path.abspath(path)] = rel
+        return cls(MappingProxyType(names), tuple(outside))
 
 
 def is_remote(path: str) -> bool:
@@ -101,15 +108,15 @@ def is_remote(path: str) -> bool:
 
 
 def shipped_files(
-    job: JobExecutorInterface, sources: Iterable[str], workdir: str
+    job: JobExecutorInterface, sources: Sources, workdir: str
 ) -> tuple[list[tuple[str, str]], list[tuple[str, str]], list[tuple[str, str]]]:
     """(sources, inputs, outputs) of a job run without a shared filesystem, as (local path, sandbox name) pairs. A
     group job's inputs are its members' inputs not made inside the group (and not sources); its outputs are all its
     members' outputs."""
     members = list(job.jobs) if job.is_group() else [job]
     produced = {os.path.abspath(str(p)) for member in members for p in member.output}
-    shipped_sources, outside = _source_names(tuple(sources), workdir)
-    for path in outside:
+    shipped_sources = sources.names
+    for path in sources.outside:
         relative_name(path, workdir, job, "workflow source")  # says where it lies and what to do
     inputs: dict[str, str] = {}
     for path in (p for member in members for p in member.input):
@@ -138,7 +145,7 @@ def job_task(
     shared_fs: bool,
     workdir: str,
     retries: int,
-    sources: Iterable[str] = (),
+    sources: Sources = Sources(),
     function: bool = False,
     call_memory_mb: int = 0,
     env: dict[str, str] | None = None,

@@ -1,7 +1,7 @@
 """What a job without a shared filesystem is sent (tasks.shipped_files): the workflow's sources, its inputs and its
-outputs as sandbox names; the sources are stat'ed and named once a run, not once a job (the workflow has ~500), and a
-source outside the workflow directory still fails each job naming its rule. Pure logic (jobs faked); the real runs
-are test_snakemake_suite's TestCondorWorkersNoSharedFS and test_kept_workers."""
+outputs as sandbox names; the sources are stat'ed and named once a run (tasks.Sources, made by the executor), not
+once a job (the workflow has ~500), and a source outside the workflow directory still fails each job naming its rule.
+Pure logic (jobs faked); the real runs are test_snakemake_suite's TestCondorWorkersNoSharedFS and test_kept_workers."""
 
 from __future__ import annotations
 
@@ -28,14 +28,15 @@ def test_sources_are_stated_once_a_run_and_each_job_gets_its_own_inputs(tmp_path
     stated = []
     isfile = os.path.isfile
     monkeypatch.setattr(tasks.os.path, "isfile", lambda p: stated.append(p) or isfile(p))
-    tasks._source_names.cache_clear()
+    named = tasks.Sources.of(sources, str(workdir))
+    assert sorted(stated) == sorted(sources)
     runs = [
         tasks.shipped_files(
-            job(f"r{k}", [str(workdir / "in.txt"), sources[0]], [str(workdir / f"out{k}")]), sources, str(workdir)
+            job(f"r{k}", [str(workdir / "in.txt"), sources[0]], [str(workdir / f"out{k}")]), named, str(workdir)
         )
         for k in range(3)
     ]
-    assert sorted(stated) == sorted(sources)  # once for the three jobs
+    assert sorted(stated) == sorted(sources)  # none stat'ed again for the three jobs
     for k, (shipped, inputs, outputs) in enumerate(runs):
         assert shipped == [(sources[0], "Snakefile"), (sources[1], "rules/a.smk")]
         assert inputs == [(str(workdir / "in.txt"), "in.txt")]  # the Snakefile goes as a source, not as an input
@@ -46,7 +47,7 @@ def test_a_source_outside_the_workflow_directory_fails_every_job_naming_its_rule
     workdir, outside = tmp_path / "wf", tmp_path / "elsewhere.py"
     workdir.mkdir()
     outside.write_text("")
-    tasks._source_names.cache_clear()
+    named = tasks.Sources.of([str(outside)], str(workdir))
     for name in ("first", "second"):
         with pytest.raises(WorkflowError, match=f"rule {name}: workflow source {outside} lies outside"):
-            tasks.shipped_files(job(name), [str(outside)], str(workdir))
+            tasks.shipped_files(job(name), named, str(workdir))
