@@ -185,13 +185,15 @@ class FileChunks:
         count says, so the counts are that branch's numbers of values per entry, taken from the offsets already read
         (``_counts``) instead of read again: a count branch's baskets are read and decompressed like any other (the
         processor bench: the AGC selection's 3 counts are ~4% of a 200,000-event LZMA file's reading). Only plain
-        ``TBranch``es (the NanoAOD layout): an integer count, a jagged branch of numbers."""
+        ``TBranch``es of a TTree (the NanoAOD layout): an integer count, a jagged branch of numbers; an RNTuple's
+        fields are read as they are."""
         if preload not in self._counts_of:
+            from uproot.behaviors.TTree import TTree
             from uproot.interpretation.jagged import AsJagged
             from uproot.interpretation.numerical import AsDtype
 
             found: dict[str, str] = {}
-            for name in sorted(preload):
+            for name in sorted(preload) if isinstance(self.tree, TTree) else ():
                 branch = self.tree.get(name)
                 if branch is None or branch.classname != "TBranch" or not isinstance(branch.interpretation, AsJagged):
                     continue
