@@ -249,23 +249,30 @@ def served(services):
     shutil.rmtree(store)
 
 
-def test_the_branches_an_analysis_reads_over_xrootd_are_traced_once_and_preloaded_without_changing_its_output(
-    tmp_path, served, monkeypatch
-):
+@pytest.fixture
+def derived(monkeypatch) -> list:
+    """The trees whose base form coffea's ``UprootSourceMapping._extract_base_form`` derives during the test, in
+    order (it still derives them)."""
     from coffea.nanoevents.mapping import UprootSourceMapping
 
+    trees = []
+    extract = UprootSourceMapping._extract_base_form.__func__
+    monkeypatch.setattr(
+        UprootSourceMapping,
+        "_extract_base_form",
+        classmethod(lambda cls, tree, **kw: trees.append(tree) or extract(cls, tree, **kw)),
+    )
+    return trees
+
+
+def test_the_branches_an_analysis_reads_over_xrootd_are_traced_once_and_preloaded_without_changing_its_output(
+    tmp_path, served, derived
+):
     (tmp_path / "mine.py").write_text(NEW_PROCESSOR)
     (tmp_path / "untraceable.py").write_text(UNTRACEABLE)
     path = served
     task = next(t for t in dataset.tasks({DAS: {"files": {path: "Events"}}}) if t.path == path)
     traced = processor.load(f"{tmp_path}/mine.py:JetsAndMuons", {"pt_min": 25.0}, chunksize=CHUNKSIZE)
-    derived = []
-    extract = UprootSourceMapping._extract_base_form.__func__
-    monkeypatch.setattr(
-        UprootSourceMapping,
-        "_extract_base_form",
-        classmethod(lambda cls, tree, **kw: derived.append(tree) or extract(cls, tree, **kw)),
-    )
     ours, events, _ = processor.run_file(path, task, traced)
     assert len(derived) == 1  # the trace's empty chunk and the file's chunks share one base form
     columns = traced.traced[(task.dataset, "Events")]
@@ -308,21 +315,13 @@ def test_a_local_file_is_read_lazily_untraced_with_the_same_output(tmp_path):
         ("nano_dy_rntuple.root", "NanoAODSchema", frozenset({"event", "nMuon", "Muon_pt"})),
     ],
 )
-def test_a_files_chunks_share_its_base_form_and_are_what_coffeas_from_root_makes(name, schema, preload, monkeypatch):
+def test_a_files_chunks_share_its_base_form_and_are_what_coffeas_from_root_makes(name, schema, preload, derived):
     """``FileChunks`` derives a file's base form once and builds each chunk from a copy of it: every chunk is what
     coffea's ``from_root`` makes (the same form, metadata, partition, attributes and columns), with branches preloaded
     and without, TTree and RNTuple."""
     import awkward as ak
     from coffea.nanoevents import NanoEventsFactory
-    from coffea.nanoevents.mapping import UprootSourceMapping
 
-    derived = []
-    extract = UprootSourceMapping._extract_base_form.__func__
-    monkeypatch.setattr(
-        UprootSourceMapping,
-        "_extract_base_form",
-        classmethod(lambda cls, tree, **kw: derived.append(tree) or extract(cls, tree, **kw)),
-    )
     path, schemaclass = str(NANOAOD / name), processor.schema_class(schema)
     with uproot.open(path) as f:
         made = nanoevents.FileChunks(f, "Events", schemaclass)
@@ -409,27 +408,19 @@ def ak_jets(kind: str, seed: int):
     return ak.zip({"pt": ak.unflatten(rng.random(counts.sum()).astype(kind), counts)})
 
 
-def test_a_files_after_the_first_of_a_layout_derive_no_base_form_and_make_what_from_root_makes(tth_copy, monkeypatch):
+def test_a_files_after_the_first_of_a_layout_derive_no_base_form_and_make_what_from_root_makes(tth_copy, derived):
     """With a job's forms (``Analysis.forms``), the second file of a layout takes the first's base form: one derivation
     for the two, and the second file's chunks are what ``from_root`` makes of it; a file of another layout derives
     its own."""
     import awkward as ak
     from coffea.nanoevents import NanoAODSchema, NanoEventsFactory
-    from coffea.nanoevents.mapping import UprootSourceMapping
 
-    derived = []
-    extract = UprootSourceMapping._extract_base_form.__func__
-    monkeypatch.setattr(
-        UprootSourceMapping,
-        "_extract_base_form",
-        classmethod(lambda cls, tree, **kw: derived.append(tree.file.file_path) or extract(cls, tree, **kw)),
-    )
     forms, paths = {}, (NANOAOD / "ttH_M125_2017.root", tth_copy, NANOAOD / "nano_dy.root")
     for path in paths:
         with uproot.open(path) as f:
             events = nanoevents.FileChunks(f, "Events", NanoAODSchema, forms).events({"dataset": "d"}, 5, 40, None)
             assert len(events) == 35
-    assert [Path(p).name for p in derived] == ["ttH_M125_2017.root", "nano_dy.root"]  # the copy took ttH's
+    assert [Path(t.file.file_path).name for t in derived] == ["ttH_M125_2017.root", "nano_dy.root"]  # not the copy
     for path in paths:
         with uproot.open(path) as f:
             ours = nanoevents.FileChunks(f, "Events", NanoAODSchema, forms).events({"dataset": "d"}, 5, 40, None)
