@@ -389,15 +389,18 @@ def test_trees_of_one_layout_share_a_key_and_their_base_form_and_trees_of_others
     )
 
     written = {}
-    for name, kind in (("a", "float32"), ("b", "float32"), ("c", "float64")):
+    trees = {"a": ("float32", ""), "b": ("float32", ""), "c": ("float64", ""), "d": ("float32", "Events of 2026")}
+    trees.update(e=("int32", ""), f=("uint32", ""))  # signed and unsigned: one leaf class (TLeafI)
+    for name, (kind, title) in trees.items():
         with uproot.recreate(tmp_path / f"{name}.root") as f:
             jets = ak_jets(kind, seed=len(written))
-            f.mktree("Events", {"Jet": jets.type})  # a TTree (assigning a dict writes an RNTuple)
+            f.mktree("Events", {"Jet": jets.type}, title=title)  # a TTree (assigning a dict writes an RNTuple)
             f["Events"].extend({"Jet": jets})
         with uproot.open(tmp_path / f"{name}.root") as f:
             written[name] = (nanoevents.layout_key(f["Events"]), base_form(f["Events"]))
     assert written["a"] == written["b"]  # other values, one layout
-    assert written["a"][0] != written["c"][0] and written["a"][1] != written["c"][1]
+    for a, b in (("a", "c"), ("a", "d"), ("e", "f")):  # another type, tree title, signedness: another key and form
+        assert written[a][0] != written[b][0] and written[a][1] != written[b][1], (a, b)
 
 
 def ak_jets(kind: str, seed: int):
@@ -450,14 +453,23 @@ def test_a_coffea_whose_parts_take_other_arguments_gets_from_roots_chunks(monkey
             raise AssertionError("called with the old arguments")
 
     monkeypatch.setattr(factory, "_OnlySliceableAs", Reshaped)
+    made_by = []
+    from_root = factory.NanoEventsFactory.from_root.__func__
+    monkeypatch.setattr(
+        factory.NanoEventsFactory,
+        "from_root",
+        classmethod(lambda cls, *args, **kw: made_by.append(kw["entry_stop"]) or from_root(cls, *args, **kw)),
+    )
     nanoevents.coffea_parts.cache_clear()
     try:
-        assert nanoevents.coffea_parts() is None
+        with pytest.warns(UserWarning, match="its _OnlySliceableAs takes other arguments.*NanoEventsFactory.from_root"):
+            assert nanoevents.coffea_parts() is None
         with uproot.open(NANOAOD / "ttH_M125_2017.root") as f:
             made = nanoevents.FileChunks(f, "Events", NanoAODSchema, {})
             events = made.events({"dataset": "d"}, 0, 30, None)
             expected = f["Events"].arrays(["Muon_pt"], entry_stop=30)["Muon_pt"]
             assert ak.array_equal(events.Muon.pt, expected, check_parameters=False)
+        assert made_by == [30]  # the chunk is from_root's
     finally:
         monkeypatch.undo()
         nanoevents.coffea_parts.cache_clear()
@@ -482,7 +494,7 @@ def test_a_preloaded_count_branch_is_taken_from_the_branch_it_counts_and_not_rea
 
     with uproot.open(path) as f:
         made = nanoevents.FileChunks(f, "Events", NanoAODSchema)
-        assert made._counted(preload) == {"nJet": "Jet_eta", "nMuon": "Muon_pt"}
+        assert {count: of[0] for count, of in made._counted(preload).items()} == {"nJet": "Jet_eta", "nMuon": "Muon_pt"}
         chunk = []
         ours = requested(f, lambda: chunk.append(made.events({}, start, stop, preload)))
         loaded = chunk[0].attrs["@events_factory"]._mapping.preloaded_arrays

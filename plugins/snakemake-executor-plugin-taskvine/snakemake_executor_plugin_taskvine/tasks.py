@@ -92,6 +92,7 @@ class Sources:
 
     @classmethod
     def of(cls, paths: Iterable[str], workdir: str) -> Sources:
+        """The sources among PATHS that are files, named relative to WORKDIR (each stat'ed once)."""
         names, outside = {}, []
         for path in paths:
             if os.path.isfile(path):

@@ -18,6 +18,7 @@ import functools
 import gc
 import inspect
 import pickle
+import warnings
 from types import SimpleNamespace
 
 # The leaves whose type uproot reads from the leaf's class, its title and fIsUnsigned alone (identify._leaf_to_dtype).
@@ -32,7 +33,10 @@ def layout_key(tree) -> tuple | None:
     signedness, and its count leaf's name. Those are all uproot looks at to interpret such a branch
     (``uproot.interpretation.identify.interpretation_of``), so two trees with the same key have the same form. None
     for any other tree (objects, RNTuple) or while uproot has custom interpretations registered: their forms are
-    derived file by file. ~3 ms for the 1,590 branches of real NanoAOD, against ~50 ms to derive the form."""
+    derived file by file. ~10 ms for the 1,590 branches of real NanoAOD, against ~50 ms to derive the form. The list
+    follows uproot 5.7's ``interpretation_of``; ``test_processor`` checks that equal keys mean equal forms on the real
+    files, a ROOT copy and written trees (types, signedness, titles), so an uproot that reads another member shows
+    there."""
     from uproot.behaviors.TTree import TTree
     from uproot.interpretation import identify
 
@@ -74,7 +78,7 @@ def coffea_parts() -> SimpleNamespace | None:
     """coffea's parts that ``FileChunks`` builds a chunk from (the ones ``NanoEventsFactory.from_root`` calls), if
     this coffea has them all and each takes the arguments ``FileChunks`` gives it (checked once a process against
     their signatures); else None, and every chunk is ``from_root``'s: a later coffea that renames or reshapes them
-    costs the shared form, never a file."""
+    costs the shared form, never a file. Said once a process (a warning in the job's log), as it costs time."""
     try:
         from coffea.nanoevents.factory import (
             NanoEventsFactory,
@@ -83,32 +87,50 @@ def coffea_parts() -> SimpleNamespace | None:
             _OnlySliceableAs,
             _reads_podio_metadata,
         )
-    except ImportError:
-        return None
+    except ImportError as e:
+        return _unfit(f"{e}")
     calls = (
-        (TrivialUprootOpener, ({}, {}), {}),
+        ("TrivialUprootOpener", TrivialUprootOpener, ({}, {}), {}),
         (
+            "UprootSourceMapping",
             UprootSourceMapping,
             (None, 0, 0),
             {"cache": {}, "file_handle": None, "use_ak_forth": True, "virtual": True, "preloaded_arrays": None},
         ),
-        (UprootSourceMapping._extract_base_form, (None,), {}),
-        (UprootSourceMapping.preload_column_source, (None, "", "", None), {}),
-        (NanoEventsFactory._from_mapping, (None, None, None, None, None), {"mode": "virtual"}),
-        (_OnlySliceableAs, (None, slice(0)), {}),
-        (_reads_podio_metadata, (None,), {}),
+        ("UprootSourceMapping._extract_base_form", UprootSourceMapping._extract_base_form, (None,), {}),
+        (
+            "UprootSourceMapping.preload_column_source",
+            UprootSourceMapping.preload_column_source,
+            (None, "", "", None),
+            {},
+        ),
+        ("NanoEventsFactory._from_mapping", NanoEventsFactory._from_mapping, (None,) * 5, {"mode": "virtual"}),
+        ("_OnlySliceableAs", _OnlySliceableAs, (None, slice(0)), {}),
+        ("_reads_podio_metadata", _reads_podio_metadata, (None,), {}),
     )
-    try:
-        for part, args, kwargs in calls:
+    for name, part, args, kwargs in calls:
+        try:
             inspect.signature(part).bind(*args, **kwargs)
-    except (TypeError, ValueError):  # another signature (TypeError) or none to read (ValueError)
-        return None
+        except (TypeError, ValueError) as e:  # another signature (TypeError) or none to read (ValueError)
+            return _unfit(f"its {name} takes other arguments ({e})")
     return SimpleNamespace(
         opener=TrivialUprootOpener,
         mapping=UprootSourceMapping,
         from_mapping=NanoEventsFactory._from_mapping,
         only_sliceable=_OnlySliceableAs,
         reads_podio_metadata=_reads_podio_metadata,
+    )
+
+
+def _unfit(why: str) -> None:
+    """Say that every chunk will be ``from_root``'s, and why (coffea_parts)."""
+    import coffea
+
+    warnings.warn(
+        f"hepvine: coffea {coffea.__version__}'s NanoEvents parts do not fit hepvine.work.nanoevents ({why}): every "
+        "chunk is made by NanoEventsFactory.from_root, which derives each chunk's base form again (slower, the same "
+        "events); install the coffea of hepvine's requirements.lock to avoid it",
+        stacklevel=3,
     )
 
 
@@ -129,7 +151,7 @@ class FileChunks:
         self.opened, self.treename, self.schema, self.forms = opened, treename, schema, forms
         self.tree = opened[treename]
         self._base_form: bytes | None = None  # pickled: a chunk's schema may change the form it is given
-        self._counts_of: dict[frozenset, dict[str, str]] = {}  # _counted's, by preload
+        self._counts_of: dict[frozenset, dict] = {}  # _counted's, by preload
         parts = coffea_parts()
         self._parts = None if parts is None or parts.reads_podio_metadata(schema) else parts
 
@@ -167,8 +189,8 @@ class FileChunks:
                 ak_add_doc=True,
                 how=dict,
             )
-            for count, jagged in counted.items():
-                arrays[count] = _counts(arrays[jagged], tree[count])
+            for count, (jagged, branch) in counted.items():
+                arrays[count] = _counts(arrays[jagged], branch)
             preloaded = {name: self._parts.only_sliceable(a, slice(start, stop)) for name, a in arrays.items()}
         was_enabled = gc.isenabled()
         gc.disable()
@@ -179,20 +201,21 @@ class FileChunks:
                 gc.enable()
                 gc.collect(0)
 
-    def _counted(self, preload: frozenset) -> dict[str, str]:
-        """Of PRELOAD's branches, each count branch (``nJet``) that counts another of them (``Jet_pt``): {count: the
-        first branch it counts}. ROOT writes each entry of a branch with a count leaf with as many values as the
-        count says, so the counts are that branch's numbers of values per entry, taken from the offsets already read
-        (``_counts``) instead of read again: a count branch's baskets are read and decompressed like any other (the
-        processor bench: the AGC selection's 3 counts are ~4% of a 200,000-event LZMA file's reading). Only plain
-        ``TBranch``es of a TTree (the NanoAOD layout): an integer count, a jagged branch of numbers; an RNTuple's
-        fields are read as they are."""
+    def _counted(self, preload: frozenset) -> dict[str, tuple]:
+        """Of PRELOAD's branches, each count branch (``nJet``) that counts another of them (``Jet_pt``): {count: (the
+        first branch it counts, the count branch)}. ROOT writes each entry of a branch with a count leaf with as many
+        values as the count says, so the counts are that branch's numbers of values per entry, taken from the offsets
+        already read (``_counts``) instead of read again: a count branch's baskets are read and decompressed like any
+        other (the processor bench: the AGC selection's 3 counts are ~4% of a 200,000-event LZMA file's reading). Only
+        plain ``TBranch``es of a TTree (the NanoAOD layout): an integer count, a jagged branch of numbers; an RNTuple's
+        fields are read as they are. (This takes the file to be written as ROOT writes an entry: a file whose counts and
+        values disagree would be read with counts that follow its values.)"""
         if preload not in self._counts_of:
             from uproot.behaviors.TTree import TTree
             from uproot.interpretation.jagged import AsJagged
             from uproot.interpretation.numerical import AsDtype
 
-            found: dict[str, str] = {}
+            found: dict[str, tuple] = {}
             for name in sorted(preload) if isinstance(self.tree, TTree) else ():
                 branch = self.tree.get(name)
                 if branch is None or branch.classname != "TBranch" or not isinstance(branch.interpretation, AsJagged):
@@ -202,7 +225,7 @@ class FileChunks:
                     continue
                 read_as = count.interpretation
                 if isinstance(read_as, AsDtype) and read_as.to_dtype.shape == () and read_as.to_dtype.kind in "iu":
-                    found[count.name] = name
+                    found[count.name] = (name, count)
             self._counts_of[preload] = found
         return self._counts_of[preload]
 
@@ -232,6 +255,7 @@ class FileChunks:
         layout was met before, else derived (and kept in FORMS, the oldest dropped beyond ``KEPT_FORMS``)."""
         key = layout_key(self.tree) if self.forms is not None else None
         if key is not None and key in self.forms:
+            self.forms[key] = self.forms.pop(key)  # the most recently used is dropped last
             return self.forms[key]
         form = mapping_class._extract_base_form(self.tree)
         form["typenames"] = self.tree.typenames()

@@ -230,9 +230,10 @@ def preload(analysis: Analysis, made: nanoevents.FileChunks, task, metadata: dic
         from coffea.nanoevents.trace import trace
 
         try:
+            # Made with its warnings (coffea's, of the branches it skips: the chunks after it share its form).
+            empty = made.events({**metadata, "entrystart": 0, "entrystop": 0}, 0, 0, None)
             with warnings.catch_warnings():  # coffea warns of each way of tracing it tries
                 warnings.simplefilter("ignore")
-                empty = made.events({**metadata, "entrystart": 0, "entrystop": 0}, 0, 0, None)
                 # coffea's trace gives an empty set when every way of tracing failed: nothing to preload.
                 analysis.traced[key] = frozenset(trace(analysis.process, empty)) or None
         except Exception:  # whatever the user's code does on a typetracer: the chunks are then read lazily
