@@ -247,13 +247,14 @@ def serve_library(args: list[str]) -> int | None:
             if _fork() != 0:
                 os._exit(0)
             os.setsid()
-            os.write(told, str(os.getpid()).encode())
             os.chdir("/")
             log = os.open(path + ".log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             null = os.open(os.devnull, os.O_RDONLY)
             for target, fd in ((0, null), (1, log), (2, log)):
                 os.dup2(fd, target)
-            _close_all_but([0, 1, 2, listener.fileno(), watch])  # (the library's pipes to its worker above all)
+            _close_all_but([0, 1, 2, listener.fileno(), watch, told])  # (the library's pipes to its worker above all)
+            os.write(told, str(os.getpid()).encode())  # once it holds only its own descriptors
+            os.close(told)
             global LIBRARY_SERVER, _LIBRARY_SOCKET, _LOADED, _WORKER
             LIBRARY_SERVER, _LIBRARY_SOCKET, _LOADED, _WORKER = os.getpid(), path, loaded, worker
             _SERVER_PATH.extend(first_path)  # (the first library's sandbox and PYTHONPATH are not the next one's)
