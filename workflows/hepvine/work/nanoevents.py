@@ -255,8 +255,9 @@ class FileChunks:
         layout was met before, else derived (and kept in FORMS, the oldest dropped beyond ``KEPT_FORMS``)."""
         key = layout_key(self.tree) if self.forms is not None else None
         if key is not None and key in self.forms:
-            self.forms[key] = self.forms.pop(key)  # the most recently used is dropped last
-            return self.forms[key]
+            kept = self.forms[key]
+            keep_form(self.forms, key, kept)  # again: the most recently used is dropped last
+            return kept
         form = mapping_class._extract_base_form(self.tree)
         form["typenames"] = self.tree.typenames()
         derived = pickle.dumps(form, protocol=pickle.HIGHEST_PROTOCOL)
