@@ -476,15 +476,18 @@ def test_a_coffea_whose_parts_take_other_arguments_gets_from_roots_chunks(monkey
     assert nanoevents.coffea_parts() is not None
 
 
-def test_a_preloaded_count_branch_is_taken_from_the_branch_it_counts_and_not_read():
+@pytest.mark.parametrize("forms", [None, {}], ids=["by-filter", "by-name"])
+def test_a_preloaded_count_branch_is_taken_from_the_branch_it_counts_and_not_read(forms):
     """A count branch (``nMuon``) preloaded with a branch it counts (``Muon_pt``) is that branch's numbers of values
     per event, as uproot would read it (values, type, ``__doc__``), and its baskets are not read; one that counts no
-    preloaded branch (``nElectron``) is read."""
+    preloaded branch (``nElectron``) is read; a name the tree lacks is not. Both ways of reading the others: by a
+    filter over every branch (``from_root``'s), and by name once the tree's branches are known to be plain (FORMS
+    kept: ``layout_key``)."""
     import awkward as ak
     from coffea.nanoevents import NanoAODSchema
 
     path = NANOAOD / "ttH_M125_2017.root"
-    preload = frozenset({"event", "nJet", "Jet_pt", "Jet_eta", "nMuon", "Muon_pt", "nElectron"})
+    preload = frozenset({"event", "nJet", "Jet_pt", "Jet_eta", "nMuon", "Muon_pt", "nElectron", "Absent_pt"})
     start, stop = 10, 60
 
     def requested(f, read) -> int:
@@ -493,16 +496,19 @@ def test_a_preloaded_count_branch_is_taken_from_the_branch_it_counts_and_not_rea
         return f.file.source.num_requested_bytes - before
 
     with uproot.open(path) as f:
-        made = nanoevents.FileChunks(f, "Events", NanoAODSchema)
+        made = nanoevents.FileChunks(f, "Events", NanoAODSchema, forms)
         assert {count: of[0] for count, of in made._counted(preload).items()} == {"nJet": "Jet_eta", "nMuon": "Muon_pt"}
         chunk = []
         ours = requested(f, lambda: chunk.append(made.events({}, start, stop, preload)))
         loaded = chunk[0].attrs["@events_factory"]._mapping.preloaded_arrays
+        by_name = ["Jet_eta", "Jet_pt", "Muon_pt", "event", "nElectron"]
+        assert made._reads(preload)[0] == (None if forms is None else by_name)
     with uproot.open(path) as f:
         expected = f["Events"].arrays(
             filter_branch=lambda b: b.name in preload, entry_start=start, entry_stop=stop, ak_add_doc=True, how=dict
         )
-    for name in preload:
+    assert loaded.keys() == expected.keys() == preload - {"Absent_pt"}
+    for name in expected:
         array = loaded[name][slice(start, stop)]
         assert array.layout.form == expected[name].layout.form and ak.array_equal(array, expected[name]), name
     assert ak.num(chunk[0].Muon.pt).to_list() == expected["nMuon"].to_list()
