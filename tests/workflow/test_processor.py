@@ -571,6 +571,40 @@ with open(out, "wb") as f:
 """
 
 
+HELD = """
+import weakref
+
+import awkward as ak
+
+seen = []  # each chunk's events, weakly
+
+
+def f(events):
+    seen.append(weakref.ref(events))
+    return {"n": len(events), "muons": int(ak.count(events.Muon.pt))}
+"""
+
+
+def test_a_files_chunk_is_dropped_before_its_next_chunk_is_made(tmp_path, monkeypatch):
+    """``run_file`` drops a chunk (its events, the columns they hold, and what ``process`` returned of it) before it
+    reads and makes the file's next: a job holds one chunk's columns at a time, not two."""
+    (tmp_path / "held.py").write_text(HELD)
+    path = str(NANOAOD / "ttH_M125_2017.root")
+    task = next(iter(dataset.tasks({"d": {"files": {path: "Events"}}})))
+    analysis = processor.load(f"{tmp_path}/held.py:f", chunksize=CHUNKSIZE)
+    seen, alive = analysis.instance.__globals__["seen"], []
+    events_of = nanoevents.FileChunks.events
+
+    def watched(made, *args):
+        alive.append(sum(ref() is not None for ref in seen))
+        return events_of(made, *args)
+
+    monkeypatch.setattr(nanoevents.FileChunks, "events", watched)
+    out, events, _ = processor.run_file(path, task, analysis)
+    assert out["n"] == events > 2 * CHUNKSIZE and out["muons"] > 0 and len(seen) == len(alive) > 2
+    assert alive == [0] * len(alive)
+
+
 def test_a_settled_job_computes_what_an_unsettled_one_does(tmp_path):
     """A job settles before its first file (``processor.settle``: the loaded modules frozen out of the garbage
     collector's walks, the schema's behaviours imported); what it computes is the same, chunk by chunk."""

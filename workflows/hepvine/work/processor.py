@@ -299,4 +299,5 @@ def run_file(url: str, task, analysis: Analysis) -> tuple[object, int, int]:
                 )
             output = out if output is None else accumulate([out], output)
             events += stop - start
+            chunk = out = None  # gone before the next chunk is read and made
         return output, events, int(f.file.source.num_requested_bytes)
