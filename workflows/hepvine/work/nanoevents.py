@@ -4,7 +4,7 @@ but without its costs that grow with a job's chunks and files (``FileChunks``):
 - the tree's base form (the forms of its ~1,600 branches, ~50 ms to derive on the NanoAOD layout), which ``from_root``
   derives for every chunk, is derived once for a job's files of one layout (``layout_key``) and copied for each chunk;
 - a preloaded count branch (``nJet``) is taken from the offsets of a preloaded branch it counts (``Jet_pt``), not
-  read;
+  read, and a plain tree's preloaded branches are read by name, not found by a filter over all its branches;
 - the garbage collector waits while a chunk's objects (no data) are made.
 
 Built from coffea's own parts in ``from_root``'s order (``coffea_parts``); where this coffea lacks them or they take
