@@ -51,3 +51,16 @@ def test_a_source_outside_the_workflow_directory_fails_every_job_naming_its_rule
     for name in ("first", "second"):
         with pytest.raises(WorkflowError, match=f"rule {name}: workflow source {outside} lies outside"):
             tasks.shipped_files(job(name), named, str(workdir))
+
+
+def test_the_executor_names_the_sources_at_its_first_job_and_keeps_them_for_the_run(tmp_path):
+    """``Executor.sources`` asks the DAG for the workflow's sources once a run, whatever the jobs that follow."""
+    from snakemake_executor_plugin_taskvine import Executor
+
+    (tmp_path / "Snakefile").write_text("")
+    asked = []
+    dag = SimpleNamespace(get_sources=lambda: asked.append(1) or {str(tmp_path / "Snakefile")})
+    executor = SimpleNamespace(_sources=None, workflow=SimpleNamespace(dag=dag), workdir=str(tmp_path))
+    first = Executor.sources(executor)
+    assert [Executor.sources(executor) for _ in range(3)] == [first] * 3 and len(asked) == 1
+    assert first.names == {str(tmp_path / "Snakefile"): "Snakefile"}
