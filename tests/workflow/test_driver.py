@@ -8,6 +8,7 @@ import contextlib
 import errno
 import socket
 import threading
+from pathlib import Path
 
 import numpy as np
 import psutil
@@ -67,19 +68,28 @@ def files(tmp_path):
 
 @pytest.mark.parametrize("codec", [None, "zstd:5"])
 def test_a_bad_file_never_hides_its_batch_mates(tmp_path, files, codec):
+    """Each bad file is its own permanent failure, of its kind, and the good ones around it are analysed: bytes that
+    are not ROOT, a missing file, an empty one, and a file cut short (an interrupted transfer: uproot's short read,
+    which is no network's fault, and read as many rounds as allowed would read the same bytes)."""
     good, corrupt, missing = files
+    empty, cut = tmp_path / "empty.root", tmp_path / "cut.root"
+    empty.write_bytes(b"")
+    cut.write_bytes(Path(good[0]).read_bytes()[: Path(good[0]).stat().st_size // 2])
+    bad = {corrupt: "not-root", missing: "missing-file", str(empty): "truncated", str(cut): "truncated"}
     result = driver.run_batch(
-        shard([good[0], corrupt, missing, good[1]]),
+        shard([good[0], corrupt, missing, str(empty), str(cut), good[1]]),
         AGC,
         codec,
         tmp_path / "copies" if codec else None,
-        fetch.Retry(1, 0),
+        fetch.Retry(3, 0),
     )
     by_path = {r["path"]: r for r in result["records"]}
-    assert [r["fid"] for r in result["records"]] == [f"ttbar/nominal/{i}" for i in range(4)]
+    assert [r["fid"] for r in result["records"]] == [f"ttbar/nominal/{i}" for i in range(6)]
     assert by_path[good[0]]["failure"] is None and by_path[good[1]]["failure"] is None
-    assert by_path[corrupt]["failure"]["kind"] == "not-root" and by_path[missing]["failure"]["kind"] == "missing-file"
-    assert {by_path[p]["failure"]["failure_class"] for p in (corrupt, missing)} == {records.PERMANENT}
+    assert {p: by_path[p]["failure"]["kind"] for p in bad} == bad
+    assert {by_path[p]["failure"]["failure_class"] for p in bad} == {records.PERMANENT}
+    if not codec:  # read once, not in 3 rounds (with the codec, the staged copy is read once anyway)
+        assert all("round(s)" not in by_path[p]["failure"]["cause"] for p in bad)
     assert result["events"] == {"ttbar__nominal": 2000}
     expected = analysis.new_histogram()
     for path in good:
@@ -87,7 +97,7 @@ def test_a_bad_file_never_hides_its_batch_mates(tmp_path, files, codec):
             expected,
             uproot.open(path)["Events"].arrays(analysis.BRANCHES),
             "ttbar",
-            analysis.event_weight(1.0, 3378, 4000),
+            analysis.event_weight(1.0, 3378, 6000),  # nevts_total: 1,000 for each of the 6 files
         )
     # The output accumulates the two good files only: each histogram the sample fills, and the events analysed.
     fills = analysis.variations("ttbar", "nominal", data=False)
@@ -104,7 +114,7 @@ def test_a_bad_file_never_hides_its_batch_mates(tmp_path, files, codec):
     assert result["output"]["events_ttbar_nominal"].values().sum() == 2000
     if codec:
         copies = sorted(p.name for p in (tmp_path / "copies").iterdir())
-        assert copies == ["0.root", "3.root", "manifest.json"]  # no partial copy of the bad ones is left
+        assert copies == ["0.root", "5.root", "manifest.json"]  # no partial copy of the bad ones is left
 
 
 def test_wrong_event_count_in_the_spec_is_a_permanent_failure(files):
@@ -228,6 +238,72 @@ def test_a_credential_every_source_refuses_is_not_tried_again():
         fetch.read(route, refusing, fetch.Retry(attempts=3, backoff_s=5))
     assert len(calls) == 2 and e.value.refused and not e.value.missing
     assert failures.classify(e.value).kind == "credential"
+
+
+@pytest.mark.parametrize(
+    "origin, rounds, kind",
+    [
+        ("short", 1, "truncated"),  # both serve the file short: another round reads the same bytes
+        ("missing", 1, "truncated"),  # the one source that has it serves it short
+        ("down", 3, "unreachable"),  # the origin, when it is back, may have the whole file
+    ],
+)
+def test_a_file_every_source_serves_short_is_not_read_again(origin, rounds, kind):
+    """uproot's short read (a source served fewer bytes than the file's structure says) is the file's, not the
+    network's: when no source can serve it whole, the read stops at once and the file is a permanent ``truncated``
+    failure; while a source that is down might, the rounds go on."""
+    calls = []
+    errors = {
+        "short": OSError("expected Chunk of length 1960,\nreceived 0 bytes from XRootDSource\nfor file path f.root"),
+        "missing": FileNotFoundError("[3011] No such file or directory"),
+        "down": OSError("[FATAL] Connection error"),
+    }
+
+    def reader(url):
+        calls.append(url)
+        raise errors["short" if "//c/" in url else origin]
+
+    route = {"lfn": "/store/f.root", "sources": [{"url": "root://c//store/f.root"}, {"url": "root://o//store/f.root"}]}
+    with pytest.raises(fetch.FetchError) as e:
+        fetch.read(route, reader, fetch.Retry(attempts=3, backoff_s=0))
+    assert len(calls) == 2 * rounds and e.value.truncated == (kind == "truncated") and not e.value.missing
+    failure = failures.classify(e.value)
+    assert failure.kind == kind and failure.failure_class == (
+        records.PERMANENT if kind == "truncated" else records.TRANSIENT
+    )
+    assert failures.classify(errors["short"]).kind == "truncated"
+    assert failures.classify(ValueError("cannot mmap an empty file")).kind == "truncated"
+
+
+def test_a_file_cut_short_at_the_storage_is_its_permanent_failure_through_the_real_xrootd(tmp_path, files, services):
+    """The sandbox's XRootD origin and an XCache in front of it, serving a file cut short (its baskets past the cut
+    refused: "[3005] ... illegal seek", "[3000] ... invalid argument") and an empty one (uproot's short read): each
+    is a permanent ``truncated`` failure, both its sources read once, its batch-mate analysed."""
+    import shutil
+    import uuid
+
+    good = files[0][0]
+    origin, cache = services["xrootd"]["origin"], services["xrootd"]["caches"]["rack-a"]
+    tag = f"test-short-{uuid.uuid4().hex[:8]}"
+    store = Path(origin["data_dir"]) / "store" / tag
+    store.mkdir(parents=True)
+    try:
+        (store / "cut.root").write_bytes(Path(good).read_bytes()[: Path(good).stat().st_size // 2])
+        (store / "empty.root").write_bytes(b"")
+        batch = shard([good, f"/store/{tag}/cut.root", f"/store/{tag}/empty.root"])
+        for entry in batch["files"][1:]:
+            urls = [f"{server['url']}/{entry['path']}" for server in (cache, origin)]
+            entry["route"] = {"lfn": entry["path"], "sources": [{"url": url} for url in urls]}
+        result = driver.run_batch(batch, AGC, None, None, fetch.Retry(3, 0))
+    finally:
+        shutil.rmtree(store)
+    first, *cut = result["records"]
+    assert first["failure"] is None and result["events"] == {"ttbar__nominal": 1000}
+    for record, says in zip(cut, ("where its ROOT header says", "expected Chunk of length")):
+        failure = record["failure"]
+        assert (failure["kind"], failure["failure_class"]) == ("truncated", records.PERMANENT), failure
+        assert "every source that has the file serves it shorter" in failure["cause"]
+        assert failure["cause"].count(says) == 2, failure["cause"]  # the cache and the origin, once each
 
 
 def test_a_refused_credential_ends_the_job_with_nothing_of_its_batch_recorded(monkeypatch):

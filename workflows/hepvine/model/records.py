@@ -47,7 +47,7 @@ class Failure:
     kind: (
         str  # e.g. "unreachable", "credential", "missing-file", "not-root", "missing-branch", "unknown-era", "corrupt",
     )
-    # "disk-full"
+    # "disk-full", "truncated"
     failure_class: str  # TRANSIENT or PERMANENT
     cause: str  # the exception, with the file it concerns
     fix: str  # what the user should do

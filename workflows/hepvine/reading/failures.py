@@ -16,6 +16,19 @@ from hepvine.reading import fetch
 
 # What XRootD says when the identity it authenticated may not read the file (kXR_NotAuthorized, 3010).
 NOT_AUTHORIZED = ("[3010]", "not authorized", "Not authorized")
+# What Python's mmap (uproot's MemmapSource: a recompressing job's staged copy) says of a file of 0 bytes.
+EMPTY_FILE = "cannot mmap an empty file"
+
+
+TRUNCATED_FIX = (
+    "the file ends before its own structure says (an interrupted transfer, an empty file, or a few bytes that are not "
+    "ROOT): replace it at its source or drop it from the spec; " + RERUN_FIXED
+)
+
+
+def _truncated(cause: str) -> Failure:
+    """A file that ends before its own structure says, or is empty (read locally, or every source serves it so)."""
+    return Failure("truncated", PERMANENT, cause, TRUNCATED_FIX)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -64,6 +77,9 @@ def classify(exc: BaseException) -> Failure | None:
                 cause,
                 "no source has the file: correct its path in the spec or restore it; " + RERUN_FIXED,
             )
+        # A FetchError says whether every source served the file short (its message may name one that did).
+        if exc.truncated if isinstance(exc, fetch.FetchError) else fetch.short_read(exc):
+            return _truncated(cause)
         if fetch.credential_refused(exc):
             return Failure(
                 "credential",
@@ -84,6 +100,8 @@ def classify(exc: BaseException) -> Failure | None:
         return Failure(
             "unreachable", TRANSIENT, cause, "no source could be read in time (cache or origin down, network): " + rerun
         )
+    if isinstance(exc, ValueError) and EMPTY_FILE in str(exc):
+        return _truncated(cause)
     if isinstance(exc, ValueError) and ("not a ROOT file" in str(exc) or "file header" in str(exc)):
         return Failure(
             "not-root",

@@ -34,17 +34,28 @@ AUTHENTICATION_REFUSED = "Auth failed"
 # server at once: the rounds of ``read`` would never reach a cache or origin that is back (measured in
 # tests/chaos/test_faults.py: all three servers down 30 s, every later round "[FATAL] Connection error").
 XROOTD_DEFAULTS = {"XRD_STREAMERRORWINDOW": "1"}
+# What uproot says when a source served fewer bytes than the file's own structure points to (``Chunk.wait``): the
+# file there ends early (an interrupted transfer, an empty file, a few bytes that are not ROOT). The source answered:
+# another round reads the same bytes.
+SHORT_READ = "expected Chunk of length"
 T = TypeVar("T")
 
 
 class FetchError(OSError):
     """Every source of a file failed; the message lists each with its cause. ``missing``: every source said the
-    file does not exist; ``refused``: every source refused the job's credential."""
+    file does not exist; ``refused``: every source refused the job's credential; ``truncated``: every source that has
+    the file served it shorter than its structure says (``short_read``)."""
 
-    def __init__(self, message: str, missing: bool, refused: bool = False):
+    def __init__(self, message: str, missing: bool, refused: bool = False, truncated: bool = False):
         super().__init__(message)
         self.missing = missing
         self.refused = refused
+        self.truncated = truncated
+
+
+class CutShort(OSError):
+    """A source's file is shorter than its ROOT header says (``fEND``): a read past its end failed. Another source may
+    have it whole; this one, read again, fails alike (``short_read``)."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +85,11 @@ def _missing(error: OSError) -> bool:
     return isinstance(error, FileNotFoundError) or "no such file" in str(error).lower()
 
 
+def short_read(error: OSError) -> bool:
+    """Whether a source served the file shorter than its own structure says (``SHORT_READ``, ``CutShort``)."""
+    return isinstance(error, CutShort) or SHORT_READ in str(error)
+
+
 def credential_refused(error: OSError) -> bool:
     """Whether a source (or, for a FetchError, every source) refused to authenticate the reader (no credential, an
     expired or unknown one)."""
@@ -96,12 +112,15 @@ def read(route: dict, reader: Callable[[str], T], retry: Retry = Retry()) -> tup
                 failed.append({**source, "error": f"{type(e).__name__}: {e}", "round": round_})
                 continue
             return result, record(route, source, failed)
-        # Another round helps neither a file no source has nor a credential every source refuses (a job's
-        # credential does not change while it runs).
+        # Another round helps neither a file no source has (or has whole), nor a credential every source refuses (a
+        # job's credential does not change while it runs).
         missing, refused = all(_missing(e) for e in errors), all(credential_refused(e) for e in errors)
-        if missing or refused or round_ == retry.attempts:
+        truncated = not missing and all(_missing(e) or short_read(e) for e in errors)
+        if missing or refused or truncated or round_ == retry.attempts:
             if missing:
                 why = " (every source says the file does not exist)"
+            elif truncated:
+                why = " (every source that has the file serves it shorter than its structure says)"
             else:
                 why = " (every source refused the credential)" if refused else f" in {round_} round(s)"
             raise FetchError(
@@ -109,6 +128,7 @@ def read(route: dict, reader: Callable[[str], T], retry: Retry = Retry()) -> tup
                 + "; ".join(f"{f['url']} ({f['error']})" for f in failed[-len(errors) :]),
                 missing,
                 refused,
+                truncated,
             )
         time.sleep(retry.wait_s(round_))
     raise AssertionError("unreachable: attempts >= 1")

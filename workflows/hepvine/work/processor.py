@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hepvine.model.records import AnalysisError, FileProblem
-from hepvine.reading import failures
+from hepvine.reading import failures, fetch
 from hepvine.work import nanoevents
 
 DEFAULT_SCHEMA = "NanoAODSchema"
@@ -246,58 +246,89 @@ def file_uuid(opened) -> str:
     return str(uuid.UUID(bytes=opened.file.fUUID)) if len(opened.file.fUUID) else ""
 
 
+def _cut_short(opened) -> tuple[int, int] | None:
+    """(the bytes the file OPENED has, the bytes its ROOT header says it has, ``fEND``) when it has fewer: a file cut
+    short (an interrupted transfer), whose reads past its end fail as I/O errors of any source (uproot's short read
+    locally; over XRootD the origin's "[3005] Unable to readv ...; illegal seek", an XCache's "[3000] ...; invalid
+    argument"), where another round would fail alike. None otherwise, or when its size cannot be asked."""
+    try:
+        size = opened.file.source.num_bytes
+    except OSError:
+        return None
+    return (size, opened.file.fEND) if size < opened.file.fEND else None
+
+
 def run_file(url: str, task, analysis: Analysis) -> tuple[object, int, int]:
     """(the accumulated output, the events processed, the bytes read) of ANALYSIS over the file at URL (TASK: its
     dataset, tree, metadata, uuid and steps). ``events.metadata["filename"]`` is the file as the dataset names it
-    (TASK's path), as coffea's Runner gives it, whichever cache or recompressed copy URL is."""
+    (TASK's path), as coffea's Runner gives it, whichever cache or recompressed copy URL is. A read that fails on a
+    file shorter than ROOT wrote it (``_cut_short``) says so (``fetch.CutShort``): the next source is read, and when
+    none has the file whole it is the file's permanent ``truncated`` failure."""
     import uproot
+
+    with uproot.open({url: None}) as f:
+        try:
+            output, events = _run_chunks(url, task, analysis, f)
+        except OSError as e:
+            cut = _cut_short(f)
+            if cut is None:
+                raise
+            first_line = str(e).splitlines()[0] if str(e) else ""
+            raise fetch.CutShort(
+                f"{url}: {cut[0]:,} bytes where its ROOT header says {cut[1]:,}, cut short ({type(e).__name__}: "
+                f"{first_line})"
+            ) from e
+        return output, events, int(f.file.source.num_requested_bytes)
+
+
+def _run_chunks(url: str, task, analysis: Analysis, f) -> tuple[object, int]:
+    """(the accumulated output, the events processed) of ANALYSIS over the chunks of TASK's tree in the file F
+    (opened from URL): run_file's work."""
     from coffea.processor import accumulate
 
     output, events = None, 0
     bulk = over_network(url)
-    with uproot.open({url: None}) as f:
-        made = nanoevents.FileChunks(f, task.treename, analysis.schema, analysis.forms)
-        tree = made.tree
-        fileuuid = task.uuid or file_uuid(f)
-        steps = task.steps or chunks(tree.num_entries, analysis.chunksize)
-        for start, stop in steps:
-            metadata = {
-                "dataset": task.dataset,
-                "filename": task.path,
-                "treename": task.treename,
-                "entrystart": start,
-                "entrystop": stop,
-                "fileuuid": fileuuid,
-                **(task.metadata or {}),
-            }
-            try:
-                chunk = made.events(metadata, start, stop, preload(analysis, made, task, metadata) if bulk else None)
-            except Exception as e:
-                if failures.classify(e) is not None:
-                    raise
-                raise FileProblem(
-                    "not-nanoevents",
-                    f"{url}: {task.treename} cannot be read as NanoEvents with "
-                    f"{analysis.schema.__name__}: {type(e).__name__}: {e}",
-                    "check the file and the schema (config key schema); drop the file from the "
-                    "dataset if it is not NanoAOD",
-                ) from e
-            try:
-                out = analysis.process(chunk)
-            except Exception as e:
-                if failures.classify(e) is not None:  # a read failure seen through a lazy column: the file's
-                    raise
-                raise AnalysisError(
-                    f"{url} entries {start}-{stop}: {analysis.name} raised {type(e).__name__}: {e}",
-                    _user_frame(e, analysis.source),
-                ) from e
-            if out is None:
-                raise AnalysisError(
-                    f"{url}: {analysis.name} returned None for entries {start}-{stop}; process() "
-                    "must return an accumulatable (a dict of histograms, numbers, sets...)",
-                    analysis.name,
-                )
-            output = out if output is None else accumulate([out], output)
-            events += stop - start
-            chunk = out = None  # gone before the next chunk is read and made
-        return output, events, int(f.file.source.num_requested_bytes)
+    made = nanoevents.FileChunks(f, task.treename, analysis.schema, analysis.forms)
+    fileuuid = task.uuid or file_uuid(f)
+    steps = task.steps or chunks(made.tree.num_entries, analysis.chunksize)
+    for start, stop in steps:
+        metadata = {
+            "dataset": task.dataset,
+            "filename": task.path,
+            "treename": task.treename,
+            "entrystart": start,
+            "entrystop": stop,
+            "fileuuid": fileuuid,
+            **(task.metadata or {}),
+        }
+        try:
+            chunk = made.events(metadata, start, stop, preload(analysis, made, task, metadata) if bulk else None)
+        except Exception as e:
+            if failures.classify(e) is not None:
+                raise
+            raise FileProblem(
+                "not-nanoevents",
+                f"{url}: {task.treename} cannot be read as NanoEvents with "
+                f"{analysis.schema.__name__}: {type(e).__name__}: {e}",
+                "check the file and the schema (config key schema); drop the file from the "
+                "dataset if it is not NanoAOD",
+            ) from e
+        try:
+            out = analysis.process(chunk)
+        except Exception as e:
+            if failures.classify(e) is not None:  # a read failure seen through a lazy column: the file's
+                raise
+            raise AnalysisError(
+                f"{url} entries {start}-{stop}: {analysis.name} raised {type(e).__name__}: {e}",
+                _user_frame(e, analysis.source),
+            ) from e
+        if out is None:
+            raise AnalysisError(
+                f"{url}: {analysis.name} returned None for entries {start}-{stop}; process() "
+                "must return an accumulatable (a dict of histograms, numbers, sets...)",
+                analysis.name,
+            )
+        output = out if output is None else accumulate([out], output)
+        events += stop - start
+        chunk = out = None  # gone before the next chunk is read and made
+    return output, events
