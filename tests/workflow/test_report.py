@@ -124,6 +124,36 @@ def test_every_histogram_of_the_output_goes_to_histograms_root_under_its_path(tm
         assert "categories" not in f and "all" not in f
 
 
+@pytest.mark.parametrize("storage", ["Int64", "AtomicInt64"])
+def test_a_histogram_of_integer_counts_goes_to_histograms_root_as_doubles(tmp_path, storage):
+    """Integer counts (``Int64``, ``AtomicInt64`` storage: what ``hist.Hist.new...Int64()`` makes), which uproot
+    cannot write, are written as TH1D/TH2D of the same counts, flow bins too."""
+    one = hist.Hist(hist.axis.Regular(4, 0, 4, name="x", label="x [GeV]"), storage=getattr(hist.storage, storage)())
+    two = hist.Hist(
+        hist.axis.Regular(4, 0, 4, name="x"), hist.axis.Variable([0, 1, 3], name="y"), storage=hist.storage.Int64()
+    )
+    one.fill(x=[-1.0, 0.5, 1.5, 1.5, 9.0])
+    two.fill(x=[0.5, 3.5, 3.5], y=[0.5, 2.5, 7.0])
+    path = tmp_path / "h.root"
+    assert output.write_root({"one": one, "d": {"two": two}}, path) == {"written": ["one", "d/two"], "skipped": {}}
+    with uproot.open(path) as f:
+        assert f["one"].classname == "TH1D" and f["d/two"].classname == "TH2D"
+        assert f["one"].values(flow=True).tolist() == [1, 1, 2, 0, 0, 1]
+        assert f["d/two"].values(flow=True).tolist() == two.values(flow=True).tolist()
+        assert f["one"].member("fXaxis").member("fTitle") == "x [GeV]"
+
+
+def test_a_histogram_uproot_cannot_write_is_skipped_with_its_reason_and_the_others_are_written(tmp_path, monkeypatch):
+    """A report never loses its products to one histogram uproot refuses: it is listed in ``skipped`` with uproot's
+    reason (a fake here: every histogram uproot 5.7 is given can be written once integer counts are doubles)."""
+    as_root_holds = output._as_root_holds
+    monkeypatch.setattr(output, "_as_root_holds", lambda h: object() if h.name == "odd" else as_root_holds(h))
+    fine, odd = (hist.Hist(hist.axis.Regular(2, 0, 2, name="x"), name=name) for name in ("fine", "odd"))
+    written = output.write_root({"fine": fine, "odd": odd}, tmp_path / "h.root")
+    assert written["written"] == ["fine"] and list(written["skipped"]) == ["odd"]
+    assert written["skipped"]["odd"].startswith("uproot cannot write it (TypeError: ")
+
+
 def report_argv(where, events: int, histograms: int = 1) -> list[str]:
     """The report's command line over two batches' results (written in WHERE) of 100 events each as the records
     say, their event counts EVENTS in all, each output HISTOGRAMS histograms, its products into WHERE/out."""
@@ -328,9 +358,12 @@ def test_a_plot_drawn_on_the_reused_figure_is_the_plot_drawn_on_a_fresh_one(tmp_
 
 
 def test_summary_names_failures_and_where_the_products_are():
-    summary = report.summarise([record("a", 0, 10), record("d", 5, 20, failure=GONE)], expected("a", "d"))
+    short = Failure("truncated", PERMANENT, "OSError: expected Chunk of length 403,\nreceived 16 bytes", "replace it")
+    records = [record("a", 0, 10), record("d", 5, 20, failure=GONE), record("e", 0, 1, failure=short)]
+    summary = report.summarise(records, expected("a", "d", "e"))
     text = summary_line(summary, "results/c")
-    assert "1/2 files ok" in text and "FAILED (transient) /store/d.root: FetchError: gone" in text
+    assert "1/3 files ok" in text and "FAILED (transient) /store/d.root: FetchError: gone" in text
+    assert "FAILED (permanent) /store/e.root: OSError: expected Chunk of length 403, received 16 bytes\n" in text
     assert "INCOMPLETE" in text and "run the same command again" in text
     assert "results/c/histograms.root" in text and "results/c/output.coffea" in text
 

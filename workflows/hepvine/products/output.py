@@ -41,8 +41,21 @@ def _writable(h) -> str | None:
     return None
 
 
+def _as_root_holds(h):
+    """H as ROOT holds it: a histogram of integer counts (``Int64``, ``AtomicInt64`` storage, which uproot 5.7 cannot
+    write) as doubles, a TH1D's (exact up to 2**53 a bin, as ``Unlimited`` storage is written); others as they are."""
+    import hist
+
+    if not isinstance(h.storage_type(), (hist.storage.Int64, hist.storage.AtomicInt64)):
+        return h
+    doubles = hist.Hist(*h.axes, storage=hist.storage.Double(), label=h.label, name=h.name)
+    doubles.view(flow=True)[...] = h.view(flow=True)
+    return doubles
+
+
 def write_root(output, path: Path) -> dict:
-    """``histograms.root`` of OUTPUT at PATH: {"written": [paths], "skipped": {path: why}}."""
+    """``histograms.root`` of OUTPUT at PATH: {"written": [paths], "skipped": {path: why}}. A histogram uproot cannot
+    write is skipped with uproot's reason, and the others are written."""
     import uproot
 
     written, skipped = [], {}
@@ -50,9 +63,13 @@ def write_root(output, path: Path) -> dict:
         for name, h in histograms(output):
             why = _writable(h)
             if why is None:
-                f[name] = h
-                written.append(name)
-            else:
+                try:
+                    f[name] = _as_root_holds(h)
+                except (TypeError, ValueError) as e:  # uproot's to_writable: a type or data it cannot write
+                    why = f"uproot cannot write it ({type(e).__name__}: {e})"
+                else:
+                    written.append(name)
+            if why is not None:
                 skipped[name] = why
     return {"written": written, "skipped": skipped}
 

@@ -51,7 +51,8 @@ def summary_line(report: dict, where: Path | str, command_s: float | None = None
                 f"(first: {accounting[what][0]}) — report.json: accounting"
             )
     for failure in report["failed_files"][:5]:
-        lines.append(f"  FAILED ({failure['class']}) {failure['path']}: {failure['error']}")
+        cause = " ".join(failure["error"].split())  # one line: a cause may quote uproot's lines
+        lines.append(f"  FAILED ({failure['class']}) {failure['path']}: {cause}")
     if len(report["failed_files"]) > 5:
         lines.append(f"  ... and {len(report['failed_files']) - 5} more failed files (report.json: failed_files)")
     transient = sum(f["class"] == "transient" for f in report["failed_files"])
