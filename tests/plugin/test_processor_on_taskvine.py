@@ -1,9 +1,9 @@
 """A user's processor on the real stack: the sandbox profile (TaskVine workers that HTCondor runs, one per rack),
 a coffea fileset of real NanoAOD files served by the XRootD origin and read through the racks' XCaches, the
-processor's file and the user's package it imports (hepvine.model.sources) shipped to workers without a shared
-filesystem, each file recompressed to ZSTD first — and ``output.coffea`` equal to coffea's own ``processor.Runner``
-reading the same URLs, with the one file that is not ROOT named as failed; then a later campaign over the copies
-(``dataset.zstd.json``) equal to the Runner over them."""
+processor's file and the user's package it imports (hepvine.model.sources), in a directory of the user's outside the
+checkout linked into it, shipped to workers without a shared filesystem, each file recompressed to ZSTD first — and
+``output.coffea`` equal to coffea's own ``processor.Runner`` reading the same URLs, with the one file that is not ROOT
+named as failed; then a later campaign over the copies (``dataset.zstd.json``) equal to the Runner over them."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -53,7 +54,11 @@ def served(services):
     yield fileset, bad, tag
     shutil.rmtree(store, ignore_errors=True)
     for path in (REPO / "results").glob(f"{tag}*"):
-        shutil.rmtree(path, ignore_errors=True)
+        if path.is_symlink():
+            shutil.rmtree(path.resolve(), ignore_errors=True)
+            path.unlink()
+        else:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def entries(path: Path) -> int:
@@ -95,8 +100,12 @@ def test_a_users_processor_on_taskvine_workers_equals_coffeas_runner(served):
     a later campaign over the copies (dataset.zstd.json) on the same profile with its jobs as library calls (the
     driver forked from each worker's library, coffea imported there once): both equal coffea's Runner."""
     fileset, bad, tag = served
+    # The user's analysis lives in a directory of theirs outside the checkout, linked into it (the jobs are sent
+    # only files under the directory Snakemake runs in: README, "Run your own processor").
     inputs = REPO / "results" / tag
-    inputs.mkdir(parents=True)
+    inputs.parent.mkdir(exist_ok=True)
+    inputs.symlink_to(tempfile.mkdtemp(prefix=f"{tag}-analysis-"))
+    assert not inputs.resolve().is_relative_to(REPO)
     # The processor's file imports a package of the user's beside it (with a data file it reads): both are shipped.
     cut = "jets = events.Jet[events.Jet.pt > self.pt_min]"
     assert cut in NEW_PROCESSOR

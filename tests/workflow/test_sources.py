@@ -101,3 +101,43 @@ def test_too_much_to_ship_says_what_to_do(tmp_path, monkeypatch):
     monkeypatch.setattr(sources, "MAX_FILES", 4)
     with pytest.raises(sources.SourcesError, match=r"big.*6 files.*install the package"):
         sources.local_sources("big.m0:Proc")
+
+
+def test_files_outside_the_directory_snakemake_runs_in_are_named_with_how_to_send_them(tmp_path, monkeypatch):
+    """Without a shared filesystem a job is sent only files under the directory Snakemake runs in: an analysis outside
+    it is refused before any job, with the link that sends it; the same analysis through that link is sent."""
+    work, elsewhere = tmp_path / "work", tmp_path / "home" / "ana"
+    write(elsewhere / "mine.py", "import helpers\n")
+    write(elsewhere / "helpers.py")
+    work.mkdir()
+    monkeypatch.chdir(work)
+    spec = f"{elsewhere}/mine.py:Mine"
+    files = sources.local_sources(spec)
+    assert files == [f"{elsewhere}/mine.py", f"{elsewhere}/helpers.py"]
+    with pytest.raises(sources.SourcesError) as e:
+        sources.check_sendable(spec, files, work)
+    assert f"{elsewhere}/mine.py, {elsewhere}/helpers.py lie(s) outside {work}" in str(e.value)
+    assert f"ln -s {elsewhere} my-analysis, then analysis=my-analysis/mine.py:Mine" in str(e.value)
+    (work / "my-analysis").symlink_to(elsewhere)
+    linked = sources.local_sources("my-analysis/mine.py:Mine")
+    assert linked == ["my-analysis/mine.py", "my-analysis/helpers.py"]
+    sources.check_sendable("my-analysis/mine.py:Mine", linked, work)  # sent through the link
+
+
+def test_the_workflow_refuses_an_analysis_it_cannot_send_before_any_job(tmp_path, snakemake):
+    """``--shared-fs-usage none`` (the TaskVine profiles): the plan stops at its parse, naming the file and the link;
+    with a shared filesystem (the local executor) the same analysis is planned."""
+    elsewhere = tmp_path / "ana"
+    write(elsewhere / "mine.py", "def f(events):\n    return {}\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    nanoaod = Path(__file__).resolve().parents[3] / "shared" / "nanoaod" / "nano_dimuon.root"
+    write(work / "fileset.json", f'{{"d": {{"files": {{"{nanoaod}": "Events"}}}}}}')
+    config = ("dataset=fileset.json", f"analysis={elsewhere}/mine.py:f", "campaign=c")
+    refused = snakemake(work, *config, extra=("-n", "--shared-fs-usage", "none"))
+    said = refused.stdout + refused.stderr
+    assert refused.returncode != 0 and f"{elsewhere}/mine.py lie(s) outside {work}" in said
+    assert "ln -s" in said and "rule analyse" not in said  # the fix named, no job planned
+    planned = snakemake(work, *config, extra=("-n",))
+    assert planned.returncode == 0, planned.stderr[-2000:]
+    assert "analyse" in planned.stdout + planned.stderr

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import os
 from pathlib import Path
 
 MAX_FILES = 200
@@ -119,3 +120,20 @@ def local_sources(spec: str) -> list[str]:
             "data out of the package"
         )
     return [str(p) for p in found]
+
+
+def check_sendable(spec: str, files: list[str], workdir: Path) -> None:
+    """Raise SourcesError naming FILES (``local_sources`` of SPEC) that lie outside WORKDIR, the directory Snakemake
+    runs in: without a shared filesystem a job is sent files under it only, so every job would fail on them (the
+    executor's error, job after job, once workers were started). A link under WORKDIR to the analysis's directory is
+    sent as the files it links to."""
+    outside = [f for f in files if not Path(os.path.abspath(f)).is_relative_to(os.path.abspath(workdir))]
+    if outside:
+        where, _, name = spec.rpartition(":")
+        raise SourcesError(
+            f"analysis={spec}: {', '.join(outside[:3])}{' ...' if len(outside) > 3 else ''} lie(s) outside {workdir}, "
+            "the directory Snakemake runs in, and jobs without a shared filesystem (--shared-fs-usage none, as in "
+            "the TaskVine profiles) are sent only the files under it. Link the analysis's directory into it and "
+            f"name the analysis through the link: ln -s {os.path.abspath(Path(where).parent)} my-analysis, then "
+            f"analysis=my-analysis/{Path(where).name}:{name} (or copy the directory there)"
+        )
