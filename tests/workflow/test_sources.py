@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -126,7 +127,8 @@ def test_files_outside_the_directory_snakemake_runs_in_are_named_with_how_to_sen
 
 def test_the_workflow_refuses_an_analysis_it_cannot_send_before_any_job(tmp_path, snakemake):
     """``--shared-fs-usage none`` (the TaskVine profiles): the plan stops at its parse, naming the file and the link;
-    with a shared filesystem (the local executor) the same analysis is planned."""
+    with a shared filesystem (the local executor) the same analysis is planned; a name the file does not define
+    stops it at its parse too (``check_names``)."""
     elsewhere = tmp_path / "ana"
     write(elsewhere / "mine.py", "def f(events):\n    return {}\n")
     work = tmp_path / "work"
@@ -141,3 +143,62 @@ def test_the_workflow_refuses_an_analysis_it_cannot_send_before_any_job(tmp_path
     planned = snakemake(work, *config, extra=("-n",))
     assert planned.returncode == 0, planned.stderr[-2000:]
     assert "analyse" in planned.stdout + planned.stderr
+    misnamed = snakemake(work, *config[:1], f"analysis={elsewhere}/mine.py:g", "campaign=c", extra=("-n",))
+    assert misnamed.returncode != 0 and "mine.py defines no g (its classes and functions: f)" in misnamed.stdout
+
+
+ANALYSIS = """
+import hist
+from coffea import processor
+from helpers import shared_cut as cut
+
+try:
+    from fast import Selector
+except ImportError:
+    Selector = None
+
+
+class Mine(processor.ProcessorABC):
+    def process(self, events):
+        def inner(x):
+            return x
+        return {}
+
+
+def f(events):
+    return {}
+
+
+g = f
+"""
+
+
+@pytest.mark.parametrize(
+    "name, args, says",
+    [
+        ("Mine", {"pt_min": 1}, None),
+        ("f", {}, None),
+        ("g", {}, None),  # an alias
+        ("cut", {}, None),  # imported
+        ("Selector", {}, None),  # bound in a try block
+        ("Min", {}, "defines no Min (its classes and functions: Mine, f); name the processor class or function"),
+        ("inner", {}, "defines no inner"),  # a function's own, not the module's
+        ("f", {"pt_min": 1}, "f is a function, which takes no analysis_args (only a processor class is instantiated"),
+    ],
+)
+def test_a_name_the_analysis_file_does_not_define_is_said_before_any_job(tmp_path, monkeypatch, name, args, says):
+    """Read from the file (never run): a name it does not bind at its top level, or analysis_args for a function,
+    is refused at the parse with what it does define; what the source cannot tell is left to the job."""
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "mine.py", ANALYSIS)
+    if says is None:
+        sources.check_names(f"mine.py:{name}", args)
+    else:
+        said = re.escape(f"analysis=mine.py:{name}: ") + ".*" + re.escape(says)
+        with pytest.raises(sources.SourcesError, match=said):
+            sources.check_names(f"mine.py:{name}", args)
+    for unsure in ("from helpers import *\n", "globals()['Dyn'] = 1\n", "for Dyn in (1,):\n    pass\n"):
+        write(tmp_path / "dyn.py", unsure)
+        sources.check_names("dyn.py:Dyn", {})  # the job says, if it is not there
+    sources.check_names("hepvine.examples.agc:Nothing", {})  # a module: the job says
+    sources.check_names("broken.py:F", {})  # no such file: said elsewhere

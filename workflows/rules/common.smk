@@ -68,8 +68,10 @@ if ANALYSIS_WHERE.endswith(".py") and not Path(ANALYSIS_WHERE).is_file() and not
     )
 try:
     ANALYSIS_FILES = hv_sources.local_sources(ANALYSIS)
-    if not workflow.remote_exec and SharedFSUsage.INPUT_OUTPUT not in workflow.storage_settings.shared_fs_usage:
-        hv_sources.check_sendable(ANALYSIS, ANALYSIS_FILES, Path.cwd())  # before any job, not job after job
+    if not workflow.remote_exec:  # said before any job, not job after job
+        hv_sources.check_names(ANALYSIS, typed(config["analysis_args"]))
+        if SharedFSUsage.INPUT_OUTPUT not in workflow.storage_settings.shared_fs_usage:
+            hv_sources.check_sendable(ANALYSIS, ANALYSIS_FILES, Path.cwd())
 except hv_sources.SourcesError as e:
     raise WorkflowError(str(e)) from None
 # A spec that names Rucio DIDs is planned from what they resolved to, kept here (hepvine.routing.replicas).

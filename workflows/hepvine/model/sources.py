@@ -137,3 +137,57 @@ def check_sendable(spec: str, files: list[str], workdir: Path) -> None:
             f"name the analysis through the link: ln -s {os.path.abspath(Path(where).parent)} my-analysis, then "
             f"analysis=my-analysis/{Path(where).name}:{name} (or copy the directory there)"
         )
+
+
+def check_names(spec: str, args: dict) -> None:
+    """Raise SourcesError when the file of the analysis SPEC (``<file.py>:<Name>``) plainly binds no Name at its top
+    level, or binds it to a function while ARGS (analysis_args) are given: what the first job would stop on, said
+    before any job (and any worker) starts. Read from the source like its imports, never run; silent where the
+    source cannot tell (a star import, ``globals()``, a module ``__getattr__``, a file that does not parse: the job
+    says) and for ``<module>:<Name>``."""
+    where, _, name = spec.rpartition(":")
+    if not where.endswith(".py"):
+        return
+    try:
+        tree = ast.parse(Path(where).read_bytes(), filename=where)
+    except (OSError, SyntaxError, ValueError):
+        return
+    bound: dict[str, ast.AST] = {}
+    for node in _top_level(tree.body):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound[node.name] = node
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                if alias.name == "*":
+                    return
+                bound[alias.asname or alias.name.split(".")[0]] = node
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                bound.update((n.id, node) for n in ast.walk(target) if isinstance(n, ast.Name))
+    if "__getattr__" in bound or any(isinstance(n, ast.Name) and n.id == "globals" for n in ast.walk(tree)):
+        return
+    # Bound in a way not followed here (a loop's or a with's target, say) if named anywhere: then the job says.
+    if name not in bound and name not in {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}:
+        defined = sorted(n for n, node in bound.items() if isinstance(node, (ast.FunctionDef, ast.ClassDef)))
+        raise SourcesError(
+            f"analysis={spec}: {where} defines no {name} (its classes and functions: "
+            f"{', '.join(defined) or 'none'}); name the processor class or function it defines"
+        )
+    if isinstance(bound.get(name), (ast.FunctionDef, ast.AsyncFunctionDef)) and args:
+        raise SourcesError(
+            f"analysis={spec}: {name} is a function, which takes no analysis_args (only a processor class is "
+            f"instantiated with them: {', '.join(sorted(args))}); drop analysis_args"
+        )
+
+
+def _top_level(body: list[ast.stmt]):
+    """The statements of a module's BODY that bind its top-level names: those of its ``if``, ``try`` and ``with``
+    blocks too, not those inside its functions and classes."""
+    for node in body:
+        yield node
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            inner = getattr(node, field, None)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or not isinstance(inner, list):
+                continue
+            for child in inner:
+                yield from _top_level(child.body if isinstance(child, ast.ExceptHandler) else [child])
