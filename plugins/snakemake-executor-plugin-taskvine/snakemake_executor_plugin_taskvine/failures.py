@@ -1,5 +1,6 @@
-"""What a failed task tells the user: the rule, the worker, the exit code or TaskVine's reason, and the last lines
-of the job's output; the whole output is saved to a log file that Snakemake attaches to the error."""
+"""What a failed task tells the user: the rule, the worker, the exit code or TaskVine's reason, the last lines of the
+job's output and of the rule's own log files (where a rule's command sends its errors: ``2> {log}``), as they came
+back; the whole output is saved to a log file that Snakemake attaches to the error."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 from .taskvine import GAVE_UP_LOST, TIME_LIMIT, TaskResult
 
 TAIL_LINES = 20
+TAIL_BYTES = 1 << 16  # of a rule's log, read from its end: its last lines, however long it grew
 
 
 def describe_failure(job: JobExecutorInterface, result: TaskResult, log_dir: Path) -> tuple[str, Path]:
@@ -37,6 +39,22 @@ def describe_failure(job: JobExecutorInterface, result: TaskResult, log_dir: Pat
     shown = "\n".join(f"    {line}" for line in tail) if tail else "    (no output)"
     message = (
         f"TaskVine task {result.tag} of rule {job.name} failed {where} ({why}). "
-        f"Last lines of its output:\n{shown}\nWhole output: {log}\n"
+        f"Last lines of its output:\n{shown}\n{_log_tails(job)}Whole output: {log}\n"
     )
     return message, log
+
+
+def _log_tails(job: JobExecutorInterface) -> str:
+    """The last lines of each of JOB's log files that is here (brought back from its worker, or written in place on a
+    shared filesystem), each headed by its path; '' when none is."""
+    said = []
+    for path in job.log:
+        try:
+            with open(path, "rb") as f:
+                f.seek(max(0, f.seek(0, 2) - TAIL_BYTES))
+                lines = f.read().decode(errors="replace").rstrip().splitlines()[-TAIL_LINES:]
+        except OSError:  # not there (the job failed before writing it), or not a file
+            continue
+        if lines:
+            said.append(f"Last lines of its log {path}:\n" + "\n".join(f"    {line}" for line in lines) + "\n")
+    return "".join(said)
