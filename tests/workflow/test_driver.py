@@ -18,7 +18,7 @@ from kept import generated_file
 
 from hepvine.examples import agc as analysis
 from hepvine.jobs import driver
-from hepvine.model import records
+from hepvine.model import dataset, records
 from hepvine.model.limits import UNKNOWN_FILE_BYTES, Limits
 from hepvine.reading import failures, fetch
 from hepvine.routing import index as hv_index
@@ -273,6 +273,45 @@ def test_a_file_every_source_serves_short_is_not_read_again(origin, rounds, kind
     )
     assert failures.classify(errors["short"]).kind == "truncated"
     assert failures.classify(ValueError("cannot mmap an empty file")).kind == "truncated"
+
+
+@pytest.mark.parametrize("codec", [None, "zstd:5"])
+@pytest.mark.parametrize("bad", ["cut", "empty"])
+def test_a_source_that_has_the_file_cut_short_is_failed_over(tmp_path, files, codec, bad):
+    """A source serving the file cut short (or empty) is not the file's end: the next source, which has it whole, is
+    read (analysed as it is, or staged and recompressed first), and the failed source is in the record."""
+    whole = files[0][0]
+    short = tmp_path / f"{bad}.root"
+    short.write_bytes(Path(whole).read_bytes()[: Path(whole).stat().st_size // 2] if bad == "cut" else b"")
+    batch = shard([whole])
+    batch["files"][0]["route"] = fetch.local_route(str(short), (whole,))
+    result = driver.run_batch(batch, AGC, codec, tmp_path / "copies" if codec else None, fetch.Retry(3, 0))
+    (record,) = result["records"]
+    assert record["failure"] is None and result["events"] == {"ttbar__nominal": 1000}
+    assert record["fetch"]["url"] == whole and [f["url"] for f in record["fetch"]["failover"]] == [str(short)]
+
+
+def test_a_short_read_of_a_file_that_is_whole_is_read_again(tmp_path, files, monkeypatch):
+    """A read that comes back short of a file that has all its bytes (a source's fault: an HTTP server's, say) is
+    not the file's: it is read again in rounds, and stays transient."""
+    events_of = nanoevents.FileChunks.events
+    calls = []
+
+    def short_once(made, *args):
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError("expected Chunk of length 1960,\nreceived 0 bytes from HTTPSource\nfor file path f.root")
+        return events_of(made, *args)
+
+    monkeypatch.setattr(nanoevents.FileChunks, "events", short_once)
+    path = files[0][0]
+    metadata = {"process": "ttbar", "variation": "nominal", "xsec": 1.0, "nevts_total": 1000, "era": None}
+    task = next(iter(dataset.tasks({"ttbar__nominal": {"files": {path: "Events"}, "metadata": metadata}})))
+    with pytest.raises(OSError) as e:
+        processor.run_file(path, task, AGC)
+    assert not fetch.short_read(e.value) and not isinstance(e.value, fetch.CutShort)
+    assert failures.classify(e.value).kind == "unreachable"
+    assert processor.run_file(path, task, AGC)[1] == 1000  # the next round reads it
 
 
 def test_a_file_cut_short_at_the_storage_is_its_permanent_failure_through_the_real_xrootd(tmp_path, files, services):

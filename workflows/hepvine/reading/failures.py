@@ -26,19 +26,31 @@ TRUNCATED_FIX = (
 )
 
 
+def _truncated_file(exc: OSError) -> bool:
+    """Whether EXC says the file ends early: a FetchError whose every source served it short (its message may name
+    one source that did among others that failed otherwise), or one source's short read."""
+    return exc.truncated if isinstance(exc, fetch.FetchError) else fetch.short_read(exc)
+
+
 def _truncated(cause: str) -> Failure:
     """A file that ends before its own structure says, or is empty (read locally, or every source serves it so)."""
     return Failure("truncated", PERMANENT, cause, TRUNCATED_FIX)
 
 
-def _first_line(exc: BaseException) -> str:
+def _cause(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
+
+
+def first_line(exc: BaseException) -> str:
+    """EXC's type and the first line of its message (uproot's messages run over several lines)."""
+    lines = str(exc).splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
 
 
 def classify(exc: BaseException) -> Failure | None:
     """The failure EXC means for the file being read, or None if it is not a problem of the file or its access
     (then it is a bug, and the caller lets it propagate)."""
-    cause = _first_line(exc)
+    cause = _cause(exc)
     rerun = "run the same command again: transient failures are retried"
     if isinstance(exc, FileProblem):
         return Failure(exc.kind, PERMANENT, cause, exc.fix)
@@ -77,8 +89,7 @@ def classify(exc: BaseException) -> Failure | None:
                 cause,
                 "no source has the file: correct its path in the spec or restore it; " + RERUN_FIXED,
             )
-        # A FetchError says whether every source served the file short (its message may name one that did).
-        if exc.truncated if isinstance(exc, fetch.FetchError) else fetch.short_read(exc):
+        if _truncated_file(exc):
             return _truncated(cause)
         if fetch.credential_refused(exc):
             return Failure(

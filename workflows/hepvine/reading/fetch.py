@@ -6,8 +6,9 @@ A task learns its worker's rack from ``SNAKEMAKE_TASKVINE_WORKER_GROUP`` (set by
 worker groups are named after their racks). Only I/O errors (``OSError``: refused connections, timeouts, missing
 files) move on to the next source; anything else is a problem of the file itself and is raised at once. When every
 source failed, the round is tried again after a back-off (doubling, with jitter) up to ``Retry.attempts`` rounds —
-a cache or the origin that is down for a few seconds costs a wait, not the file — unless every source said the file
-does not exist.
+a cache or the origin that is down for a few seconds costs a wait, not the file — unless no round can help: every
+source said the file does not exist, or refused the job's credential, or served the file shorter than its structure
+says (``short_read``; some may have said it does not exist).
 """
 
 from __future__ import annotations

@@ -263,7 +263,8 @@ def run_file(url: str, task, analysis: Analysis) -> tuple[object, int, int]:
     dataset, tree, metadata, uuid and steps). ``events.metadata["filename"]`` is the file as the dataset names it
     (TASK's path), as coffea's Runner gives it, whichever cache or recompressed copy URL is. A read that fails on a
     file shorter than ROOT wrote it (``_cut_short``) says so (``fetch.CutShort``): the next source is read, and when
-    none has the file whole it is the file's permanent ``truncated`` failure."""
+    none has the file whole it is the file's permanent ``truncated`` failure. A short read of a file that is whole is
+    a fault of its source, read again like any other."""
     import uproot
 
     with uproot.open({url: None}) as f:
@@ -271,13 +272,16 @@ def run_file(url: str, task, analysis: Analysis) -> tuple[object, int, int]:
             output, events = _run_chunks(url, task, analysis, f)
         except OSError as e:
             cut = _cut_short(f)
-            if cut is None:
-                raise
-            first_line = str(e).splitlines()[0] if str(e) else ""
-            raise fetch.CutShort(
-                f"{url}: {cut[0]:,} bytes where its ROOT header says {cut[1]:,}, cut short ({type(e).__name__}: "
-                f"{first_line})"
-            ) from e
+            if cut is not None:
+                raise fetch.CutShort(
+                    f"{url}: {cut[0]:,} bytes where its ROOT header says {cut[1]:,}, cut short "
+                    f"({failures.first_line(e)})"
+                ) from e
+            if fetch.short_read(e):  # of a file that is whole (or whose size could not be asked): read it again
+                raise OSError(
+                    f"{url}: a read returned fewer bytes than asked of a file not shorter than its header says"
+                ) from e
+            raise
         return output, events, int(f.file.source.num_requested_bytes)
 
 

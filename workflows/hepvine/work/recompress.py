@@ -50,7 +50,7 @@ import uproot
 
 from hepvine.model import atomic, records
 from hepvine.model.records import FileProblem
-from hepvine.reading import failures
+from hepvine.reading import failures, fetch
 from hepvine.work import transcode
 from hepvine.work.processor import file_uuid
 
@@ -402,11 +402,15 @@ def verify_transcoded(source: str, src, tmp: Path, manifest: dict) -> dict[str, 
     return entries
 
 
-def _unreadable(source: str, e: Exception) -> FileProblem:
+def _unreadable(source: str, e: Exception) -> Exception:
     """The staged source could not be read (E): the source was read whole onto local disk, so a file uproot cannot
-    read is a permanent problem of the file (damaged, truncated, not ROOT), named by its own path: no network is to
-    blame."""
+    read is a permanent problem of the file (damaged, not ROOT), named by its own path: no network is to blame. A
+    copy cut short or empty (``failures``' ``truncated``) is said as ``fetch.CutShort``: the file's next source may
+    have it whole."""
     failure = failures.classify(e)
+    cause = f"{source}: cannot be read as a ROOT file: {failures.first_line(e)}"
+    if failure is not None and failure.kind == "truncated":
+        return fetch.CutShort(cause)
     kind, fix = (
         (failure.kind, failure.fix)
         if failure and failure.failure_class == records.PERMANENT
@@ -415,8 +419,7 @@ def _unreadable(source: str, e: Exception) -> FileProblem:
             "the file is damaged or truncated at its source: replace it there; " + records.RERUN_FIXED,
         )
     )
-    first_line = str(e).splitlines()[0] if str(e) else ""
-    return FileProblem(kind, f"{source}: cannot be read as a ROOT file: {type(e).__name__}: {first_line}", fix)
+    return FileProblem(kind, cause, fix)
 
 
 READ_ERRORS = (OSError, ValueError, uproot.deserialization.DeserializationError)
