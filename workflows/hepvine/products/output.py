@@ -41,12 +41,13 @@ def _writable(h) -> str | None:
     return None
 
 
-def _as_root_holds(h):
-    """H as ROOT holds it: a histogram of integer counts (``Int64``, ``AtomicInt64`` storage, which uproot 5.7 cannot
-    write) as doubles, a TH1D's (exact up to 2**53 a bin, as ``Unlimited`` storage is written); others as they are."""
+def _root_writable(h):
+    """H as uproot can write it: a histogram of integer counts (``Int64``, ``AtomicInt64`` storage, which uproot 5.7
+    cannot write) as doubles, a TH1D's (exact up to 2**53 a bin, as ``Unlimited`` storage is written); others as they
+    are."""
     import hist
 
-    if not isinstance(h.storage_type(), (hist.storage.Int64, hist.storage.AtomicInt64)):
+    if not issubclass(h.storage_type, (hist.storage.Int64, hist.storage.AtomicInt64)):
         return h
     doubles = hist.Hist(*h.axes, storage=hist.storage.Double(), label=h.label, name=h.name)
     doubles.view(flow=True)[...] = h.view(flow=True)
@@ -64,8 +65,8 @@ def write_root(output, path: Path) -> dict:
             why = _writable(h)
             if why is None:
                 try:
-                    f[name] = _as_root_holds(h)
-                except (TypeError, ValueError) as e:  # uproot's to_writable: a type or data it cannot write
+                    f[name] = _root_writable(h)
+                except (TypeError, ValueError, NotImplementedError) as e:  # uproot's to_writable: what it cannot write
                     why = f"uproot cannot write it ({type(e).__name__}: {e})"
                 else:
                     written.append(name)
