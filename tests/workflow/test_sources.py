@@ -144,7 +144,8 @@ def test_the_workflow_refuses_an_analysis_it_cannot_send_before_any_job(tmp_path
     assert planned.returncode == 0, planned.stderr[-2000:]
     assert "analyse" in planned.stdout + planned.stderr
     misnamed = snakemake(work, *config[:1], f"analysis={elsewhere}/mine.py:g", "campaign=c", extra=("-n",))
-    assert misnamed.returncode != 0 and "mine.py defines no g (its classes and functions: f)" in misnamed.stdout
+    said = misnamed.stdout + misnamed.stderr
+    assert misnamed.returncode != 0 and "mine.py defines no g (its classes and functions: f)" in said
 
 
 ANALYSIS = """
@@ -170,6 +171,23 @@ def f(events):
 
 
 g = f
+
+try:
+    from pkg import Fallback
+except ImportError:
+    def Fallback(events):
+        return {}
+
+
+@processor_from
+def Decorated(events):
+    return {}
+
+
+match 1:
+    case 1:
+        class InMatch(processor.ProcessorABC):
+            pass
 """
 
 
@@ -181,7 +199,14 @@ g = f
         ("g", {}, None),  # an alias
         ("cut", {}, None),  # imported
         ("Selector", {}, None),  # bound in a try block
-        ("Min", {}, "defines no Min (its classes and functions: Mine, f); name the processor class or function"),
+        ("Fallback", {"pt_min": 1}, None),  # a class when pkg imports, a function only when it does not
+        ("Decorated", {"pt_min": 1}, None),  # a decorator may make it a processor class
+        ("InMatch", {}, None),
+        (
+            "Min",
+            {},
+            "defines no Min (its classes and functions: Decorated, Fallback, InMatch, Mine, f); name the processor",
+        ),
         ("inner", {}, "defines no inner"),  # a function's own, not the module's
         ("f", {"pt_min": 1}, "f is a function, which takes no analysis_args (only a processor class is instantiated"),
     ],
@@ -197,8 +222,9 @@ def test_a_name_the_analysis_file_does_not_define_is_said_before_any_job(tmp_pat
         said = re.escape(f"analysis=mine.py:{name}: ") + ".*" + re.escape(says)
         with pytest.raises(sources.SourcesError, match=said):
             sources.check_names(f"mine.py:{name}", args)
-    for unsure in ("from helpers import *\n", "globals()['Dyn'] = 1\n", "for Dyn in (1,):\n    pass\n"):
-        write(tmp_path / "dyn.py", unsure)
+    dynamic = ("from helpers import *\n", "globals()['Dyn'] = 1\n", "exec('Dyn = 1')\n", "for Dyn in (1,):\n    pass\n")
+    for source in dynamic:
+        write(tmp_path / "dyn.py", source)
         sources.check_names("dyn.py:Dyn", {})  # the job says, if it is not there
     sources.check_names("hepvine.examples.agc:Nothing", {})  # a module: the job says
     sources.check_names("broken.py:F", {})  # no such file: said elsewhere

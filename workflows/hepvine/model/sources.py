@@ -139,12 +139,17 @@ def check_sendable(spec: str, files: list[str], workdir: Path) -> None:
         )
 
 
+# Names whose use at a module's top level can bind any name: check_names cannot tell what such a module defines.
+DYNAMIC_BINDERS = frozenset({"globals", "locals", "vars", "exec", "setattr"})
+DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
 def check_names(spec: str, args: dict) -> None:
     """Raise SourcesError when the file of the analysis SPEC (``<file.py>:<Name>``) plainly binds no Name at its top
-    level, or binds it to a function while ARGS (analysis_args) are given: what the first job would stop on, said
-    before any job (and any worker) starts. Read from the source like its imports, never run; silent where the
-    source cannot tell (a star import, ``globals()``, a module ``__getattr__``, a file that does not parse: the job
-    says) and for ``<module>:<Name>``."""
+    level, or binds it only to plain functions while ARGS (analysis_args) are given: what the first job would stop
+    on, said before any job (and any worker) starts. Read from the source like its imports, never run; silent where
+    the source cannot tell (a star import, ``globals()`` and the like, a module ``__getattr__``, a name bound in a way
+    not followed here, a file that does not parse: the job says) and for ``<module>:<Name>``."""
     where, _, name = spec.rpartition(":")
     if not where.endswith(".py"):
         return
@@ -152,28 +157,31 @@ def check_names(spec: str, args: dict) -> None:
         tree = ast.parse(Path(where).read_bytes(), filename=where)
     except (OSError, SyntaxError, ValueError):
         return
-    bound: dict[str, ast.AST] = {}
+    bound: dict[str, list[ast.AST]] = {}
     for node in _top_level(tree.body):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            bound[node.name] = node
+        if isinstance(node, DEFINITIONS):
+            bound.setdefault(node.name, []).append(node)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             for alias in node.names:
                 if alias.name == "*":
                     return
-                bound[alias.asname or alias.name.split(".")[0]] = node
+                bound.setdefault(alias.asname or alias.name.split(".")[0], []).append(node)
         elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
             for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
-                bound.update((n.id, node) for n in ast.walk(target) if isinstance(n, ast.Name))
-    if "__getattr__" in bound or any(isinstance(n, ast.Name) and n.id == "globals" for n in ast.walk(tree)):
+                for n in ast.walk(target):
+                    if isinstance(n, ast.Name):
+                        bound.setdefault(n.id, []).append(node)
+    named = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    if "__getattr__" in bound or named & DYNAMIC_BINDERS:
         return
-    # Bound in a way not followed here (a loop's or a with's target, say) if named anywhere: then the job says.
-    if name not in bound and name not in {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}:
-        defined = sorted(n for n, node in bound.items() if isinstance(node, (ast.FunctionDef, ast.ClassDef)))
+    if name not in bound and name not in named:  # named anywhere: bound in a way not followed here, perhaps
+        defined = sorted(n for n, nodes in bound.items() if any(isinstance(node, DEFINITIONS) for node in nodes))
         raise SourcesError(
             f"analysis={spec}: {where} defines no {name} (its classes and functions: "
             f"{', '.join(defined) or 'none'}); name the processor class or function it defines"
         )
-    if isinstance(bound.get(name), (ast.FunctionDef, ast.AsyncFunctionDef)) and args:
+    plain_function = (ast.FunctionDef, ast.AsyncFunctionDef)
+    if args and name in bound and all(isinstance(n, plain_function) and not n.decorator_list for n in bound[name]):
         raise SourcesError(
             f"analysis={spec}: {name} is a function, which takes no analysis_args (only a processor class is "
             f"instantiated with them: {', '.join(sorted(args))}); drop analysis_args"
@@ -181,13 +189,15 @@ def check_names(spec: str, args: dict) -> None:
 
 
 def _top_level(body: list[ast.stmt]):
-    """The statements of a module's BODY that bind its top-level names: those of its ``if``, ``try`` and ``with``
-    blocks too, not those inside its functions and classes."""
+    """The statements of a module's BODY that bind its top-level names: those in its compound statements too
+    (``if``, ``try``, ``with``, ``for``, ``while``, ``match``), not those inside its functions and classes."""
     for node in body:
         yield node
-        for field in ("body", "orelse", "finalbody", "handlers"):
-            inner = getattr(node, field, None)
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or not isinstance(inner, list):
-                continue
-            for child in inner:
-                yield from _top_level(child.body if isinstance(child, ast.ExceptHandler) else [child])
+        if isinstance(node, DEFINITIONS):
+            continue
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            for child in getattr(node, field, None) or []:
+                if isinstance(child, (ast.ExceptHandler, ast.match_case)):
+                    yield from _top_level(child.body)
+                elif isinstance(child, ast.stmt):
+                    yield from _top_level([child])
