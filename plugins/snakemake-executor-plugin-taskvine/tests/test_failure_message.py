@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from snakemake_executor_plugin_taskvine.failures import TAIL_LINES, describe_failure
+from snakemake_executor_plugin_taskvine.failures import TAIL_BYTES, TAIL_LINES, describe_failure
 from snakemake_executor_plugin_taskvine.taskvine import TaskResult
 
 
@@ -18,8 +18,9 @@ def test_the_last_lines_of_the_rules_log_are_in_the_message(tmp_path, monkeypatc
     worker, are in the message beside the task's output; a log that is not there is left out."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "logs").mkdir()
-    long = [f"line {i}" for i in range(5000)] + ["ModuleNotFoundError: No module named 'not_installed_xyz'"]
+    long = [f"line {i}" for i in range(20_000)] + ["ModuleNotFoundError: No module named 'not_installed_xyz'"]
     (tmp_path / "logs" / "a.log").write_text("\n".join(long) + "\n")
+    assert (tmp_path / "logs" / "a.log").stat().st_size > TAIL_BYTES  # read from its end
     job = SimpleNamespace(name="analyse", log=["logs/a.log", "logs/never-written.log"], resources={})
     message, saved = describe_failure(job, result("Error in rule analyse:\n    message: None"), tmp_path / "failed")
     assert "failed on worker w1 (exit code 1)" in message and "    message: None" in message
