@@ -51,8 +51,8 @@ def _log_tails(job: JobExecutorInterface) -> str:
     for path in job.log:
         try:
             with open(path, "rb") as f:
-                f.seek(max(0, f.seek(0, 2) - TAIL_BYTES))
-                lines = f.read().decode(errors="replace").rstrip().splitlines()[-TAIL_LINES:]
+                start = f.seek(max(0, f.seek(0, 2) - TAIL_BYTES))
+                lines = f.read().decode(errors="replace").rstrip().splitlines()[1 if start else 0 :][-TAIL_LINES:]
         except OSError:  # not there (the job failed before writing it), or not a file
             continue
         if lines:

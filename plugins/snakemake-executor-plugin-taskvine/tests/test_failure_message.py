@@ -19,6 +19,7 @@ def test_the_last_lines_of_the_rules_log_are_in_the_message(tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     (tmp_path / "logs").mkdir()
     long = [f"line {i}" for i in range(20_000)] + ["ModuleNotFoundError: No module named 'not_installed_xyz'"]
+    few = ["x" * 10_000] * 8  # longer than TAIL_BYTES in fewer than TAIL_LINES lines: none shown cut
     (tmp_path / "logs" / "a.log").write_text("\n".join(long) + "\n")
     assert (tmp_path / "logs" / "a.log").stat().st_size > TAIL_BYTES  # read from its end
     job = SimpleNamespace(name="analyse", log=["logs/a.log", "logs/never-written.log"], resources={})
@@ -27,6 +28,10 @@ def test_the_last_lines_of_the_rules_log_are_in_the_message(tmp_path, monkeypatc
     shown = message.split("Last lines of its log logs/a.log:\n")[1].split("Whole output")[0].splitlines()
     assert shown == [f"    {line}" for line in long[-TAIL_LINES:]]
     assert "never-written" not in message and saved.read_text().startswith("Error in rule analyse")
+    (tmp_path / "logs" / "a.log").write_text("\n".join(few) + "\n")
+    message, _ = describe_failure(job, result(""), tmp_path / "failed")
+    shown = message.split("Last lines of its log logs/a.log:\n")[1].split("Whole output")[0].splitlines()
+    assert shown and shown == [f"    {line}" for line in few[-len(shown) :]]
 
 
 def test_a_job_without_a_log_says_its_output_only(tmp_path, monkeypatch):
