@@ -153,7 +153,7 @@ def test_a_histogram_uproot_cannot_write_is_skipped_with_its_reason_and_the_othe
     assert written["written"] == ["fine"] and list(written["skipped"]) == ["d/profile"]
     assert written["skipped"]["d/profile"].startswith("uproot cannot write it (NotImplementedError: ")
     with uproot.open(tmp_path / "h.root") as f:
-        assert f["fine"].classname == "TH1D"
+        assert f["fine"].classname == "TH1D" and f.keys(cycle=False) == ["fine"]  # no empty directory "d"
 
 
 def report_argv(where, events: int, histograms: int = 1) -> list[str]:

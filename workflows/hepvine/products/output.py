@@ -64,11 +64,12 @@ def write_root(output, path: Path) -> dict:
         for name, h in histograms(output):
             why = _writable(h)
             if why is None:
-                try:
-                    f[name] = _root_writable(h)
-                except (TypeError, ValueError, NotImplementedError) as e:  # uproot's to_writable: what it cannot write
+                try:  # converted before it is stored: a refused one leaves no directory of its path behind
+                    writable = uproot.to_writable(_root_writable(h))
+                except (TypeError, ValueError, NotImplementedError) as e:  # what uproot cannot write
                     why = f"uproot cannot write it ({type(e).__name__}: {e})"
                 else:
+                    f[name] = writable
                     written.append(name)
             if why is not None:
                 skipped[name] = why
