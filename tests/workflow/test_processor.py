@@ -503,6 +503,8 @@ def test_a_preloaded_count_branch_is_taken_from_the_branch_it_counts_and_not_rea
         loaded = chunk[0].attrs["@events_factory"]._mapping.preloaded_arrays
         by_name = ["Jet_eta", "Jet_pt", "Muon_pt", "event", "nElectron"]
         assert made._reads(preload)[0] == (None if forms is None else by_name)
+        absent = made.events({}, start, stop, frozenset({"Absent_pt"}))  # a trace of another layout's file
+        assert absent.attrs["@events_factory"]._mapping.preloaded_arrays == {} and len(absent.Muon.pt) == stop - start
     with uproot.open(path) as f:
         expected = f["Events"].arrays(
             filter_branch=lambda b: b.name in preload, entry_start=start, entry_stop=stop, ak_add_doc=True, how=dict

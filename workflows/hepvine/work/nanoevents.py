@@ -195,8 +195,10 @@ class FileChunks:
                     ak_add_doc=True,
                     how=dict,
                 )
-            else:
+            elif names:
                 arrays = tree.arrays(names, entry_start=start, entry_stop=stop, ak_add_doc=True, how=dict)
+            else:  # none of PRELOAD in the tree (a trace of another layout's file)
+                arrays = {}
             for count, (jagged, branch) in counted.items():
                 arrays[count] = _counts(arrays[jagged], branch)
             preloaded = {name: self._parts.only_sliceable(a, slice(start, stop)) for name, a in arrays.items()}
