@@ -152,3 +152,26 @@ def test_root_objects_that_are_not_histograms_are_refused(tmp_path):
         f["Events"] = {"x": np.arange(3)}
     with pytest.raises(compare.CompareError, match="'Events' is a .*not a histogram"):
         compare.load(path)
+
+
+def test_a_processors_nested_output_and_profiles_are_compared_under_their_paths(tmp_path, capsys):
+    """histograms.root of a processor's nested output (directories) with a profile (Mean storage): compared by path;
+    a changed bin in a directory is named by its path."""
+    import hist
+
+    def product(name: str, shift: float):
+        counts = hist.Hist(hist.axis.Regular(3, 0, 3, name="x"), storage=hist.storage.Int64())
+        counts.fill(x=[0.5, 1.5 + shift])
+        profile = hist.Hist(hist.axis.Regular(2, 0, 2, name="x"), storage=hist.storage.Mean())
+        profile.fill(x=[0.5, 1.5], sample=[2.0, 4.0])
+        out = {"/DY/NANOAODSIM": {"counts": counts, "profile": profile}, "top": counts}
+        path = tmp_path / name / "histograms.root"
+        path.parent.mkdir()
+        assert not output.write_root(out, path)["skipped"]
+        return path.parent
+
+    a, same, other = product("a", 0.0), product("same", 0.0), product("other", 1.0)
+    assert compare.main([str(a), str(same)]) == 0
+    assert "identical: 3 histograms" in capsys.readouterr().out
+    assert compare.main([str(a), str(other)]) == 1
+    assert "different: histogram _DY_NANOAODSIM/counts, xaxis bin 1 [1, 2)" in capsys.readouterr().out

@@ -2,7 +2,8 @@
 
 A and B are each a campaign's results directory (``results/<campaign>``: its ``histograms.root``), a ROOT file of
 histograms, or a result pickle (a batch's ``files/<batch>.pkl`` or a merge node's ``merge/<level>/<node>.pkl``: its
-histograms and event counts). Every histogram's axes, and the bytes of its bin contents and variances (under- and
+histograms and event counts); histograms in directories (a processor's nested output) are compared under their paths,
+profiles as histograms. Every histogram's axes, and the bytes of its bin contents and variances (under- and
 overflow included), must be identical; file timestamps and anything else in the files are not compared. Prints
 ``identical`` and exits 0, or names the first differing histogram (in name order) and bin with both values and exits
 1; exits 2 when A or B cannot be read.
@@ -19,6 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from hepvine.jobs.merge import OldResult, read_counts
+
+# What histograms.root holds: histograms, and profiles (a 1-D output histogram of Mean storage).
+HISTOGRAM_CLASSES = ("TH1", "TH2", "TH3", "TProfile")
 
 
 class CompareError(ValueError):
@@ -102,8 +106,11 @@ def _from_root(path: Path) -> dict[str, Histogram]:
         ) from e
     found = {}
     with f:
-        for name, classname in sorted(f.classnames(cycle=False).items()):
-            if not classname.startswith(("TH1", "TH2", "TH3")):
+        # Directories too: a processor's nested output is written under its path (hepvine.products.output).
+        for name, classname in sorted(f.classnames(recursive=True, cycle=False).items()):
+            if classname == "TDirectory":
+                continue
+            if not classname.startswith(HISTOGRAM_CLASSES):
                 raise CompareError(
                     f"{path}: object {name!r} is a {classname}, not a histogram; compare files that "
                     "hold histograms only"
