@@ -1,8 +1,8 @@
 """``make bench`` (processor part): what running an analysis as a coffea processor costs, per core, side by side in
 one process on the same files, for the AGC ttbar selection (``hepvine.examples.agc``):
 
-(a) native: uproot reads the selection's branches of each file in steps and the selection fills the histograms
-    (what hepvine's driver ran before analyses were plug-ins);
+(a) native: uproot reads the selection's branches of each file in steps and the selection fills the histograms the
+    processor returns for the file (``agc.fills_of``: the same selection, the same fills; made once a file);
 (b) hepvine's processor path: ``hepvine.work.processor.run_file`` with ``TtbarProcessor`` (NanoEvents, chunks,
     accumulate, and over the network the traced branches preloaded in bulk: what a campaign's job runs per file; a
     local file it reads lazily), and the same with every branch read lazily as the analysis touches it (``lazy``:
@@ -38,6 +38,7 @@ import time
 import warnings
 from pathlib import Path
 
+import hist
 import uproot
 from latency import DelayLine
 
@@ -97,12 +98,17 @@ def zstd_copies(paths: list[Path]) -> list[Path]:
 
 
 def native(urls: list[str]) -> int:
+    """(a): each file's histograms (what the processor returns for it) made once and filled chunk by chunk."""
     events = 0
     for url in urls:
-        h = agc.new_histogram()
+        out: dict[str, hist.Hist] = {}
         with uproot.open(url) as f:
             for chunk in f["Events"].iterate(agc.BRANCHES, step_size=CHUNKSIZE, library="ak"):
-                agc.fill(h, chunk, "ttbar", 0.1)
+                for region, name, observable, weights in agc.fills_of(chunk, "ttbar", 0.1)[0]:
+                    key = f"{region}_ttbar_{name}"
+                    if key not in out:
+                        out[key] = hist.Hist(agc.observable_axis(), storage=hist.storage.Weight())
+                    out[key].fill(observable=observable, weight=weights)
                 events += len(chunk)
     return events
 

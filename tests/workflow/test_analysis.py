@@ -148,6 +148,8 @@ def test_the_processor_fills_what_fill_fills_under_the_th1_names(tmp_path, schem
     for region in analysis.REGIONS:
         for variation in fills:
             want = expected[{"region": region, "process": "ttbar", "variation": variation}]
+            assert out[f"{region}_ttbar_{variation}"].axes == want.axes
+            assert out[f"{region}_ttbar_{variation}"].storage_type == want.storage_type
             np.testing.assert_allclose(
                 out[f"{region}_ttbar_{variation}"].values(flow=True), want.values(flow=True), rtol=1e-12
             )

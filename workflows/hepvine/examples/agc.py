@@ -87,13 +87,18 @@ def variations(process: str, variation: str, data: bool) -> tuple[str, ...]:
     return (*VARIATIONS, *BTAG_VARIATIONS, *(SCALE_VARIATIONS if process in SCALE_VAR_PROCESSES else ()))
 
 
+def observable_axis() -> hist.axis.Regular:
+    """The observable's binning: Reg(25, 50, 550) GeV."""
+    return hist.axis.Regular(25, 50, 550, name="observable", label="observable [GeV]")
+
+
 def new_histogram() -> hist.Hist:
     """An empty histogram; its variation axis starts with SYSTEMATICS and grows by the spec's sample variations."""
     return hist.Hist(
         hist.axis.StrCategory(list(REGIONS), name="region"),
         hist.axis.StrCategory([], name="process", growth=True),
         hist.axis.StrCategory(list(SYSTEMATICS), name="variation", growth=True),
-        hist.axis.Regular(25, 50, 550, name="observable", label="observable [GeV]"),
+        observable_axis(),
         storage=hist.storage.Weight(),
     )
 
@@ -242,6 +247,27 @@ def _weights(variation: str, selected: Region, weight: float) -> np.ndarray:
     return weights * (1.0 + sign * (selected.jet_pt[:, jet].astype(np.float64) * 0.075 / 50))
 
 
+def fills_of(
+    events: dict,
+    process: str,
+    weight: float,
+    selection: eras.Selection = RUN2,
+    variation: str = "nominal",
+    data: bool = False,
+) -> tuple[list[tuple[str, str, np.ndarray, np.ndarray]], dict[str, int]]:
+    """What EVENTS of the spec sample PROCESS/VARIATION (read with SELECTION; DATA: it has no xsec) fill: (one
+    (region, histogram variation, observables, weights) for every region and each histogram variation the sample fills
+    (``variations``), the nominal selection's count per region)."""
+    fills = variations(process, variation, data)
+    selected = select(events, selection, tuple(v for v in VARIATIONS if v == "nominal" or v in fills))
+    filled = []
+    for region in REGIONS:
+        for name in fills:
+            chosen = selected[name if name in VARIATIONS else "nominal"][region]
+            filled.append((region, name, chosen.observable, _weights(name, chosen, weight)))
+    return filled, {region: len(selected["nominal"][region].observable) for region in REGIONS}
+
+
 def fill(
     h: hist.Hist,
     events: dict,
@@ -251,22 +277,31 @@ def fill(
     variation: str = "nominal",
     data: bool = False,
 ) -> dict[str, int]:
-    """Fill H with EVENTS of the spec sample PROCESS/VARIATION (read with SELECTION; DATA: it has no xsec) in every
-    region and each histogram variation the sample fills (``variations``); returns the nominal selection's count per
-    region."""
-    fills = variations(process, variation, data)
-    selected = select(events, selection, tuple(v for v in VARIATIONS if v == "nominal" or v in fills))
-    for region in REGIONS:
-        for name in fills:
-            chosen = selected[name if name in VARIATIONS else "nominal"][region]
-            h.fill(
-                region=region,
-                process=process,
-                variation=name,
-                observable=chosen.observable,
-                weight=_weights(name, chosen, weight),
-            )
-    return {region: len(selected["nominal"][region].observable) for region in REGIONS}
+    """Fill H (``new_histogram``) with what EVENTS fill (``fills_of``, of the same arguments); returns the nominal
+    selection's count per region."""
+    filled, counts = fills_of(events, process, weight, selection, variation, data)
+    for region, name, observable, weights in filled:
+        h.fill(region=region, process=process, variation=name, observable=observable, weight=weights)
+    return counts
+
+
+def region_histograms(
+    events: dict,
+    process: str,
+    weight: float,
+    selection: eras.Selection = RUN2,
+    variation: str = "nominal",
+    data: bool = False,
+) -> dict[str, hist.Hist]:
+    """What EVENTS fill (``fills_of``, of the same arguments) as histograms.root's 1-D histograms, one
+    ``<region>_<process>_<variation>`` each (observable axis, weighted), empty ones too: what ``fill`` fills into
+    ``new_histogram``, each region and variation a histogram of its own, filled as it is (not sliced out of one)."""
+    filled, _ = fills_of(events, process, weight, selection, variation, data)
+    out = {}
+    for region, name, observable, weights in filled:
+        h = out[f"{region}_{process}_{name}"] = hist.Hist(observable_axis(), storage=hist.storage.Weight())
+        h.fill(observable=observable, weight=weights)
+    return out
 
 
 def event_weight(xsec_pb: float | None, lumi_pb: float, nevts_total: int) -> float:
@@ -289,11 +324,12 @@ class Branches:
         return self.events[collection][field]
 
     def names(self) -> set[str]:
-        """Every branch name the events hold (a collection's fields as ``<collection>_<field>``)."""
-        found = set(self.fields)
-        for name in self.fields:
-            fields = getattr(self.events[name], "fields", None) or []
-            found.update(f"{name}_{f}" for f in fields)
+        """Every branch name the events hold (a collection's fields as ``<collection>_<field>``), read off their layout
+        (no array made for each of the ~70 fields of NanoAOD, nothing read)."""
+        layout = self.events.layout
+        found = set(layout.fields)
+        for name, content in zip(layout.fields, layout.contents):
+            found.update(f"{name}_{f}" for f in content.fields)
         return found
 
 
@@ -345,26 +381,13 @@ class TtbarProcessor(processor.ProcessorABC):
         meta = events.metadata
         process, variation, xsec = meta["process"], meta["variation"], meta.get("xsec")
         branches = Branches(events)
-        selection = file_selection(events, branches)
-        fills = variations(process, variation, xsec is None)
-        h = new_histogram()
-        fill(
-            h,
+        out = region_histograms(
             branches,
             process,
             event_weight(xsec, self.lumi_pb, meta.get("nevts_total") or 1),
-            selection,
+            file_selection(events, branches),
             variation,
             xsec is None,
         )
-        # Every histogram variation the sample fills, empty ones too (today's histograms.root has them all).
-        filled = process in h.axes["process"]
-        out = {
-            f"{region}_{process}_{name}": h[{"region": region, "process": process, "variation": name}]
-            if filled and name in h.axes["variation"]
-            else hist.Hist(h.axes["observable"], storage=hist.storage.Weight())
-            for region in REGIONS
-            for name in fills
-        }
         out[f"events_{process}_{variation}"] = events_histogram(len(events))
         return out
