@@ -506,3 +506,31 @@ def test_summary_gives_the_whole_commands_time_beside_the_analysis_window():
         "runs): 2.5 s" in line
     )
     assert "this command" not in summary_line(summary, "results/x")
+
+
+def test_plot_file_names_are_links_docutils_reads_and_never_overwrite_each_other():
+    """Each histogram's plot file is one of its own, and a name Snakemake's report makes a reST hyperlink target of
+    (its ``.. _<file name>: javascript:...`` lines, rendered by docutils as the report renders them) without a
+    warning: a DAS key's histograms begin with '_', which docutils read as an anonymous target."""
+    import io
+
+    from docutils.core import publish_parts
+
+    names = ["_TTto4Q_Run3_NANOAODSIM/jet_pt", "TTto4Q_Run3_NANOAODSIM/jet_pt", "a/b", "a__b", "timeline", "__", "x"]
+    files = plots.file_names(names)
+    assert files == [
+        "TTto4Q_Run3_NANOAODSIM__jet_pt.png",
+        "TTto4Q_Run3_NANOAODSIM__jet_pt-2.png",
+        "a__b.png",
+        "a__b-2.png",
+        "timeline-2.png",
+        "histogram.png",
+        "x.png",
+    ]
+    links = "".join(f".. _{name}: javascript:app.showResultInfo('{name}')\n" for name in ["timeline.png", *files])
+    warnings = io.StringIO()
+    publish_parts(f"The plots.\n\n{links}", writer_name="html", settings_overrides={"warning_stream": warnings})
+    assert warnings.getvalue() == ""
+    bad = io.StringIO()
+    publish_parts(".. __x.png: javascript:x\n", writer_name="html", settings_overrides={"warning_stream": bad})
+    assert "malformed hyperlink target" in bad.getvalue()  # what the old name of a DAS key's plot gave

@@ -110,20 +110,38 @@ def _draw(indices: list[int]) -> list[str]:
     return failed
 
 
+def file_names(names: list[str]) -> list[str]:
+    """The plot file of each histogram path of NAMES: ``a/b`` as ``a__b.png``, without leading underscores, and with
+    ``-2``, ``-3``... added to a file name met before (``timeline.png`` is the timeline's): no plot overwrites another.
+    Snakemake's report links to each file by its name, a reST hyperlink target, which docutils cannot read when it
+    begins with ``_`` ("malformed hyperlink target": ``.. __x`` is its anonymous target); a fileset's DAS key, e.g.
+    ``/TTto.../NANOAODSIM``, begins a histograms.root directory with one."""
+    taken = {"timeline.png"}
+    files = []
+    for name in names:
+        stem = name.replace("/", "__").lstrip("_") or "histogram"
+        file, n = f"{stem}.png", 2
+        while file in taken:
+            file, n = f"{stem}-{n}.png", n + 1
+        taken.add(file)
+        files.append(file)
+    return files
+
+
 @contextlib.contextmanager
 def drawing(named: list[tuple[str, object]], records: list[dict], outdir: Path, processes: int = 1):
     """The campaign's plots into OUTDIR, drawn while the body of this context runs (the report writes its files):
     the timeline of RECORDS as ``timeline.png`` and a default plot of each (name, histogram) of NAMED as ``<name, '/'
-    as '__'>.png``. With PROCESSES > 1 they are shared among that many processes forked on entry (a figure costs
-    ~35 ms and each process ~0.4 s to load matplotlib and its fonts; an analysis has hundreds); with 1 they are
-    drawn here when the body ends, as they are when this process already runs threads (a fork would copy their
+    as '__'>.png`` (``file_names``). With PROCESSES > 1 they are shared among that many processes forked on entry (a
+    figure costs ~35 ms and each process ~0.4 s to load matplotlib and its fonts; an analysis has hundreds); with 1
+    they are drawn here when the body ends, as they are when this process already runs threads (a fork would copy their
     locks). Leaving waits for them. A figure that cannot be drawn is left out and named on standard error with its
     error (a default plot: the products written in the body must not be lost for it). An exception of the body is
     raised once the processes have drawn what they had begun."""
     global _TO_DRAW, _RECORDS
     outdir.mkdir(parents=True, exist_ok=True)
     _TO_DRAW = [("timeline", None, outdir / "timeline.png")]
-    _TO_DRAW += [(name, h, outdir / f"{name.replace('/', '__')}.png") for name, h in named]
+    _TO_DRAW += [(name, h, outdir / file) for (name, h), file in zip(named, file_names([n for n, _ in named]))]
     _RECORDS = records
     indices = list(range(len(_TO_DRAW)))
     shares = [indices[i : i + FIGURES_A_TIME] for i in range(0, len(indices), FIGURES_A_TIME)]
