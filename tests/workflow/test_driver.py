@@ -138,14 +138,14 @@ def test_a_bug_fails_the_job_instead_of_every_file(files, monkeypatch):
 
 @pytest.mark.parametrize("limited", [False, True])
 def test_an_exception_in_the_analysis_is_the_files_permanent_analysis_error(files, monkeypatch, limited):
-    """An exception raised by the user's analysis (here: TtbarProcessor.process's fill) is each file's own permanent
+    """An exception raised by the user's analysis (here: TtbarProcessor.process's fills) is each file's own permanent
     analysis-error naming the user's frame; the job goes on, with or without a process per file."""
     good, _, _ = files
 
     def raising(*args, **kwargs):
         raise ZeroDivisionError("a bug in the user's analysis")
 
-    monkeypatch.setattr(analysis, "fill", raising)
+    monkeypatch.setattr(analysis, "region_histograms", raising)
     limits = Limits(rate_floor_mb_s=1, file_time_base_s=60, bytes_per_event=1) if limited else None
     result = driver.run_batch(shard(good), AGC, limits=limits)
     assert result["output"] is None and result["events"] == {}
