@@ -268,35 +268,19 @@ def fills_of(
     return filled, {region: len(selected["nominal"][region].observable) for region in REGIONS}
 
 
-def fill(
-    h: hist.Hist,
-    events: dict,
-    process: str,
-    weight: float,
-    selection: eras.Selection = RUN2,
-    variation: str = "nominal",
-    data: bool = False,
-) -> dict[str, int]:
-    """Fill H (``new_histogram``) with what EVENTS fill (``fills_of``, of the same arguments); returns the nominal
-    selection's count per region."""
-    filled, counts = fills_of(events, process, weight, selection, variation, data)
+def fill(h: hist.Hist, events: dict, process: str, *args, **kwargs) -> dict[str, int]:
+    """Fill H (``new_histogram``) with what ``fills_of(EVENTS, PROCESS, *ARGS, **KWARGS)`` gives (its weight, selection,
+    sample variation and whether it is data); returns the nominal selection's count per region."""
+    filled, counts = fills_of(events, process, *args, **kwargs)
     for region, name, observable, weights in filled:
         h.fill(region=region, process=process, variation=name, observable=observable, weight=weights)
     return counts
 
 
-def region_histograms(
-    events: dict,
-    process: str,
-    weight: float,
-    selection: eras.Selection = RUN2,
-    variation: str = "nominal",
-    data: bool = False,
-) -> dict[str, hist.Hist]:
-    """What EVENTS fill (``fills_of``, of the same arguments) as histograms.root's 1-D histograms, one
+def region_histograms(filled: list[tuple[str, str, np.ndarray, np.ndarray]], process: str) -> dict[str, hist.Hist]:
+    """FILLED (``fills_of``'s, of a sample of PROCESS) as histograms.root's 1-D histograms, one
     ``<region>_<process>_<variation>`` each (observable axis, weighted), empty ones too: what ``fill`` fills into
     ``new_histogram``, each region and variation a histogram of its own, filled as it is (not sliced out of one)."""
-    filled, _ = fills_of(events, process, weight, selection, variation, data)
     out = {}
     for region, name, observable, weights in filled:
         h = out[f"{region}_{process}_{name}"] = hist.Hist(observable_axis(), storage=hist.storage.Weight())
@@ -381,7 +365,7 @@ class TtbarProcessor(processor.ProcessorABC):
         meta = events.metadata
         process, variation, xsec = meta["process"], meta["variation"], meta.get("xsec")
         branches = Branches(events)
-        out = region_histograms(
+        filled, _ = fills_of(
             branches,
             process,
             event_weight(xsec, self.lumi_pb, meta.get("nevts_total") or 1),
@@ -389,5 +373,6 @@ class TtbarProcessor(processor.ProcessorABC):
             variation,
             xsec is None,
         )
+        out = region_histograms(filled, process)
         out[f"events_{process}_{variation}"] = events_histogram(len(events))
         return out
