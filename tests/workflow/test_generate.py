@@ -142,6 +142,12 @@ def test_analysis_and_coffea_select_the_same_events(ttbar):
         metadata={"filename": str(ttbar), "era": None},
     ).events()
     assert analysis.file_selection(events, analysis.Branches(events)).describe().startswith("run2 (by branches")
+    # The branch names read off the layout are those of the events' arrays, field by field; of events cut (an indexed
+    # layout) too.
+    names = analysis.Branches(events).names()
+    by_field = {f"{name}_{f}" for name in events.fields for f in ak.fields(events[name])} | set(events.fields)
+    assert names == by_field and {"Jet_pt", "Muon_tightId", "run"} <= names
+    assert analysis.Branches(events[ak.num(events.Jet) > 4]).names() == names
     weight = analysis.event_weight(729.84, 3378, EVENTS)
     selected = sum(out[f"{region}_ttbar_nominal"].values(flow=True).sum() for region in analysis.REGIONS)
     assert selected > 0, "the ttbar selection selected nothing"

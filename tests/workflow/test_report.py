@@ -516,16 +516,19 @@ def test_plot_file_names_are_links_docutils_reads_and_never_overwrite_each_other
 
     from docutils.core import publish_parts
 
-    names = ["_TTto4Q_Run3_NANOAODSIM/jet_pt", "TTto4Q_Run3_NANOAODSIM/jet_pt", "a/b", "a__b", "timeline", "__", "x"]
+    names = ["_TTto4Q_Run3_NANOAODSIM/jet_pt", "TTto4Q_Run3_NANOAODSIM/jet_pt", "a/b", "a__b", "timeline", "__"]
+    names += ["x", "Jet_pt", "jet_pt"]
     files = plots.file_names(names)
     assert files == [
+        "TTto4Q_Run3_NANOAODSIM__jet_pt-2.png",  # the name without a leading '_' keeps its file
         "TTto4Q_Run3_NANOAODSIM__jet_pt.png",
-        "TTto4Q_Run3_NANOAODSIM__jet_pt-2.png",
         "a__b.png",
         "a__b-2.png",
         "timeline-2.png",
         "histogram.png",
         "x.png",
+        "Jet_pt.png",
+        "jet_pt-2.png",  # reST target names (and some filesystems) are blind to case
     ]
     links = "".join(f".. _{name}: javascript:app.showResultInfo('{name}')\n" for name in ["timeline.png", *files])
     warnings = io.StringIO()

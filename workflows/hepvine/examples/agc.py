@@ -309,10 +309,15 @@ class Branches:
 
     def names(self) -> set[str]:
         """Every branch name the events hold (a collection's fields as ``<collection>_<field>``), read off their layout
-        (no array made for each of the ~70 fields of NanoAOD, nothing read)."""
+        (no array made for each of the ~70 fields of NanoAOD, nothing read); of events cut or masked (not a plain
+        record array), field by field."""
         layout = self.events.layout
+        if isinstance(layout, ak.contents.RecordArray):
+            contents = layout.contents
+        else:
+            contents = [self.events[name].layout for name in layout.fields]
         found = set(layout.fields)
-        for name, content in zip(layout.fields, layout.contents):
+        for name, content in zip(layout.fields, contents):
             found.update(f"{name}_{f}" for f in content.fields)
         return found
 

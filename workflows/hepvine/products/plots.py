@@ -2,7 +2,8 @@
 after its postprocess; a histogram with category axes gets one line per category of a 1-D remainder, or is skipped
 when more remains), and a timeline of the campaign — the data rate and the number of file tasks running, over time.
 
-Written as PNG files into one directory: ``<path in the output, '/' as '__'>.png`` and ``timeline.png``.
+Written as PNG files into one directory: ``<path in the output, '/' as '__'>.png`` (``file_names``) and
+``timeline.png``.
 """
 
 from __future__ import annotations
@@ -112,19 +113,24 @@ def _draw(indices: list[int]) -> list[str]:
 
 def file_names(names: list[str]) -> list[str]:
     """The plot file of each histogram path of NAMES: ``a/b`` as ``a__b.png``, without leading underscores, and with
-    ``-2``, ``-3``... added to a file name met before (``timeline.png`` is the timeline's): no plot overwrites another.
+    ``-2``, ``-3``... added to a file name met before, letters' case aside (``timeline.png`` is the timeline's; names
+    without a leading '_' are given theirs first): no plot overwrites another, on a filesystem blind to case too.
     Snakemake's report links to each file by its name, a reST hyperlink target, which docutils cannot read when it
-    begins with ``_`` ("malformed hyperlink target": ``.. __x`` is its anonymous target); a fileset's DAS key, e.g.
-    ``/TTto.../NANOAODSIM``, begins a histograms.root directory with one."""
+    begins with ``_`` ("malformed hyperlink target": ``.. __x`` is its anonymous target; a fileset's DAS key, e.g.
+    ``/TTto.../NANOAODSIM``, begins a histograms.root directory with one) and finds a duplicate in two that differ
+    only in case."""
+    stems = [name.replace("/", "__").lstrip("_") or "histogram" for name in names]
     taken = {"timeline.png"}
-    files = []
-    for name in names:
-        stem = name.replace("/", "__").lstrip("_") or "histogram"
-        file, n = f"{stem}.png", 2
-        while file in taken:
-            file, n = f"{stem}-{n}.png", n + 1
-        taken.add(file)
-        files.append(file)
+    files: list[str | None] = [None] * len(names)
+    for plain in (True, False):
+        for i, (name, stem) in enumerate(zip(names, stems)):
+            if files[i] is not None or (stem == name.replace("/", "__")) != plain:
+                continue
+            file, n = f"{stem}.png", 2
+            while file.casefold() in taken:
+                file, n = f"{stem}-{n}.png", n + 1
+            taken.add(file.casefold())
+            files[i] = file
     return files
 
 
@@ -132,12 +138,13 @@ def file_names(names: list[str]) -> list[str]:
 def drawing(named: list[tuple[str, object]], records: list[dict], outdir: Path, processes: int = 1):
     """The campaign's plots into OUTDIR, drawn while the body of this context runs (the report writes its files):
     the timeline of RECORDS as ``timeline.png`` and a default plot of each (name, histogram) of NAMED as ``<name, '/'
-    as '__'>.png`` (``file_names``). With PROCESSES > 1 they are shared among that many processes forked on entry (a
-    figure costs ~35 ms and each process ~0.4 s to load matplotlib and its fonts; an analysis has hundreds); with 1
-    they are drawn here when the body ends, as they are when this process already runs threads (a fork would copy their
-    locks). Leaving waits for them. A figure that cannot be drawn is left out and named on standard error with its
-    error (a default plot: the products written in the body must not be lost for it). An exception of the body is
-    raised once the processes have drawn what they had begun."""
+    as '__'>.png`` (``file_names``: a leading '_' dropped, ``-2`` on a name met before). With PROCESSES > 1 they are
+    shared among that many processes forked on entry (a figure costs ~35 ms and each process ~0.4 s to load
+    matplotlib and its fonts; an analysis has hundreds); with 1 they are drawn here when the body ends, as they are
+    when this process already runs threads (a fork would copy their locks). Leaving waits for them. A figure that
+    cannot be drawn is left out and named on standard error with its error (a default plot: the products written in
+    the body must not be lost for it). An exception of the body is raised once the processes have drawn what they had
+    begun."""
     global _TO_DRAW, _RECORDS
     outdir.mkdir(parents=True, exist_ok=True)
     _TO_DRAW = [("timeline", None, outdir / "timeline.png")]
