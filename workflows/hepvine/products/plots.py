@@ -119,18 +119,16 @@ def file_names(names: list[str]) -> list[str]:
     begins with ``_`` ("malformed hyperlink target": ``.. __x`` is its anonymous target; a fileset's DAS key, e.g.
     ``/TTto.../NANOAODSIM``, begins a histograms.root directory with one) and finds a duplicate in two that differ
     only in case."""
-    stems = [name.replace("/", "__").lstrip("_") or "histogram" for name in names]
+    joined = [name.replace("/", "__") for name in names]
+    stems = [j.lstrip("_") or "histogram" for j in joined]
     taken = {"timeline.png"}
-    files: list[str | None] = [None] * len(names)
-    for plain in (True, False):
-        for i, (name, stem) in enumerate(zip(names, stems)):
-            if files[i] is not None or (stem == name.replace("/", "__")) != plain:
-                continue
-            file, n = f"{stem}.png", 2
-            while file.casefold() in taken:
-                file, n = f"{stem}-{n}.png", n + 1
-            taken.add(file.casefold())
-            files[i] = file
+    files = [""] * len(names)
+    for i in sorted(range(len(names)), key=lambda i: stems[i] != joined[i]):  # those left as they are first
+        file, n = f"{stems[i]}.png", 2
+        while file.casefold() in taken:
+            file, n = f"{stems[i]}-{n}.png", n + 1
+        taken.add(file.casefold())
+        files[i] = file
     return files
 
 
