@@ -537,3 +537,19 @@ def test_plot_file_names_are_links_docutils_reads_and_never_overwrite_each_other
     bad = io.StringIO()
     publish_parts(".. __x.png: javascript:x\n", writer_name="html", settings_overrides={"warning_stream": bad})
     assert "malformed hyperlink target" in bad.getvalue()  # what the old name of a DAS key's plot gave
+
+
+def test_a_plot_file_name_too_long_for_a_filesystem_is_cut_to_one_of_its_own(tmp_path):
+    """A long DAS key and a deep path (or names of many-byte letters) make a plot file name the filesystem takes
+    (255 bytes), still one of its own: its beginning kept, a hash of the whole added."""
+    das = "/" + "TTto2L2Nu_TuneCP5_13p6TeV_powheg-pythia8" * 6 + "/Run3Summer22NanoAODv12-130X_v5-v2/NANOAODSIM"
+    names = [f"{das}/jets/pt/{n}" for n in range(3)] + ["é" * 200, "é" * 201, "short"]
+    files = plots.file_names(names)
+    assert len(set(f.casefold() for f in files)) == len(names)
+    assert all(len(f.encode()) <= 255 for f in files)
+    assert files[0].startswith("TTto2L2Nu_TuneCP5_13p6TeV_powheg-pythia8") and files[-1] == "short.png"
+    assert files[3].startswith("é" * 100) and files[3].endswith(".png")
+    for f in files:
+        (tmp_path / f).write_bytes(b"")  # the filesystem takes each
+    assert len(list(tmp_path.iterdir())) == len(names)
+    assert plots.file_names(["a" * 240]) == ["a" * 240 + ".png"]  # as long as may be: left as it is

@@ -9,6 +9,7 @@ Written as PNG files into one directory: ``<path in the output, '/' as '__'>.png
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import sys
 import threading
 from pathlib import Path
@@ -118,9 +119,10 @@ def file_names(names: list[str]) -> list[str]:
     Snakemake's report links to each file by its name, a reST hyperlink target, which docutils cannot read when it
     begins with ``_`` ("malformed hyperlink target": ``.. __x`` is its anonymous target; a fileset's DAS key, e.g.
     ``/TTto.../NANOAODSIM``, begins a histograms.root directory with one) and finds a duplicate in two that differ
-    only in case."""
+    only in case. A name too long for a file (over ``STEM_BYTES`` bytes: a long DAS key and a deep path; most
+    filesystems take 255) keeps its beginning and ends with a hash of the whole (``_within_limit``)."""
     joined = [name.replace("/", "__") for name in names]
-    stems = [j.lstrip("_") or "histogram" for j in joined]
+    stems = [_within_limit(j.lstrip("_") or "histogram") for j in joined]
     taken = {"timeline.png"}
     files = [""] * len(names)
     for i in sorted(range(len(names)), key=lambda i: stems[i] != joined[i]):  # those left as they are first
@@ -130,6 +132,20 @@ def file_names(names: list[str]) -> list[str]:
         taken.add(file.casefold())
         files[i] = file
     return files
+
+
+# The bytes a plot file's stem may have: 255 (most filesystems' limit on a name) less '.png' and room for a '-<n>'.
+STEM_BYTES = 240
+
+
+def _within_limit(stem: str) -> str:
+    """STEM as it is when it has at most ``STEM_BYTES`` bytes (UTF-8), else its beginning (whole characters) and '-'
+    with the first 16 hex digits of its SHA-256: names that share their beginning keep files of their own."""
+    encoded = stem.encode()
+    if len(encoded) <= STEM_BYTES:
+        return stem
+    digest = hashlib.sha256(encoded).hexdigest()[:16]
+    return encoded[: STEM_BYTES - len(digest) - 1].decode(errors="ignore") + "-" + digest
 
 
 @contextlib.contextmanager
