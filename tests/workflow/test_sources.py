@@ -81,6 +81,24 @@ def test_a_missing_file_ships_nothing_more_and_a_broken_one_just_itself(tmp_path
     assert sources.local_sources("broken.py:Proc") == ["broken.py"]
 
 
+def test_the_analysis_file_is_parsed_once_at_the_parse_and_again_when_it_changes(tmp_path, monkeypatch):
+    """local_sources (its imports) and check_names (its names) share one parse of the file as it is."""
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "helper.py")
+    analysis = write(tmp_path / "mine.py", "import helper\nclass Mine:\n    pass\n")
+    parses = []
+    original = sources.ast.parse
+    monkeypatch.setattr(sources.ast, "parse", lambda source, filename: parses.append(filename) or original(source))
+    sources._parsed_source.cache_clear()
+    assert sources.local_sources("mine.py:Mine") == ["mine.py", "helper.py"]
+    sources.check_names("mine.py:Mine", {})
+    assert parses == ["mine.py", "helper.py"]
+    analysis.write_text("import helper\nclass Other:\n    pass\n")
+    with pytest.raises(sources.SourcesError, match="defines no Mine"):  # its new contents, not the kept parse
+        sources.check_names("mine.py:Mine", {})
+    assert parses == ["mine.py", "helper.py", "mine.py"]
+
+
 def test_a_package_that_imports_itself_everywhere_is_walked_once(tmp_path, monkeypatch):
     """Absolute self-imports (`from mypkg import x` in each of its modules) do not walk the package again each."""
     monkeypatch.chdir(tmp_path)

@@ -20,6 +20,7 @@ MAX_BYTES): a larger package belongs in the jobs' environment.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import os
 from pathlib import Path
@@ -33,11 +34,23 @@ class SourcesError(ValueError):
     """The analysis's local files cannot be shipped as they are; the message says what to change."""
 
 
+def _parsed(path: Path) -> ast.Module:
+    """The Python file PATH parsed, once for its contents as they are (``local_sources`` and ``check_names`` both read
+    the analysis's file at the parse); what reading or parsing it raises, raised each time."""
+    source = path.read_bytes()
+    return _parsed_source(source, str(path))
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed_source(source: bytes, filename: str) -> ast.Module:
+    return ast.parse(source, filename=filename)
+
+
 def _imported_top_names(path: Path) -> set[str]:
     """The top-level names of the absolute imports in the Python file PATH (``import a.b`` and ``from a.b import c``
     give ``a``; relative imports stay inside their package, which is shipped whole)."""
     try:
-        tree = ast.parse(path.read_bytes(), filename=str(path))
+        tree = _parsed(path)
     except (SyntaxError, ValueError):
         return set()  # the job says what is wrong with it, where the user's frames are shown
     except FileNotFoundError:
@@ -154,7 +167,7 @@ def check_names(spec: str, args: dict) -> None:
     if not where.endswith(".py"):
         return
     try:
-        tree = ast.parse(Path(where).read_bytes(), filename=where)
+        tree = _parsed(Path(where))
     except (OSError, SyntaxError, ValueError):
         return
     bound: dict[str, list[ast.AST]] = {}
