@@ -22,7 +22,6 @@ from coffea import util
 from processors import CHUNKSIZE, NEW_PROCESSOR, assert_same, coffea_runner, fileset_in
 
 from hepvine.model import dataset
-from hepvine.model.records import AnalysisError
 from hepvine.work import nanoevents, processor
 
 NANOAOD = Path(__file__).resolve().parents[3] / "shared" / "nanoaod"
@@ -235,76 +234,6 @@ def test_the_dimuon_example_on_every_file_with_muons_equals_coffeas_runner():
     theirs = coffea_runner(doc, processor.load("hepvine.examples.dimuon:DimuonProcessor").instance, chunksize)
     assert_same(analysis.postprocess(ours), theirs)
     assert ours["data"]["pairs"] > 0 and ours["mc"]["pairs"] > 0  # a spectrum, not two empty histograms
-
-
-# Reads the jets' pt only, and says what fields its events had.
-FIELDS = """
-import awkward as ak
-
-
-def f(events):
-    return {"fields": set(events.fields), "jets": int(ak.sum(ak.num(events.Jet.pt)))}
-"""
-
-
-# Reads the muons only after a file's first chunk: its trace (on an empty chunk at entry 0) does not see them.
-SOMETIMES = """
-import awkward as ak
-
-
-def f(events):
-    if events.metadata["entrystart"] > 0:
-        return {"muons": int(ak.sum(ak.num(events.Muon.pt)))}
-    return {"jets": int(ak.sum(ak.num(events.Jet.pt)))}
-"""
-
-
-def test_columns_traced_keeps_the_collections_read_and_gives_the_runners_output(tmp_path):
-    """config columns=traced: each chunk's events hold only the collections the processor reads (and the event IDs),
-    every file traced, local ones too; a processor that reads the same collections everywhere gets what coffea's
-    Runner gives over the real fileset (Run 2 and 3, MC and data; the RNTuple file keeps its every field)."""
-    from coffea.processor import accumulate
-
-    (tmp_path / "mine.py").write_text(NEW_PROCESSOR)
-    (tmp_path / "fields.py").write_text(FIELDS)
-    doc = fileset_in(NANOAOD, FILESET)
-    chunksize = 10 * CHUNKSIZE
-    cut = processor.load(f"{tmp_path}/mine.py:JetsAndMuons", {"pt_min": 25.0}, chunksize=chunksize, columns="traced")
-    fields = processor.load(f"{tmp_path}/fields.py:f", chunksize=chunksize, columns="traced")
-    ours, seen = None, {}
-    for task in dataset.tasks(doc):
-        output, events, _ = processor.run_file(task.path, task, cut)
-        assert events == uproot.open(task.path)[task.treename].num_entries
-        ours = output if ours is None else accumulate([output], ours)
-        seen[Path(task.path).name] = processor.run_file(task.path, task, fields)[0]["fields"]
-    assert len(cut.traced) == len(doc) and all(cut.traced.values())  # each dataset traced once, local files too
-    theirs = coffea_runner(
-        doc, processor.load(f"{tmp_path}/mine.py:JetsAndMuons", {"pt_min": 25.0}).instance, chunksize
-    )
-    assert_same(cut.postprocess(ours), theirs)
-    assert seen["ttH_M125_2017.root"] == {"Jet", "run", "luminosityBlock", "event"}
-    assert seen["nano_tt_v15.root"] == {"Jet", "run", "luminosityBlock", "event"}
-    assert len(seen["nano_dy_rntuple.root"]) > 20  # not a plain tree: every field
-    (tmp_path / "sometimes.py").write_text(SOMETIMES)
-    sometimes = processor.load(f"{tmp_path}/sometimes.py:f", chunksize=CHUNKSIZE, columns="traced")
-    task = next(t for t in dataset.tasks(doc) if t.path.endswith("ttH_M125_2017.root"))
-    with pytest.raises(AnalysisError, match="held only the collections its trace saw it read.*run with columns=all"):
-        processor.run_file(task.path, task, sometimes)
-    with pytest.raises(processor.AnalysisSpecError, match="columns='some': use one of all, traced"):
-        processor.load(f"{tmp_path}/fields.py:f", columns="some")
-
-
-def test_kept_branches_are_whole_collections_read_their_counts_and_the_event_ids():
-    branches = ["run", "luminosityBlock", "event", "nJet", "Jet_pt", "Jet_eta", "nMuon", "Muon_pt", "MET_pt"]
-    branches += ["MET_phi", "HLT_IsoMu24", "HLT_Mu50", "nElectron", "Electron_pt", "fixedGridRhoFastjetAll"]
-    read = frozenset({"nJet", "Jet_pt", "MET_pt", "HLT_IsoMu24", "fixedGridRhoFastjetAll", "nMuon", "gone"})
-    kept = nanoevents.kept_branches(branches, read)
-    assert kept == {"run", "luminosityBlock", "event", "nJet", "Jet_pt", "Jet_eta", "nMuon", "Muon_pt", "MET_pt"} | {
-        "MET_phi",
-        "HLT_IsoMu24",
-        "HLT_Mu50",
-        "fixedGridRhoFastjetAll",
-    }
 
 
 # Refuses to run on an empty chunk: every way coffea traces fails, so its chunks are read lazily.
@@ -640,7 +569,6 @@ def test_making_a_chunk_leaves_the_garbage_collector_as_it_found_it():
 SETTLED = """
 import gc, pickle, sys
 from hepvine.model import dataset
-from hepvine.model.records import AnalysisError
 from hepvine.work import processor
 path, out = sys.argv[1], sys.argv[2]
 analysis = processor.load("hepvine.examples.dimuon:DimuonProcessor", chunksize=int(sys.argv[3]))

@@ -5,9 +5,7 @@ but without its costs that grow with a job's chunks and files (``FileChunks``):
   derives for every chunk, is derived once for a job's files of one layout (``layout_key``) and copied for each chunk;
 - a preloaded count branch (``nJet``) is taken from the offsets of a preloaded branch it counts (``Jet_pt``), not
   read, and a plain tree's preloaded branches are read by name, not found by a filter over all its branches;
-- the garbage collector waits while a chunk's objects (no data) are made;
-- with config ``columns: traced`` (``FileChunks.keep_only``), a chunk's form holds only the collections the analysis
-  reads (``kept_branches``), not the tree's every branch.
+- the garbage collector waits while a chunk's objects (no data) are made.
 
 Built from coffea's own parts in ``from_root``'s order (``coffea_parts``); where this coffea lacks them or they take
 other arguments, or the schema reads podio metadata, every chunk is ``from_root``'s. ``test_processor`` checks that
@@ -74,33 +72,6 @@ def keep_form(forms: dict, key: tuple, form: bytes) -> None:
     while len(forms) >= KEPT_FORMS:
         del forms[next(iter(forms))]
     forms[key] = form
-
-
-# The branches NanoAODSchema requires of every tree (error_missing_event_ids): kept whatever the analysis reads.
-EVENT_IDS = frozenset({"run", "luminosityBlock", "event"})
-
-
-def kept_branches(branches: list[str], read: frozenset) -> frozenset:
-    """Of a plain tree's BRANCHES, those of the collections the analysis reads (READ: the branches its trace found):
-    every branch of a collection one of whose branches, or whose count, it reads (``Jet_pt`` keeps ``Jet_*`` and
-    ``nJet``: a collection's behaviour may need fields it does not read, an electron its charge), each branch READ
-    names, and the event IDs. A branch's collection is its name up to its first ``_``."""
-    collections = set()
-    present = set(branches)
-    for name in read & present:
-        head, sep, _ = name.partition("_")
-        if sep:
-            collections.add(head)
-        elif name.startswith("n"):
-            collections.add(name[1:])  # a count: its collection
-    return frozenset(
-        name
-        for name in branches
-        if name in read
-        or name in EVENT_IDS
-        or name.partition("_")[0] in collections
-        or (name.startswith("n") and name[1:] in collections)
-    )
 
 
 @functools.cache
@@ -182,8 +153,6 @@ class FileChunks:
         self.tree = opened[treename]
         self._base_form: bytes | None = None  # pickled: a chunk's schema may change the form it is given
         self._plain = False  # the tree has a layout key: plain branches only (_derived_form)
-        self._layout: tuple | None = None  # that key
-        self._cut = False  # keep_only cut the form: coffea's warnings of cross-references it cut are expected
         self._reads_of: dict[frozenset, tuple] = {}  # _reads', by preload
         parts = coffea_parts()
         self._parts = None if parts is None or parts.reads_podio_metadata(schema) else parts
@@ -235,30 +204,6 @@ class FileChunks:
             preloaded = {name: self._parts.only_sliceable(a, slice(start, stop)) for name, a in arrays.items()}
         with _collector_paused():
             return self._make(metadata, start, stop, preloaded)
-
-    def keep_only(self, read: frozenset) -> bool:
-        """Make this file's later chunks hold only the collections READ touches (``kept_branches``: config ``columns:
-        traced``) instead of the tree's every branch: far fewer objects to make a chunk (the processor bench: the AGC
-        selection keeps 161 of the NanoAOD layout's 1,590 branches). Only for a plain tree (``layout_key``) made from
-        coffea's parts; else nothing changes. Whether it did."""
-        if self._parts is None or self.forms is None:
-            return False
-        if self._base_form is None:
-            with _collector_paused():
-                self._base_form = self._derived_form(self._parts.mapping)
-        if not self._plain:
-            return False
-        key = ("kept", self._layout, read)
-        if key in self.forms:
-            keep_form(self.forms, key, self.forms[key])  # again: the most recently used is dropped last
-        else:
-            form = pickle.loads(self._base_form)
-            kept = kept_branches(form["fields"], read)
-            pairs = [(n, c) for n, c in zip(form["fields"], form["contents"]) if n in kept]
-            form["fields"], form["contents"] = [n for n, _ in pairs], [c for _, c in pairs]
-            keep_form(self.forms, key, pickle.dumps(form, protocol=pickle.HIGHEST_PROTOCOL))
-        self._base_form, self._cut = self.forms[key], True
-        return True
 
     def _reads(self, preload: frozenset) -> tuple[list[str] | None, dict[str, tuple]]:
         """How the chunks read PRELOAD: (the branches read by name, or None: read as ``from_root`` reads them, by a
@@ -318,16 +263,13 @@ class FileChunks:
         )
         mapping.preload_column_source(key[0], key[1], tree)
         form = pickle.loads(self._base_form)
-        with warnings.catch_warnings():
-            if self._cut:  # (NanoAODSchema's, of an index into a collection the analysis does not read)
-                warnings.filterwarnings("ignore", "Missing cross-reference", RuntimeWarning)
-            return self._parts.from_mapping(mapping, key, form, self.schema, metadata, mode="virtual").events()
+        return self._parts.from_mapping(mapping, key, form, self.schema, metadata, mode="virtual").events()
 
     def _derived_form(self, mapping_class) -> bytes:
         """The tree's base form with its typenames (as ``from_root`` makes it), pickled: from FORMS when a tree of its
         layout was met before, else derived (and kept in FORMS, the oldest dropped beyond ``KEPT_FORMS``)."""
         key = layout_key(self.tree) if self.forms is not None else None
-        self._plain, self._layout = key is not None, key
+        self._plain = key is not None
         if key is not None and key in self.forms:
             kept = self.forms[key]
             keep_form(self.forms, key, kept)  # again: the most recently used is dropped last

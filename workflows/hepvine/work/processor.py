@@ -18,13 +18,6 @@ computes. ``Analysis.traced`` keeps the traces (a file's own process sends its t
 local file (a recompressed copy, a file on a shared filesystem) is read lazily: there a read waits for no network,
 and the bulk read cost more than it saved (the processor bench: 1-8% slower on LZMA files, 17-18% on ZSTD copies).
 
-With config ``columns: traced`` (``Analysis.columns``) every file is traced so, local ones too, and each chunk's
-events hold only the collections the trace found the analysis reading (``nanoevents.kept_branches``: a collection
-whole, and the event IDs) instead of the tree's every branch: a chunk is then far cheaper to make (the processor
-bench, a ZSTD copy: cost over native 1.35 -> 1.09), but ``events.fields`` shows only those, and a branch the trace did
-not see (read only for some files or events) fails the file as ``analysis-error``. Plain trees only (NanoAOD's);
-others, and a trace that fails, get every branch.
-
 A chunk's NanoEvents are made by ``hepvine.work.nanoevents.FileChunks``: what ``from_root`` makes, with the tree's
 base form derived once for a job's files of one layout (``Analysis.forms``, sent back from a file's own process like
 the traces) and the preloaded count branches taken from the offsets of the branches they count.
@@ -70,7 +63,6 @@ class Analysis:
     source: str | None  # the file that defines it (its frames are the user's)
     schema: type
     chunksize: int
-    columns: str = "all"  # config ``columns``: "traced" cuts each chunk to the collections the analysis reads
     # The branches the analysis reads, by (dataset, tree): traced once per job (None: the trace failed; read lazily).
     traced: dict = field(default_factory=dict)
     # The base forms of the trees met so far, by layout (``nanoevents.layout_key``): a job's files after the first of
@@ -149,20 +141,10 @@ def schema_class(name: str) -> type:
     return found
 
 
-COLUMNS = ("all", "traced")  # config ``columns``
-
-
 def load(
-    spec: str,
-    args: dict | None = None,
-    schema: str = DEFAULT_SCHEMA,
-    chunksize: int = DEFAULT_CHUNKSIZE,
-    columns: str = "all",
+    spec: str, args: dict | None = None, schema: str = DEFAULT_SCHEMA, chunksize: int = DEFAULT_CHUNKSIZE
 ) -> Analysis:
-    """The analysis SPEC names, instantiated with ARGS when it is a processor class, its chunks holding COLUMNS
-    (``COLUMNS``: every branch, or the collections it reads)."""
-    if columns not in COLUMNS:
-        raise AnalysisSpecError(f"columns={columns!r}: use one of {', '.join(COLUMNS)}")
+    """The analysis SPEC names, instantiated with ARGS when it is a processor class."""
     from coffea.processor import ProcessorABC
 
     found, source = _import(spec)
@@ -191,7 +173,7 @@ def load(
         raise AnalysisSpecError(
             f"analysis={spec!r}: {type(found).__name__} is neither a processor class nor a function"
         )
-    return Analysis(spec, instance, source, schema_class(schema), chunksize, columns)
+    return Analysis(spec, instance, source, schema_class(schema), chunksize)
 
 
 def settle(analysis: Analysis) -> None:
@@ -323,10 +305,8 @@ def _run_chunks(url: str, task, analysis: Analysis, f) -> tuple[object, int]:
             "fileuuid": fileuuid,
             **(task.metadata or {}),
         }
-        read = preload(analysis, made, task, metadata) if bulk or analysis.columns == "traced" else None
-        cut = read is not None and analysis.columns == "traced" and made.keep_only(read)
         try:
-            chunk = made.events(metadata, start, stop, read if bulk else None)
+            chunk = made.events(metadata, start, stop, preload(analysis, made, task, metadata) if bulk else None)
         except Exception as e:
             if failures.classify(e) is not None:
                 raise
@@ -342,14 +322,8 @@ def _run_chunks(url: str, task, analysis: Analysis, f) -> tuple[object, int]:
         except Exception as e:
             if failures.classify(e) is not None:  # a read failure seen through a lazy column: the file's
                 raise
-            held = (
-                "; with columns=traced its events held only the collections its trace saw it read: if it reads "
-                "others (for some files or events only), run with columns=all"
-                if cut
-                else ""
-            )
             raise AnalysisError(
-                f"{url} entries {start}-{stop}: {analysis.name} raised {type(e).__name__}: {e}{held}",
+                f"{url} entries {start}-{stop}: {analysis.name} raised {type(e).__name__}: {e}",
                 _user_frame(e, analysis.source),
             ) from e
         if out is None:
