@@ -84,19 +84,23 @@ def test_a_missing_file_ships_nothing_more_and_a_broken_one_just_itself(tmp_path
 def test_the_analysis_file_is_parsed_once_at_the_parse_and_again_when_it_changes(tmp_path, monkeypatch):
     """local_sources (its imports) and check_names (its names) share one parse of the file as it is."""
     monkeypatch.chdir(tmp_path)
-    write(tmp_path / "helper.py")
-    analysis = write(tmp_path / "mine.py", "import helper\nclass Mine:\n    pass\n")
+    for n in range(20):  # more local modules than parses kept: the analysis file's own is still kept
+        write(tmp_path / f"helper{n}.py")
+    analysis = write(
+        tmp_path / "mine.py", "".join(f"import helper{n}\n" for n in range(20)) + "class Mine:\n    pass\n"
+    )
     parses = []
     original = sources.ast.parse
     monkeypatch.setattr(sources.ast, "parse", lambda source, filename: parses.append(filename) or original(source))
     sources._parsed_source.cache_clear()
-    assert sources.local_sources("mine.py:Mine") == ["mine.py", "helper.py"]
+    helpers = sorted(f"helper{n}.py" for n in range(20))
+    assert sources.local_sources("mine.py:Mine") == ["mine.py", *helpers]
     sources.check_names("mine.py:Mine", {})
-    assert parses == ["mine.py", "helper.py"]
-    analysis.write_text("import helper\nclass Other:\n    pass\n")
+    assert parses == ["mine.py", *helpers]
+    analysis.write_text("import helper0\nclass Other:\n    pass\n")
     with pytest.raises(sources.SourcesError, match="defines no Mine"):  # its new contents, not the kept parse
         sources.check_names("mine.py:Mine", {})
-    assert parses == ["mine.py", "helper.py", "mine.py"]
+    assert parses == ["mine.py", *helpers, "mine.py"]
 
 
 def test_a_package_that_imports_itself_everywhere_is_walked_once(tmp_path, monkeypatch):

@@ -34,23 +34,24 @@ class SourcesError(ValueError):
     """The analysis's local files cannot be shipped as they are; the message says what to change."""
 
 
-def _parsed(path: Path) -> ast.Module:
-    """The Python file PATH parsed, once for its contents as they are (``local_sources`` and ``check_names`` both read
-    the analysis's file at the parse); what reading or parsing it raises, raised each time."""
+def _parsed(path: Path, keep: bool = False) -> ast.Module:
+    """The Python file PATH parsed; with KEEP (the analysis's own file, which ``local_sources`` and ``check_names``
+    both read at the parse) once for its contents as they are, the few last kept. What reading or parsing it raises is
+    raised each time."""
     source = path.read_bytes()
-    return _parsed_source(source, str(path))
+    return _parsed_source(source, str(path)) if keep else ast.parse(source, filename=str(path))
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=4)
 def _parsed_source(source: bytes, filename: str) -> ast.Module:
     return ast.parse(source, filename=filename)
 
 
-def _imported_top_names(path: Path) -> set[str]:
+def _imported_top_names(path: Path, keep: bool = False) -> set[str]:
     """The top-level names of the absolute imports in the Python file PATH (``import a.b`` and ``from a.b import c``
-    give ``a``; relative imports stay inside their package, which is shipped whole)."""
+    give ``a``; relative imports stay inside their package, which is shipped whole); KEEP: ``_parsed``'s."""
     try:
-        tree = _parsed(path)
+        tree = _parsed(path, keep)
     except (SyntaxError, ValueError):
         return set()  # the job says what is wrong with it, where the user's frames are shown
     except FileNotFoundError:
@@ -117,7 +118,7 @@ def local_sources(spec: str) -> list[str]:
     for path in found:  # grows as it goes: what each local module imports, each name looked up once
         if path.suffix != ".py":
             continue
-        for name in sorted(_imported_top_names(path) - names):
+        for name in sorted(_imported_top_names(path, keep=path == found[0]) - names):
             names.add(name)
             for more in _local(name, bases):
                 if more not in seen:
@@ -167,7 +168,7 @@ def check_names(spec: str, args: dict) -> None:
     if not where.endswith(".py"):
         return
     try:
-        tree = _parsed(Path(where))
+        tree = _parsed(Path(where), keep=True)
     except (OSError, SyntaxError, ValueError):
         return
     bound: dict[str, list[ast.AST]] = {}

@@ -2,8 +2,8 @@
 after its postprocess; a histogram with category axes gets one line per category of a 1-D remainder, or is skipped
 when more remains), and a timeline of the campaign — the data rate and the number of file tasks running, over time.
 
-Written as PNG files into one directory: ``<path in the output, '/' as '__'>.png`` (``file_names``) and
-``timeline.png``.
+Written as PNG files into one directory: ``<path in the output, '/' as '__'>.png`` (``file_names``: a name met before
+gets ``-2``, one too long for a file is cut and ends with a hash) and ``timeline.png``.
 """
 
 from __future__ import annotations
@@ -152,7 +152,8 @@ def _within_limit(stem: str) -> str:
 def drawing(named: list[tuple[str, object]], records: list[dict], outdir: Path, processes: int = 1):
     """The campaign's plots into OUTDIR, drawn while the body of this context runs (the report writes its files):
     the timeline of RECORDS as ``timeline.png`` and a default plot of each (name, histogram) of NAMED as ``<name, '/'
-    as '__'>.png`` (``file_names``: a leading '_' dropped, ``-2`` on a name met before). With PROCESSES > 1 they are
+    as '__'>.png`` (``file_names``: a leading '_' dropped, ``-2`` on a name met before, a name over ``STEM_BYTES``
+    cut). With PROCESSES > 1 they are
     shared among that many processes forked on entry (a figure costs ~35 ms and each process ~0.4 s to load
     matplotlib and its fonts; an analysis has hundreds); with 1 they are drawn here when the body ends, as they are
     when this process already runs threads (a fork would copy their locks). Leaving waits for them. A figure that
