@@ -132,6 +132,31 @@ def test_hepvine_equals_coffea(nanoaod, bench, name):
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=0, err_msg=f"{name} {region} {variation}")
 
 
+@pytest.mark.parametrize("name", sorted(FILES))
+def test_columns_traced_gives_what_every_field_gives(nanoaod, name):
+    """Config columns: traced (``hepvine.work.cutform``) on the AGC processor: the same record and histograms as with
+    every field, the era decided alike (the processor looks for genWeight and era markers among the fields, of
+    collections it does not read too), the plain trees' chunks cut where the processor can be traced (not on Run 3
+    collision data: it reads the era off the first event's run, which an empty chunk has not)."""
+    forced = FILES[name][0]
+    path = nanoaod / name
+    got = {}
+    for columns in ("all", "traced"):
+        agc = processor.load("hepvine.examples.agc:TtbarProcessor", {"lumi_pb": 3378}, columns=columns)
+        record, out = driver.run_file(entry(path, forced, num_entries(path)), "test", agc)
+        assert record.failure is None, record.error
+        got[columns] = (record.events, out, agc)
+    (n, every, _), (n_traced, traced, cut) = got["all"], got["traced"]
+    assert n_traced == n and traced.keys() == every.keys()
+    for key, h in every.items():
+        np.testing.assert_array_equal(traced[key].values(flow=True), h.values(flow=True), err_msg=key)
+        np.testing.assert_array_equal(traced[key].variances(flow=True), h.variances(flow=True), err_msg=key)
+    plain = isinstance(uproot.open(path)["Events"], uproot.TTree)
+    traced_ok = all(cut.traced.values())
+    assert traced_ok == (FILES[name][1] == "run2" or forced is not None)  # Run 3 data: its era from its run
+    assert any(type(v).__name__ == "Cut" for v in cut.forms.values()) == (plain and traced_ok)
+
+
 def contents(h, region: str, variation: str, process: str = "real") -> np.ndarray:
     """(values, variances) with flow of H's PROCESS (zeros where nothing was filled: no category then)."""
     if process not in h.axes["process"]:

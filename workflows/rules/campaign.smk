@@ -63,7 +63,7 @@ rule resolve_spec:
 # can be: Snakemake inspects a function's signature for every job, ~0.1 ms each, 58,000 jobs at 219,000 files.)
 ANALYSE_OUTPUTS = {"result": f"{OUT}/files/{{batch}}.pkl"}
 ANALYSE_OPTIONS = (
-    f"--schema {config['schema']} --chunksize {config['chunksize']}"
+    f"--schema {config['schema']} --chunksize {config['chunksize']} --columns {config['columns']}"
     f" --read-attempts {config['read_attempts']} --read-backoff-s {config['read_backoff_s']}"
     f" --rate-floor-mb-s {LIMITS.rate_floor_mb_s} --file-time-base-s {LIMITS.file_time_base_s}"
     f" --bytes-per-event {LIMITS.bytes_per_event}"

@@ -318,7 +318,12 @@ class Branches:
             contents = [self.events[name].layout for name in layout.fields]
         found = set(layout.fields)
         for name, content in zip(layout.fields, contents):
-            found.update(f"{name}_{f}" for f in content.fields)
+            fields = content.fields
+            if not fields and isinstance(content, ak.contents.RecordArray):
+                # A record of no fields stands for a field not made (hepvine's config columns: traced, for a field
+                # this processor does not read): the array's .fields are the field's.
+                fields = self.events[name].fields
+            found.update(f"{name}_{f}" for f in fields)
         return found
 
 

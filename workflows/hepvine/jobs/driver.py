@@ -277,6 +277,12 @@ def main(argv: list[str] | None = None) -> int:
         default=processor.DEFAULT_CHUNKSIZE,
         help="entries per chunk (coffea's Runner's chunksize)",
     )
+    parser.add_argument(
+        "--columns",
+        choices=processor.COLUMNS,
+        default="all",
+        help="the branches a chunk's events hold: all, or the collections the analysis's trace reads",
+    )
     parser.add_argument("--recompress", help="<codec>:<level>: recompress each file first and analyse the copy")
     parser.add_argument("--copies", type=Path, help="with --recompress: the directory for the copies")
     parser.add_argument(
@@ -310,7 +316,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--recompress needs --copies DIR")
     limits = Limits(args.rate_floor_mb_s, args.file_time_base_s, args.bytes_per_event) if args.rate_floor_mb_s else None
     try:
-        analysis = processor.load(args.analysis, json.loads(args.analysis_args), args.schema, args.chunksize)
+        analysis = processor.load(
+            args.analysis, json.loads(args.analysis_args), args.schema, args.chunksize, args.columns
+        )
     except processor.AnalysisSpecError as e:
         print(f"hepvine.jobs.driver: {e}", file=sys.stderr)
         return 2

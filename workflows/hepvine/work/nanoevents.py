@@ -5,7 +5,9 @@ but without its costs that grow with a job's chunks and files (``FileChunks``):
   derives for every chunk, is derived once for a job's files of one layout (``layout_key``) and copied for each chunk;
 - a preloaded count branch (``nJet``) is taken from the offsets of a preloaded branch it counts (``Jet_pt``), not
   read, and a plain tree's preloaded branches are read by name, not found by a filter over all its branches;
-- the garbage collector waits while a chunk's objects (no data) are made.
+- the garbage collector waits while a chunk's objects (no data) are made;
+- with config ``columns: traced`` (``FileChunks.cut_to``), a chunk's fields that the analysis does not read are
+  placeholders (``hepvine.work.cutform``), made from the collections it reads instead of the tree's every branch.
 
 Built from coffea's own parts in ``from_root``'s order (``coffea_parts``); where this coffea lacks them or they take
 other arguments, or the schema reads podio metadata, every chunk is ``from_root``'s. ``test_processor`` checks that
@@ -153,6 +155,8 @@ class FileChunks:
         self.tree = opened[treename]
         self._base_form: bytes | None = None  # pickled: a chunk's schema may change the form it is given
         self._plain = False  # the tree has a layout key: plain branches only (_derived_form)
+        self._layout: tuple | None = None  # that key
+        self._cut = None  # cutform.Cut: how this file's chunks are cut (cut_to), if they are
         self._reads_of: dict[frozenset, tuple] = {}  # _reads', by preload
         parts = coffea_parts()
         self._parts = None if parts is None or parts.reads_podio_metadata(schema) else parts
@@ -204,6 +208,33 @@ class FileChunks:
             preloaded = {name: self._parts.only_sliceable(a, slice(start, stop)) for name, a in arrays.items()}
         with _collector_paused():
             return self._make(metadata, start, stop, preloaded)
+
+    def cut_to(self, traced: frozenset) -> str | None:
+        """Make this file's later chunks with placeholders for the fields TRACED (the analysis's trace) does not read
+        (``cutform.plan``: config ``columns: traced``), their forms made from the collections it reads instead of the
+        tree's every branch (the AGC selection on the NanoAOD layout: ~27 -> ~8 ms a chunk). Planned once a layout and
+        trace (kept in FORMS). Only for a plain tree (``layout_key``) made from coffea's parts; None when the chunks
+        are cut, else why not."""
+        if self._parts is None or self.forms is None:
+            return f"this coffea's NanoEvents parts do not fit, or {self.schema.__name__} reads podio metadata"
+        if self._base_form is None:
+            with _collector_paused():
+                self._base_form = self._derived_form(self._parts.mapping)
+        if not self._plain:
+            return f"{self.treename} is not a tree of plain branches (NanoAOD's)"
+        from hepvine.work import cutform
+
+        key = ("cut", self._layout, self.schema, traced)
+        if key not in self.forms:
+            with _collector_paused():
+                keep_form(self.forms, key, cutform.plan(pickle.loads(self._base_form), self.schema, traced))
+        else:
+            keep_form(self.forms, key, self.forms[key])  # again: the most recently used is dropped last
+        planned = self.forms[key]
+        if isinstance(planned, str):
+            return planned
+        self._cut = planned
+        return None
 
     def _reads(self, preload: frozenset) -> tuple[list[str] | None, dict[str, tuple]]:
         """How the chunks read PRELOAD: (the branches read by name, or None: read as ``from_root`` reads them, by a
@@ -262,14 +293,20 @@ class FileChunks:
             preloaded_arrays=preloaded,
         )
         mapping.preload_column_source(key[0], key[1], tree)
-        form = pickle.loads(self._base_form)
-        return self._parts.from_mapping(mapping, key, form, self.schema, metadata, mode="virtual").events()
+        if self._cut is None:
+            form, schema = pickle.loads(self._base_form), self.schema
+        else:
+            from hepvine.work import cutform
+
+            form = pickle.loads(self._cut.base)
+            schema = functools.partial(cutform.CutSchema, schema=self.schema, cut=self._cut)
+        return self._parts.from_mapping(mapping, key, form, schema, metadata, mode="virtual").events()
 
     def _derived_form(self, mapping_class) -> bytes:
         """The tree's base form with its typenames (as ``from_root`` makes it), pickled: from FORMS when a tree of its
         layout was met before, else derived (and kept in FORMS, the oldest dropped beyond ``KEPT_FORMS``)."""
         key = layout_key(self.tree) if self.forms is not None else None
-        self._plain = key is not None
+        self._plain, self._layout = key is not None, key
         if key is not None and key in self.forms:
             kept = self.forms[key]
             keep_form(self.forms, key, kept)  # again: the most recently used is dropped last

@@ -18,6 +18,15 @@ computes. ``Analysis.traced`` keeps the traces (a file's own process sends its t
 local file (a recompressed copy, a file on a shared filesystem) is read lazily: there a read waits for no network,
 and the bulk read cost more than it saved (the processor bench: 1-8% slower on LZMA files, 17-18% on ZSTD copies).
 
+With config ``columns: traced`` (``Analysis.columns``) every file is traced so, local ones too, and each chunk's
+fields that the trace did not see read are placeholders (``hepvine.work.cutform``): ``events.fields`` is the Runner's
+and every field the analysis reads is made as the Runner makes it (checked once a layout and trace against the form
+from every branch), but made from the collections it reads instead of the tree's every branch, far cheaper (the
+processor bench: the AGC on a ZSTD copy, ~1.3 -> ~1.1 times a native selection's time). A field the trace did not see
+read (read only for some files or events) raises ``cutform.NotRead`` at its first use: the file's ``analysis-error``,
+naming the field and ``columns: all``. Plain trees only (NanoAOD's); for others, or where the check or the trace fails,
+every field is made (a warning in the job's log says why).
+
 A chunk's NanoEvents are made by ``hepvine.work.nanoevents.FileChunks``: what ``from_root`` makes, with the tree's
 base form derived once for a job's files of one layout (``Analysis.forms``, sent back from a file's own process like
 the traces) and the preloaded count branches taken from the offsets of the branches they count.
@@ -63,6 +72,7 @@ class Analysis:
     source: str | None  # the file that defines it (its frames are the user's)
     schema: type
     chunksize: int
+    columns: str = "all"  # config ``columns``: "traced" cuts each chunk to the collections the analysis reads
     # The branches the analysis reads, by (dataset, tree): traced once per job (None: the trace failed; read lazily).
     traced: dict = field(default_factory=dict)
     # The base forms of the trees met so far, by layout (``nanoevents.layout_key``): a job's files after the first of
@@ -141,10 +151,20 @@ def schema_class(name: str) -> type:
     return found
 
 
+COLUMNS = ("all", "traced")  # config ``columns``
+
+
 def load(
-    spec: str, args: dict | None = None, schema: str = DEFAULT_SCHEMA, chunksize: int = DEFAULT_CHUNKSIZE
+    spec: str,
+    args: dict | None = None,
+    schema: str = DEFAULT_SCHEMA,
+    chunksize: int = DEFAULT_CHUNKSIZE,
+    columns: str = "all",
 ) -> Analysis:
-    """The analysis SPEC names, instantiated with ARGS when it is a processor class."""
+    """The analysis SPEC names, instantiated with ARGS when it is a processor class, its chunks holding COLUMNS
+    (``COLUMNS``: every branch, or the collections it reads)."""
+    if columns not in COLUMNS:
+        raise AnalysisSpecError(f"columns={columns!r}: use one of {', '.join(COLUMNS)}")
     from coffea.processor import ProcessorABC
 
     found, source = _import(spec)
@@ -173,7 +193,7 @@ def load(
         raise AnalysisSpecError(
             f"analysis={spec!r}: {type(found).__name__} is neither a processor class nor a function"
         )
-    return Analysis(spec, instance, source, schema_class(schema), chunksize)
+    return Analysis(spec, instance, source, schema_class(schema), chunksize, columns)
 
 
 def settle(analysis: Analysis) -> None:
@@ -285,6 +305,14 @@ def run_file(url: str, task, analysis: Analysis) -> tuple[object, int, int]:
         return output, events, int(f.file.source.num_requested_bytes)
 
 
+def _cut(made: nanoevents.FileChunks, read: frozenset | None, url: str) -> None:
+    """MADE's chunks cut to the fields READ (the analysis's trace) reads (config ``columns: traced``), or a warning in
+    the job's log saying why every field of the file at URL is made."""
+    why = "the analysis's trace failed" if read is None else made.cut_to(read)
+    if why is not None:
+        warnings.warn(f"hepvine: columns=traced: {url}: every field made, none cut ({why})", stacklevel=2)
+
+
 def _run_chunks(url: str, task, analysis: Analysis, f) -> tuple[object, int]:
     """(the accumulated output, the events processed) of ANALYSIS over the chunks of TASK's tree in the file F
     (opened from URL): run_file's work."""
@@ -305,8 +333,11 @@ def _run_chunks(url: str, task, analysis: Analysis, f) -> tuple[object, int]:
             "fileuuid": fileuuid,
             **(task.metadata or {}),
         }
+        read = preload(analysis, made, task, metadata) if bulk or analysis.columns == "traced" else None
         try:
-            chunk = made.events(metadata, start, stop, preload(analysis, made, task, metadata) if bulk else None)
+            if analysis.columns == "traced" and start == steps[0][0]:
+                _cut(made, read, url)
+            chunk = made.events(metadata, start, stop, read if bulk else None)
         except Exception as e:
             if failures.classify(e) is not None:
                 raise

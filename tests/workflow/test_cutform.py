@@ -1,0 +1,183 @@
+"""config ``columns: traced`` (``hepvine.work.cutform``): a chunk's fields the analysis does not read are placeholders,
+the ones it reads made as coffea's Runner makes them. Checked against the Runner over a fileset of real NanoAOD (Run 2
+and 3, MC and data, TTree and RNTuple); ``events.fields`` and each field's ``.fields`` are the Runner's; a field the
+trace missed fails its file loudly, naming the field and the fix; where the cut would change a field's form there is
+none."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import awkward as ak
+import numpy as np
+import pytest
+import uproot
+from coffea.nanoevents import NanoAODSchema
+from processors import CHUNKSIZE, NEW_PROCESSOR, assert_same, coffea_runner, fileset_in
+
+from hepvine.model import dataset
+from hepvine.model.records import AnalysisError
+from hepvine.work import cutform, nanoevents, processor
+
+NANOAOD = Path(__file__).resolve().parents[3] / "shared" / "nanoaod"
+# Run 2 MC (LZMA), Run 3 MC v13, NanoAOD v15, RNTuple, Run 2 and Run 3 collision data.
+FILESET = {
+    "/TTHtoGG_M125/RunIIFall17NanoAODv7-PU2017_12Apr2018/NANOAODSIM": {"files": {"ttH_M125_2017.root": "Events"}},
+    "run3_mc": {"files": {"ggH_M125_amcatnlo_v13.root": "Events", "nano_tt_v15.root": "Events"}},
+    "rntuple": {"files": {"nano_dy_rntuple.root": "Events"}},
+    "data": ["nano_dimuon.root", "EGamma_F_Skim.root"],
+}
+
+# Reads the jets' pt only, and says what fields its events had: the top-level ones and each one's own.
+FIELDS = """
+import awkward as ak
+
+
+def f(events):
+    names = {f"{name}.{sub}" for name in events.fields for sub in events[name].fields} | set(events.fields)
+    return {"fields": names, "genWeight": "genWeight" in events.fields, "jets": int(ak.sum(ak.num(events.Jet.pt)))}
+"""
+
+# Reads the muons only after a file's first chunk: its trace (on an empty chunk at entry 0) does not see them.
+SOMETIMES = """
+import awkward as ak
+
+
+def f(events):
+    if events.metadata["entrystart"] > 0:
+        return {"muons": int(ak.sum(ak.num(events.Muon.pt)))}
+    return {"jets": int(ak.sum(ak.num(events.Jet.pt)))}
+"""
+
+
+def run(analysis, doc: dict):
+    """ANALYSIS over every file of the fileset DOC: (the accumulated output, {file name: its output})."""
+    from coffea.processor import accumulate
+
+    total, each = None, {}
+    for task in dataset.tasks(doc):
+        output, events, _ = processor.run_file(task.path, task, analysis)
+        assert events == uproot.open(task.path)[task.treename].num_entries
+        total = output if total is None else accumulate([output], total)
+        each[Path(task.path).name] = output
+    return total, each
+
+
+def test_columns_traced_gives_the_runners_output_and_fields(tmp_path):
+    (tmp_path / "mine.py").write_text(NEW_PROCESSOR)
+    (tmp_path / "fields.py").write_text(FIELDS)
+    doc = fileset_in(NANOAOD, FILESET)
+    cut = processor.load(f"{tmp_path}/mine.py:JetsAndMuons", {"pt_min": 25.0}, chunksize=CHUNKSIZE, columns="traced")
+    with pytest.warns(UserWarning, match="nano_dy_rntuple.root: every field made, none cut .*not a tree of plain"):
+        ours, _ = run(cut, doc)
+    assert len(cut.traced) == len(doc) and all(cut.traced.values())  # each dataset traced once, local files too
+    cuts = [v for v in cut.forms.values() if isinstance(v, cutform.Cut)]
+    assert cuts and all(len(c.unread) > 10 for c in cuts)  # the plain trees' chunks were cut
+    theirs = coffea_runner(doc, processor.load(f"{tmp_path}/mine.py:JetsAndMuons", {"pt_min": 25.0}).instance)
+    assert_same(cut.postprocess(ours), theirs)
+
+    _, traced = run(processor.load(f"{tmp_path}/fields.py:f", chunksize=CHUNKSIZE, columns="traced"), doc)
+    _, every = run(processor.load(f"{tmp_path}/fields.py:f", chunksize=CHUNKSIZE), doc)
+    assert traced == every
+    assert every["ttH_M125_2017.root"]["genWeight"] and not every["nano_dimuon.root"]["genWeight"]
+    assert "Tau.pt" in every["ttH_M125_2017.root"]["fields"]
+
+
+def test_a_field_the_trace_missed_fails_its_file_naming_it_and_the_fix(tmp_path):
+    (tmp_path / "sometimes.py").write_text(SOMETIMES)
+    sometimes = processor.load(f"{tmp_path}/sometimes.py:f", chunksize=CHUNKSIZE, columns="traced")
+    doc = fileset_in(NANOAOD, FILESET)
+    task = next(t for t in dataset.tasks(doc) if t.path.endswith("ttH_M125_2017.root"))
+    with pytest.raises(
+        AnalysisError,
+        match=r"NotRead: events.Muon.pt: hepvine made these events without Muon.*"
+        r"run with columns: all",
+    ) as raised:
+        processor.run_file(task.path, task, sometimes)
+    assert "sometimes.py:7" in raised.value.where  # the user's line
+    out, _, _ = processor.run_file(task.path, task, processor.load(f"{tmp_path}/sometimes.py:f", chunksize=CHUNKSIZE))
+    assert out["muons"] > 0  # with every field, as the Runner
+    with pytest.raises(processor.AnalysisSpecError, match="columns='some': use one of all, traced"):
+        processor.load(f"{tmp_path}/sometimes.py:f", columns="some")
+
+
+@pytest.fixture
+def tth_chunks():
+    """The ttH file's chunk of entries 10-60, made with every field and with a cut for a trace reading jets' pt."""
+    opened = uproot.open(NANOAOD / "ttH_M125_2017.root")
+    every = nanoevents.FileChunks(opened, "Events", NanoAODSchema, {})
+    cut = nanoevents.FileChunks(opened, "Events", NanoAODSchema, {})
+    assert cut.cut_to(frozenset({"nJet", "Jet_pt"})) is None
+    metadata = {"dataset": "d", "filename": "f", "entrystart": 10, "entrystop": 60}
+    yield every.events(dict(metadata), 10, 60, None), cut.events(dict(metadata), 10, 60, None)
+    opened.close()
+
+
+def test_a_placeholder_has_its_fields_length_and_fails_at_any_use_of_its_contents(tth_chunks):
+    every, cut = tth_chunks
+    assert cut.fields == every.fields and cut.metadata == every.metadata and len(cut) == len(every) == 50
+    assert ak.array_equal(cut.Jet.pt, every.Jet.pt) and cut.Jet.fields == every.Jet.fields
+    assert cut.Jet.layout.form == every.Jet.layout.form  # made as the Runner makes it
+    assert isinstance(cut.Tau, cutform.UnreadArray) and not isinstance(cut.Jet, cutform.UnreadArray)
+    assert cut.Tau.fields == every.Tau.fields and len(cut.Tau) == 50
+    assert cut.genWeight.fields == every.genWeight.fields == []
+    for use in (lambda: cut.Tau.pt, lambda: cut.Tau[0], lambda: list(cut.Tau), lambda: np.asarray(cut.genWeight)):
+        with pytest.raises(cutform.NotRead, match="hepvine made these events without (Tau|genWeight)"):
+            use()
+    assert sum(1 for c in cut.layout.contents if c.parameter("__record__") == cutform.UNREAD) > 40
+
+
+def test_plan_gives_no_cut_where_a_kept_fields_form_would_differ():
+    """A schema whose form of a field depends on branches the cut leaves out: no cut, and why."""
+
+    class Counting(NanoAODSchema):
+        def __init__(self, base_form, *args, **kwargs):
+            super().__init__(base_form, *args, **kwargs)
+            jet = self._form["contents"][self._form["fields"].index("Jet")]
+            jet.setdefault("parameters", {})["branches"] = len(base_form["fields"])
+
+    with uproot.open(NANOAOD / "ttH_M125_2017.root") as opened:
+        chunks = nanoevents.FileChunks(opened, "Events", Counting, {})
+        assert chunks.cut_to(frozenset({"nJet", "Jet_pt"})) == "Jet would differ from the Runner's"
+        assert chunks.events({}, 0, 10, None).fields == opened_fields(opened)  # every field made
+        assert cutform.plan(pickle.loads(chunks._base_form), NanoAODSchema, frozenset({"x"})) == (
+            "the trace found no field read"
+        )
+
+
+def opened_fields(opened) -> list[str]:
+    from coffea.nanoevents import NanoEventsFactory
+
+    return NanoEventsFactory.from_root(opened, treepath="Events", mode="virtual").events().fields
+
+
+def test_a_fields_columns_are_the_branches_its_form_keys_load():
+    jet = {
+        "class": "ListOffsetArray",
+        "offsets": "i64",
+        "form_key": "nJet%2C%21load%2C%21counts2offsets",
+        "content": {
+            "class": "RecordArray",
+            "fields": ["pt", "matched_gen"],
+            "contents": [
+                {"class": "NumpyArray", "primitive": "float32", "form_key": "Jet_pt%2C%21load%2C%21content"},
+                {
+                    "class": "NumpyArray",
+                    "primitive": "int64",
+                    "form_key": "Jet_genJetIdx%2C%21load%2CnGenJet%2C%21load%2C%21counts2offsets%2C%21local2global",
+                },
+            ],
+        },
+    }
+    assert cutform._columns(jet, first=True) == {"nJet", "Jet_pt", "Jet_genJetIdx"}
+    assert cutform._columns(jet, first=False) == {"nJet", "Jet_pt", "Jet_genJetIdx", "nGenJet"}
+    branches = ["run", "nJet", "Jet_pt", "Jet_eta", "nGenJet", "GenJet_pt", "nMuon", "Muon_pt", "MET_pt"]
+    assert cutform._collections(branches, {"Jet_genJetIdx", "nGenJet", "run"}) == {
+        "run",
+        "nJet",
+        "Jet_pt",
+        "Jet_eta",
+        "nGenJet",
+        "GenJet_pt",
+    }
