@@ -7,6 +7,8 @@ none."""
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import awkward as ak
@@ -181,3 +183,34 @@ def test_a_fields_columns_are_the_branches_its_form_keys_load():
         "nGenJet",
         "GenJet_pt",
     }
+
+
+# One file through the AGC processor in a fresh process (its warnings as a job's log shows them), then the file's
+# chunks again as a forked file process of a job makes them (the cut planned before, in FORMS).
+WARNINGS = """
+import pickle, sys
+from hepvine.model import dataset
+from hepvine.work import processor
+path, columns = sys.argv[1], sys.argv[2]
+agc = processor.load("hepvine.examples.agc:TtbarProcessor", chunksize=30, columns=columns)
+metadata = {"era": "run2", "xsec": 1.0, "process": "ttH", "variation": "nominal", "nevts_total": 1000}
+task = next(iter(dataset.tasks({"d": {"files": {path: "Events"}, "metadata": metadata}})))
+processor.run_file(path, task, agc)
+sys.stderr.write("--- again\\n")
+processor.run_file(path, task, agc)
+"""
+
+
+def test_a_cut_chunk_gives_the_runners_warnings_only():
+    """The schema warns of each cross-reference whose index is missing: of the cut base form it would warn of indices
+    the file has (left out with their collections), every chunk. Those are ignored: with columns=traced a job's log
+    shows the warnings it shows with every field."""
+    path = str(NANOAOD / "ttH_M125_2017.root")
+    logs = {}
+    for columns in ("all", "traced"):
+        done = subprocess.run(
+            [sys.executable, "-c", WARNINGS, path, columns], capture_output=True, text=True, check=True
+        )
+        logs[columns] = {line for line in done.stderr.splitlines() if "Warning:" in line}
+    assert logs["traced"] == logs["all"]
+    assert any("Missing cross-reference index" in line for line in logs["all"])  # the file's own, as the Runner's

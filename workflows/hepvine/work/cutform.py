@@ -90,11 +90,13 @@ def _behavior(schema: type) -> dict:
 @dataclass(frozen=True)
 class Cut:
     """How a layout's chunks are made for one trace: from BASE (the cut base form, pickled), into FIELDS (the schema's
-    top-level fields from every branch, in order), of which those in UNREAD are placeholders (their forms, by name)."""
+    top-level fields from every branch, in order), of which those in UNREAD are placeholders (their forms, by name);
+    QUIET: the schema's warnings of the cut base form that it does not give from every branch (``quieten``)."""
 
     base: bytes
     fields: tuple
     unread: dict
+    quiet: frozenset
 
 
 class CutSchema(BaseSchema):
@@ -163,8 +165,8 @@ def plan(base_form: dict, schema: type, traced: frozenset) -> Cut | str:
     gives each kept field the form, and the events the parameters, that it gives them from every branch.
 
     The schema's warnings from every branch (coffea's, of a cross-reference whose index the file lacks) are given as
-    the Runner gives them; those it gives only of the cut base form (an index left out with its collection) are
-    ignored from then on, every chunk giving them again."""
+    the Runner gives them; those it gives only of the cut base form (an index left out with its collection) are the
+    cut's ``quiet``."""
     with warnings.catch_warnings(record=True) as runners:
         warnings.simplefilter("always")
         full = schema(copy.deepcopy(base_form)).form
@@ -188,7 +190,18 @@ def plan(base_form: dict, schema: type, traced: frozenset) -> Cut | str:
         return f"{', '.join(differ)} would differ from the Runner's"
     if made["parameters"] != full["parameters"]:
         return "the events' parameters would differ from the Runner's"
-    for text in {str(w.message) for w in cuts} - {str(w.message) for w in runners}:
-        warnings.filterwarnings("ignore", f"{re.escape(text)}$")
     unread = {n: _placeholder(n, c) for n, c in zip(full["fields"], full["contents"]) if n not in kept}
-    return Cut(base, tuple(full["fields"]), unread)
+    quiet = frozenset(str(w.message) for w in cuts) - {str(w.message) for w in runners}
+    return Cut(base, tuple(full["fields"]), unread, quiet)
+
+
+_quieted: set[str] = set()  # the warnings quieten has had this process ignore
+
+
+def quieten(cut: Cut) -> None:
+    """Have this process ignore the warnings the schema gives only of CUT's base form (``Cut.quiet``: of indices left
+    out with their collections, not the file's), which every chunk would give again: the job's log shows the Runner's
+    warnings only. Once a process and warning (a file's own process, forked, plans no cut: it is given the job's)."""
+    for text in cut.quiet - _quieted:
+        warnings.filterwarnings("ignore", f"{re.escape(text)}$")
+        _quieted.add(text)

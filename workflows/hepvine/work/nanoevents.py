@@ -233,6 +233,7 @@ class FileChunks:
         planned = self.forms[key]
         if isinstance(planned, str):
             return planned
+        cutform.quieten(planned)
         self._cut = planned
         return None
 
