@@ -98,7 +98,8 @@ def campaign(tag: str, *config: str, options: tuple[str, ...] = ()) -> tuple[Pat
 def test_a_users_processor_on_taskvine_workers_equals_coffeas_runner(served):
     """Recompressed to ZSTD on the workers first (the analysis reads each copy as the file the fileset names), then
     a later campaign over the copies (dataset.zstd.json) on the same profile with its jobs as library calls (the
-    driver forked from each worker's library, coffea imported there once): both equal coffea's Runner."""
+    driver forked from each worker's library, coffea imported there once) and config columns: traced (each chunk's
+    fields the processor does not read made as placeholders): both equal coffea's Runner."""
     fileset, bad, tag = served
     # The user's analysis lives in a directory of theirs outside the checkout, linked into it (the jobs are sent
     # only files under the directory Snakemake runs in: README, "Run your own processor").
@@ -161,6 +162,7 @@ def test_a_users_processor_on_taskvine_workers_equals_coffeas_runner(served):
         f"dataset={out / 'dataset.zstd.json'}",
         f"campaign={tag}-again",
         "recompress=off",
+        "columns=traced",
         options=("--taskvine-library",),
     )
     assert last_step(log) == "host", log[-3000:]
@@ -176,3 +178,11 @@ def test_a_users_processor_on_taskvine_workers_equals_coffeas_runner(served):
     }
     assert all(Path(path).is_absolute() for block in copied.values() for path in block["files"])
     assert_same(util.load(str(again / "output.coffea")), coffea_runner(copied, instance))
+    # Every plain tree's chunks were cut on the workers: only the RNTuple copy's job (dataset rntuple) made every field.
+    uncut = [
+        line
+        for job_log in (again / "logs" / "analyse").rglob("*.log")
+        for line in job_log.read_text().splitlines()
+        if "every field made" in line
+    ]
+    assert len(uncut) == 1 and "/rntuple/files/" in uncut[0] and "not a tree of plain branches" in uncut[0], uncut
