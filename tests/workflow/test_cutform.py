@@ -124,7 +124,13 @@ def test_a_placeholder_has_its_fields_length_and_fails_at_any_use_of_its_content
     assert isinstance(cut.Tau, cutform.UnreadArray) and not isinstance(cut.Jet, cutform.UnreadArray)
     assert cut.Tau.fields == every.Tau.fields and len(cut.Tau) == 50
     assert cut.genWeight.fields == every.genWeight.fields == []
-    for use in (lambda: cut.Tau.pt, lambda: cut.Tau[0], lambda: list(cut.Tau), lambda: np.asarray(cut.genWeight)):
+    masked = cut[cut.event % 2 == 0]  # a placeholder stays one through the events' slices, and one event's
+    assert isinstance(masked.Tau, cutform.UnreadArray) and 0 < len(masked.Tau) == len(masked) < 50
+    assert repr(masked.Tau).startswith("<UnreadArray events.Tau: not made (config columns: traced); fields ")
+    assert str(cut[0].genWeight) == "<UnreadRecord events.genWeight: not made (config columns: traced)>"
+    assert isinstance(cut[0].Tau, cutform.UnreadRecord) and cut[0].Tau.fields == every.Tau.fields
+    uses = (lambda: cut.Tau.pt, lambda: cut.Tau[0], lambda: list(cut.Tau), lambda: np.asarray(cut.genWeight))
+    for use in (*uses, lambda: masked.Tau.pt, lambda: cut[0].Tau.pt):
         with pytest.raises(cutform.NotRead, match="hepvine made these events without (Tau|genWeight)"):
             use()
     assert sum(1 for c in cut.layout.contents if c.parameter("__record__") == cutform.UNREAD) > 40

@@ -46,12 +46,15 @@ class NotRead(RuntimeError):
     """The analysis used a field its chunk was made without (config ``columns: traced``)."""
 
 
-class UnreadArray(ak.Array):
-    """``events.<field>`` for a field the analysis's trace did not read: its length and ``.fields`` are the field's, any
+class _Unread:
+    """What a placeholder (``UnreadArray``, ``UnreadRecord``: one event's) does: its ``.fields`` are the field's, any
     use of its contents raises ``NotRead``."""
 
+    def _parameter(self, name: str):
+        raise NotImplementedError
+
     def _not_read(self, use: str):
-        field = self.layout.purelist_parameter(FIELD)
+        field = self._parameter(FIELD)
         raise NotRead(
             f"events.{field}{use}: hepvine made these events without {field} (config columns: traced), as the "
             f"analysis's trace did not see it read; run with columns: all to read every field"
@@ -64,7 +67,7 @@ class UnreadArray(ak.Array):
 
     @property
     def fields(self) -> list[str]:
-        return list(self.layout.purelist_parameter(FIELDS))
+        return list(self._parameter(FIELDS))
 
     def __getitem__(self, where):
         self._not_read(f"[{where!r}]")
@@ -80,11 +83,40 @@ class UnreadArray(ak.Array):
 
     tolist = to_list
 
+    def __repr__(self) -> str:
+        fields = list(self._parameter(FIELDS))
+        shown = ", ".join(fields[:5]) + (", ..." if len(fields) > 5 else "")
+        return f"<{type(self).__name__} events.{self._parameter(FIELD)}: not made (config columns: traced)" + (
+            f"; fields {shown}>" if fields else ">"
+        )
+
+    __str__ = __repr__
+
+    def show(self, *args, **kwargs) -> None:
+        print(repr(self))
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        return {"text/plain": repr(self)}
+
+
+class UnreadArray(_Unread, ak.Array):
+    """``events.<field>`` for a field the analysis's trace did not read (its length is the field's)."""
+
+    def _parameter(self, name: str):
+        return self.layout.purelist_parameter(name)
+
+
+class UnreadRecord(_Unread, ak.Record):
+    """``events[i].<field>`` for a field the analysis's trace did not read."""
+
+    def _parameter(self, name: str):
+        return self.layout.array.parameter(name)
+
 
 @functools.cache
 def _behavior(schema: type) -> dict:
     """SCHEMA's behaviour with the placeholder's (made once a schema: awkward keys its lookups on the dict)."""
-    return {**schema.behavior(), ("*", UNREAD): UnreadArray}
+    return {**schema.behavior(), ("*", UNREAD): UnreadArray, UNREAD: UnreadRecord}
 
 
 @dataclass(frozen=True)
