@@ -281,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         "--columns",
         choices=processor.COLUMNS,
         default="all",
-        help="the branches a chunk's events hold: all, or the collections the analysis's trace reads",
+        help="the fields a chunk's events are made with: all, or traced (those the analysis's trace reads, the others "
+        "placeholders: hepvine.work.cutform)",
     )
     parser.add_argument("--recompress", help="<codec>:<level>: recompress each file first and analyse the copy")
     parser.add_argument("--copies", type=Path, help="with --recompress: the directory for the copies")

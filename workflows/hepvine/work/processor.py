@@ -72,11 +72,11 @@ class Analysis:
     source: str | None  # the file that defines it (its frames are the user's)
     schema: type
     chunksize: int
-    columns: str = "all"  # config ``columns``: "traced" cuts each chunk to the collections the analysis reads
+    columns: str = "all"  # config ``columns``: "traced" makes the fields the analysis does not read placeholders
     # The branches the analysis reads, by (dataset, tree): traced once per job (None: the trace failed; read lazily).
     traced: dict = field(default_factory=dict)
     # The base forms of the trees met so far, by layout (``nanoevents.layout_key``): a job's files after the first of
-    # a layout derive none (``nanoevents.FileChunks``).
+    # a layout derive none (``nanoevents.FileChunks``); with columns: traced, their cuts too (``FileChunks.cut_to``).
     forms: dict = field(default_factory=dict)
 
     @property
@@ -161,8 +161,8 @@ def load(
     chunksize: int = DEFAULT_CHUNKSIZE,
     columns: str = "all",
 ) -> Analysis:
-    """The analysis SPEC names, instantiated with ARGS when it is a processor class, its chunks holding COLUMNS
-    (``COLUMNS``: every branch, or the collections it reads)."""
+    """The analysis SPEC names, instantiated with ARGS when it is a processor class, its chunks made with COLUMNS
+    (``COLUMNS``: every field, or those it reads and placeholders for the others)."""
     if columns not in COLUMNS:
         raise AnalysisSpecError(f"columns={columns!r}: use one of {', '.join(COLUMNS)}")
     from coffea.processor import ProcessorABC
