@@ -93,8 +93,10 @@ def fileset_in(directory: Path, doc: dict) -> dict:
 
 
 def coffea_runner(fileset: dict, instance, chunksize: int = CHUNKSIZE):
-    """coffea's own Runner (IterativeExecutor, NanoAODSchema) over FILESET."""
+    """coffea's own Runner (IterativeExecutor, NanoAODSchema) over FILESET, with a metadata cache of its own: the
+    Runner's default one lives as long as the process and keeps the metadata a file's dataset had in an earlier call
+    (another test's fileset, in the same pytest worker)."""
     runner = coffea_processor.Runner(
-        executor=coffea_processor.IterativeExecutor(), schema=NanoAODSchema, chunksize=chunksize
+        executor=coffea_processor.IterativeExecutor(), schema=NanoAODSchema, chunksize=chunksize, metadata_cache={}
     )
     return runner(fileset, instance, treename="Events")
