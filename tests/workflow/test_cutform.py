@@ -18,6 +18,7 @@ import uproot
 from coffea.nanoevents import NanoAODSchema
 from processors import CHUNKSIZE, NEW_PROCESSOR, assert_same, coffea_runner, fileset_in
 
+from hepvine.examples import agc
 from hepvine.model import dataset
 from hepvine.model.records import AnalysisError
 from hepvine.work import cutform, nanoevents, processor
@@ -130,6 +131,8 @@ def test_a_placeholder_has_its_fields_length_and_fails_at_any_use_of_its_content
     assert str(cut[0].genWeight) == "<UnreadRecord events.genWeight: not made (config columns: traced)>"
     assert isinstance(cut[0].Tau, cutform.UnreadRecord) and cut[0].Tau.fields == every.Tau.fields
     uses = (lambda: cut.Tau.pt, lambda: cut.Tau[0], lambda: list(cut.Tau), lambda: np.asarray(cut.genWeight))
+    masked_every = every[every.event % 2 == 0]
+    assert agc.Branches(masked).names() == agc.Branches(masked_every).names()  # the AGC's names, of masked events
     for use in (*uses, lambda: masked.Tau.pt, lambda: cut[0].Tau.pt):
         with pytest.raises(cutform.NotRead, match="hepvine made these events without (Tau|genWeight)"):
             use()
@@ -148,7 +151,9 @@ def test_plan_gives_no_cut_where_a_kept_fields_form_would_differ():
     with uproot.open(NANOAOD / "ttH_M125_2017.root") as opened:
         chunks = nanoevents.FileChunks(opened, "Events", Counting, {})
         assert chunks.cut_to(frozenset({"nJet", "Jet_pt"})) == "Jet would differ from the Runner's"
-        assert chunks.events({}, 0, 10, None).fields == opened_fields(opened)  # every field made
+        made = chunks.events({}, 0, 10, None)
+        assert chunks._cut is None and made.fields == opened_fields(opened)  # every field made, none a placeholder
+        assert not any(c.parameter("__record__") == cutform.UNREAD for c in made.layout.contents)
         assert cutform.plan(pickle.loads(chunks._base_form), NanoAODSchema, frozenset({"x"})) == (
             "the trace found no field read"
         )
@@ -195,6 +200,7 @@ def test_a_fields_columns_are_the_branches_its_form_keys_load():
 # chunks again as a forked file process of a job makes them (the cut planned before, in FORMS).
 WARNINGS = """
 import pickle, sys
+from hepvine.examples import agc
 from hepvine.model import dataset
 from hepvine.work import processor
 path, columns = sys.argv[1], sys.argv[2]

@@ -319,9 +319,10 @@ class Branches:
         found = set(layout.fields)
         for name, content in zip(layout.fields, contents):
             fields = content.fields
-            if not fields and isinstance(content, ak.contents.RecordArray):
-                # A record of no fields stands for a field not made (hepvine's config columns: traced, for a field
-                # this processor does not read): the array's .fields are the field's.
+            if not fields and content.purelist_parameter("__record__") is not None:
+                # A named record of no fields (plain, or indexed in masked events) stands for a field not made
+                # (hepvine's config columns: traced, for a field this processor does not read): the array's
+                # .fields are the field's.
                 fields = self.events[name].fields
             found.update(f"{name}_{f}" for f in fields)
         return found

@@ -308,7 +308,7 @@ def run_file(url: str, task, analysis: Analysis) -> tuple[object, int, int]:
 def _cut(made: nanoevents.FileChunks, read: frozenset | None, url: str) -> None:
     """MADE's chunks cut to the fields READ (the analysis's trace) reads (config ``columns: traced``), or a warning in
     the job's log saying why every field of the file at URL is made."""
-    why = "the analysis's trace failed" if read is None else made.cut_to(read)
+    why = "the analysis's trace failed or read nothing" if read is None else made.cut_to(read)
     if why is not None:
         warnings.warn(f"hepvine: columns=traced: {url}: every field made, none cut ({why})", stacklevel=2)
 
