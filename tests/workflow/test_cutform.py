@@ -6,6 +6,8 @@ none."""
 
 from __future__ import annotations
 
+import collections
+import copy
 import pickle
 import subprocess
 import sys
@@ -53,6 +55,51 @@ def f(events):
     return {"jets": int(ak.sum(ak.num(events.Jet.pt)))}
 """
 
+# Reads the muons after a file's first chunk, catching what that raises: the Runner's events have muons.
+CAUGHT = """
+import awkward as ak
+
+
+def f(events):
+    out = {"jets": int(ak.sum(ak.num(events.Jet.pt)))}
+    if events.metadata["entrystart"] > 0:
+        try:
+            out["muons"] = int(ak.sum(ak.num(events.Muon.pt)))
+        except Exception:
+            out["muons"] = -1
+    return out
+"""
+
+# Returns arrays of the events themselves (their placeholders with them): in a dict, and in an object of its own.
+RETURNS = """
+import awkward as ak
+
+
+class Holder:
+    def __init__(self, held):
+        self.held = held
+
+
+def first(events):
+    return {"jets": int(ak.sum(ak.num(events.Jet.pt))), "first": events[:1]}
+
+
+def held(events):
+    return {"jets": int(ak.sum(ak.num(events.Jet.pt))), "taus": [Holder(events.Tau)]}
+"""
+
+# Reads the low-pT electrons where a file has them: the data's second file does, its first does not.
+WHERE_THERE = """
+import awkward as ak
+
+
+def f(events):
+    out = {"muons": int(ak.sum(ak.num(events.Muon.pt)))}
+    if "LowPtElectron" in events.fields:
+        out["low_pt_electrons"] = int(ak.sum(ak.num(events.LowPtElectron.pt)))
+    return out
+"""
+
 
 def run(analysis, doc: dict):
     """ANALYSIS over every file of the fileset DOC: (the accumulated output, {file name: its output})."""
@@ -62,8 +109,8 @@ def run(analysis, doc: dict):
     for task in dataset.tasks(doc):
         output, events, _ = processor.run_file(task.path, task, analysis)
         assert events == uproot.open(task.path)[task.treename].num_entries
+        each[Path(task.path).name] = copy.deepcopy(output)  # (accumulate adds into the first)
         total = output if total is None else accumulate([output], total)
-        each[Path(task.path).name] = output
     return total, each
 
 
@@ -74,7 +121,9 @@ def test_columns_traced_gives_the_runners_output_and_fields(tmp_path):
     cut = processor.load(f"{tmp_path}/mine.py:JetsAndMuons", {"pt_min": 25.0}, chunksize=CHUNKSIZE, columns="traced")
     with pytest.warns(UserWarning, match="nano_dy_rntuple.root: every field made, none cut .*not a tree of plain"):
         ours, _ = run(cut, doc)
-    assert len(cut.traced) == len(doc) and all(cut.traced.values())  # each dataset traced once, local files too
+    # Each dataset traced once a layout, local files too: run3_mc's two files differ, and the data's.
+    assert {key[:2] for key in cut.traced} == {(name, "Events") for name in doc} and all(cut.traced.values())
+    assert len(cut.traced) == 6
     cuts = [v for v in cut.forms.values() if isinstance(v, cutform.Cut)]
     assert cuts and all(len(c.unread) > 10 for c in cuts)  # the plain trees' chunks were cut
     theirs = coffea_runner(doc, processor.load(f"{tmp_path}/mine.py:JetsAndMuons", {"pt_min": 25.0}).instance)
@@ -105,6 +154,36 @@ def test_a_field_the_trace_missed_fails_its_file_naming_it_and_the_fix(tmp_path)
         processor.load(f"{tmp_path}/sometimes.py:f", columns="some")
 
 
+def test_a_not_read_the_analysis_catches_or_a_placeholder_it_returns_fails_its_file(tmp_path):
+    """What would otherwise differ silently from the Runner's output: a NotRead caught by the analysis (its output
+    would say -1 muons), a placeholder returned (it would pickle as empty records)."""
+    (tmp_path / "caught.py").write_text(CAUGHT)
+    (tmp_path / "returns.py").write_text(RETURNS)
+    doc = fileset_in(NANOAOD, FILESET)
+    task = next(t for t in dataset.tasks(doc) if t.path.endswith("ttH_M125_2017.root"))
+    caught = processor.load(f"{tmp_path}/caught.py:f", chunksize=CHUNKSIZE, columns="traced")
+    with pytest.raises(AnalysisError, match=r"caught NotRead: events.Muon.pt: hepvine made these events without") as e:
+        processor.run_file(task.path, task, caught)
+    assert "caught.py:9" in e.value.where  # where the user's code used it
+    every, _, _ = processor.run_file(task.path, task, processor.load(f"{tmp_path}/caught.py:f", chunksize=CHUNKSIZE))
+    assert every["muons"] > 0
+    for name, field in (("first", "(Tau|genWeight|[A-Z])"), ("held", "Tau")):
+        returns = processor.load(f"{tmp_path}/returns.py:{name}", chunksize=CHUNKSIZE, columns="traced")
+        with pytest.raises(AnalysisError, match=rf"returned a field not made: events.{field}.*columns: all"):
+            processor.run_file(task.path, task, returns)
+
+
+def test_a_dataset_of_two_layouts_is_traced_in_each(tmp_path):
+    """An analysis that reads a field only where a file has it: traced once a layout, it reads it where it is."""
+    (tmp_path / "there.py").write_text(WHERE_THERE)
+    doc = fileset_in(NANOAOD, {"data": FILESET["data"]})
+    there = processor.load(f"{tmp_path}/there.py:f", chunksize=CHUNKSIZE, columns="traced")
+    ours, each = run(there, doc)
+    assert "low_pt_electrons" in each["EGamma_F_Skim.root"] and "low_pt_electrons" not in each["nano_dimuon.root"]
+    assert len(there.traced) == 2 and all(isinstance(v, cutform.Cut) for k, v in there.forms.items() if k[0] == "cut")
+    assert_same(ours, coffea_runner(doc, processor.load(f"{tmp_path}/there.py:f").instance))
+
+
 @pytest.fixture
 def tth_chunks():
     """The ttH file's chunk of entries 10-60, made with every field and with a cut for a trace reading jets' pt."""
@@ -131,6 +210,21 @@ def test_a_placeholder_has_its_fields_length_and_fails_at_any_use_of_its_content
     assert str(cut[0].genWeight) == "<UnreadRecord events.genWeight: not made (config columns: traced)>"
     assert isinstance(cut[0].Tau, cutform.UnreadRecord) and cut[0].Tau.fields == every.Tau.fields
     uses = (lambda: cut.Tau.pt, lambda: cut.Tau[0], lambda: list(cut.Tau), lambda: np.asarray(cut.genWeight))
+    # Nothing answers silently: awkward's functions, NumPy's, properties, pickling.
+    uses += (
+        lambda: ak.fields(cut.Tau),
+        lambda: ak.type(cut.Tau),
+        lambda: ak.without_parameters(cut.Tau),
+        lambda: ak.zip({"t": cut.Tau}),
+        lambda: ak.num(cut.Tau),
+        lambda: cut.Tau.type,
+        lambda: cut.Tau.ndim,
+        lambda: cut.Tau.to_list(),
+        lambda: np.sqrt(cut.genWeight),
+        lambda: np.concatenate([cut.genWeight]),
+        lambda: pickle.dumps(cut.Tau),
+        lambda: cut[0].Tau.type,
+    )
     masked_every = every[every.event % 2 == 0]
     assert agc.Branches(masked).names() == agc.Branches(masked_every).names()  # the AGC's names, of masked events
     for use in (*uses, lambda: masked.Tau.pt, lambda: cut[0].Tau.pt):
@@ -215,14 +309,14 @@ processor.run_file(path, task, agc)
 
 def test_a_cut_chunk_gives_the_runners_warnings_only():
     """The schema warns of each cross-reference whose index is missing: of the cut base form it would warn of indices
-    the file has (left out with their collections), every chunk. Those are ignored: with columns=traced a job's log
-    shows the warnings it shows with every field."""
+    the file has (left out with their collections). Those are not given, the file's own are: with columns=traced a
+    job's log shows the warnings it shows with every field, as many times."""
     path = str(NANOAOD / "ttH_M125_2017.root")
     logs = {}
     for columns in ("all", "traced"):
         done = subprocess.run(
             [sys.executable, "-c", WARNINGS, path, columns], capture_output=True, text=True, check=True
         )
-        logs[columns] = {line for line in done.stderr.splitlines() if "Warning:" in line}
-    assert logs["traced"] == logs["all"]
+        logs[columns] = collections.Counter(line for line in done.stderr.splitlines() if "Warning:" in line)
+    assert logs["traced"] == logs["all"]  # each as many times
     assert any("Missing cross-reference index" in line for line in logs["all"])  # the file's own, as the Runner's

@@ -127,16 +127,17 @@ def run_file(
 
 
 def _child(send, args: tuple) -> None:
-    """In the file's own process: run it and send (record, histogram, the analysis's traces, the base forms it
-    derived) back, or the traceback of a bug."""
+    """In the file's own process: run it and send (record, histogram, the analysis's traces and the base forms it
+    made, those the job had not) back, or the traceback of a bug."""
     os.setpgid(0, 0)  # a group of its own, with whatever it starts (ROOT's programs), so that all of it can be ended
     try:
         analysis = args[2]  # (entry, batch, analysis, ...): run_file's arguments
         processor.settle(analysis)  # what the job had made so far, too
-        known = set(analysis.forms)
+        known, known_traces = set(analysis.forms), set(analysis.traced)
         record, h = run_file(*args)
         derived = {key: form for key, form in analysis.forms.items() if key not in known}
-        send.send(("done", (record.to_dict(), h, analysis.traced, derived)))
+        traced = {key: read for key, read in analysis.traced.items() if key not in known_traces}
+        send.send(("done", (record.to_dict(), h, traced, derived)))
     except BaseException:  # a bug (run_file records the file's own failures): the parent fails the job with it
         send.send(("bug", traceback.format_exc()))
     finally:

@@ -11,19 +11,21 @@ selection takes per file. ``plan`` cuts that cost without changing what the anal
   use of its contents (an attribute, an item, iteration, conversion) raises ``NotRead`` naming the field and the fix
   (``columns: all``): a processor that reads a field its trace missed (for some files or events only) fails loudly.
 
-What can still differ silently from the Runner's: awkward functions applied to a placeholder itself (``ak.fields``,
-``ak.type``, ``ak.without_parameters`` of ``events.Tau`` see a record of no fields and answer without raising), a
-placeholder the processor returns in its output (it pickles as empty records), a ``NotRead`` the processor catches
-itself, and the events' layout and form as a whole (a layout's ``.fields`` of a placeholder is empty;
-``events.Tau.fields`` is not).
+Nothing of a placeholder answers silently: its other attributes and properties (``.type``, ``.ndim``, ``.mask``...),
+awkward's functions (``ak.fields``, ``ak.type``, ``ak.zip``... of it), NumPy's ufuncs and functions, and pickling raise
+``NotRead`` too. The chunk's processing is checked after it (``processor``): a ``NotRead`` the analysis caught itself
+(``used``), or a placeholder in what it returned (``check_output``: it would pickle as empty records), fails the file
+all the same. What a cut still changes: the events' layout and form as a whole (a layout's ``.fields`` of a
+placeholder is empty, ``events.Tau.fields`` is not).
 """
 
 from __future__ import annotations
 
+import collections
 import copy
 import functools
 import pickle
-import re
+import sys
 import warnings
 from dataclasses import dataclass
 
@@ -48,23 +50,39 @@ class NotRead(RuntimeError):
     """The analysis used a field its chunk was made without (config ``columns: traced``)."""
 
 
+_first_use: list[NotRead] = []  # the first NotRead raised since ``used`` last asked (the analysis may catch it)
+
+
+def used() -> NotRead | None:
+    """The first ``NotRead`` raised since the last call, whether or not the analysis caught it (then forgotten)."""
+    return _first_use.pop() if _first_use else None
+
+
+# A placeholder's public attributes that answer (what awkward and Python need to make and hold one): any other raises.
+_ANSWERED = frozenset({"layout", "behavior", "attrs", "fields", "show"})
+
+
 class _Unread:
-    """What a placeholder (``UnreadArray``, ``UnreadRecord``: one event's) does: its ``.fields`` are the field's, any
-    use of its contents raises ``NotRead``."""
+    """What a placeholder (``UnreadArray``, ``UnreadRecord``: one event's) does: its length and ``.fields`` are the
+    field's; any other use of it raises ``NotRead`` (attributes, items, iteration, conversion, awkward's and NumPy's
+    functions, pickling)."""
 
     def _parameter(self, name: str):
         raise NotImplementedError
 
     def _not_read(self, use: str):
         field = self._parameter(FIELD)
-        raise NotRead(
+        error = NotRead(
             f"events.{field}{use}: hepvine made these events without {field} (config columns: traced), as the "
             f"analysis's trace did not see it read; run with columns: all to read every field"
         )
+        if not _first_use:
+            _first_use.append(error)
+        raise error
 
-    def __getattr__(self, name):
-        if name.startswith("_"):  # awkward's own and Python's protocols
-            return super().__getattr__(name)
+    def __getattribute__(self, name):
+        if name.startswith("_") or name in _ANSWERED:  # awkward's own and Python's protocols
+            return super().__getattribute__(name)
         self._not_read(f".{name}")
 
     @property
@@ -80,10 +98,17 @@ class _Unread:
     def __array__(self, *args, **kwargs):
         self._not_read(" as a NumPy array")
 
-    def to_list(self):
-        self._not_read(".to_list()")
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        self._not_read(f" given to numpy.{ufunc.__name__}")
 
-    tolist = to_list
+    def __array_function__(self, func, types, args, kwargs):
+        self._not_read(f" given to numpy.{func.__name__}")
+
+    def __awkward_function__(self, func, array_likes, args, kwargs):
+        self._not_read(f" given to ak.{func.__name__}")
+
+    def __reduce_ex__(self, protocol):
+        self._not_read(" pickled")
 
     def __repr__(self) -> str:
         fields = list(self._parameter(FIELDS))
@@ -125,20 +150,62 @@ def _behavior(schema: type) -> dict:
 class Cut:
     """How a layout's chunks are made for one trace: from BASE (the cut base form, pickled), into FIELDS (the schema's
     top-level fields from every branch, in order), of which those in UNREAD are placeholders (their forms, by name);
-    QUIET: the schema's warnings of the cut base form that it does not give from every branch (``quieten``)."""
+    AGAIN: the warnings the schema gives from every branch but not of the cut base form (``_Warning``), given again
+    with each chunk as the Runner's schema gives them."""
 
     base: bytes
     fields: tuple
     unread: dict
-    quiet: frozenset
+    again: tuple = ()
+
+
+@dataclass(frozen=True)
+class _Warning:
+    """A warning as the schema gave it (``warnings.warn`` in MODULE, at FILENAME:LINENO)."""
+
+    category: type
+    text: str
+    filename: str
+    lineno: int
+    module: str | None
+
+    def give(self) -> None:
+        """Give it again as ``warnings.warn`` gave it there: the same filters, shown once a place unless they say
+        otherwise (the module's registry)."""
+        module = sys.modules.get(self.module) if self.module else None
+        registry = vars(module).setdefault("__warningregistry__", {}) if module is not None else None
+        warnings.warn_explicit(self.text, self.category, self.filename, self.lineno, self.module, registry)
+
+
+def _recorded(schema: type, base_form: dict) -> tuple[dict, list[_Warning]]:
+    """(SCHEMA's form of BASE_FORM, the warnings it gave)."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        form = schema(base_form).form
+    modules = {getattr(m, "__file__", None): name for name, m in list(sys.modules.items())}
+    found = [_Warning(w.category, str(w.message), w.filename, w.lineno, modules.get(w.filename)) for w in seen]
+    return form, found
+
+
+@functools.cache
+def _quiet(schema: type) -> type:
+    """SCHEMA, without its warnings of a missing cross-reference (NanoAODSchema's ``warn_missing_crossrefs``): of the
+    cut base form, it would warn of the indices left out with their collections, which the file has. Where SCHEMA has
+    no such switch it is SCHEMA (``plan`` then gives no cut if the cut base form warns of more)."""
+    if not hasattr(schema, "warn_missing_crossrefs"):
+        return schema
+    return type(schema.__name__, (schema,), {"warn_missing_crossrefs": False, "__module__": schema.__module__})
 
 
 class CutSchema(BaseSchema):
-    """The events of a cut (``Cut``): SCHEMA's form of the cut base form, with a placeholder for each unread field.
-    Passed to coffea as ``functools.partial(CutSchema, schema=..., cut=...)``: coffea calls it with the base form."""
+    """The events of a cut (``Cut``): SCHEMA's form of the cut base form, with a placeholder for each unread field and
+    the warnings SCHEMA gives from every branch. Passed to coffea as ``functools.partial(CutSchema, schema=...,
+    cut=...)``: coffea calls it with the base form."""
 
     def __init__(self, base_form: dict, *, schema: type, cut: Cut):
-        made = schema(base_form).form
+        made = _quiet(schema)(base_form).form
+        for warning in cut.again:
+            warning.give()
         contents = dict(zip(made["fields"], made["contents"]))
         self._schema = schema
         self._form = {
@@ -196,16 +263,9 @@ def plan(base_form: dict, schema: type, traced: frozenset) -> Cut | str:
     (branch names), made with SCHEMA; or, where there is none, why (a string). A top-level field is kept when a buffer
     of its own is made of a traced branch, and the event IDs always; the cut base form holds the collections
     (``_collections``) of every branch a kept field loads and ``ALWAYS``'s. Checked: the schema's form of the cut base
-    gives each kept field the form, and the events the parameters, that it gives them from every branch.
-
-    The schema's warnings from every branch (coffea's, of a cross-reference whose index the file lacks) are given as
-    the Runner gives them; those it gives only of the cut base form (an index left out with its collection) are the
-    cut's ``quiet``."""
-    with warnings.catch_warnings(record=True) as runners:
-        warnings.simplefilter("always")
-        full = schema(copy.deepcopy(base_form)).form
-    for seen in runners:
-        warnings.warn_explicit(seen.message, seen.category, seen.filename, seen.lineno)
+    gives each kept field the form, and the events the parameters, that it gives them from every branch, and no
+    warning it does not give from every branch (``_quiet``'s are not given; ``Cut.again`` gives the Runner's)."""
+    full, runners = _recorded(schema, copy.deepcopy(base_form))
     kept = [n for n, c in zip(full["fields"], full["contents"]) if _columns(c, first=True) & traced or n in EVENT_IDS]
     if set(kept) <= set(EVENT_IDS):
         return "the trace found no field read"
@@ -216,9 +276,7 @@ def plan(base_form: dict, schema: type, traced: frozenset) -> Cut | str:
     cut["fields"], cut["contents"] = [n for n, _ in pairs], [c for _, c in pairs]
     base = pickle.dumps(cut, protocol=pickle.HIGHEST_PROTOCOL)
     try:
-        with warnings.catch_warnings(record=True) as cuts:
-            warnings.simplefilter("always")
-            made = schema(cut).form
+        made, cuts = _recorded(_quiet(schema), cut)
     except Exception as e:  # a schema of the user's that needs what the cut left out: the file gets every field
         return f"{schema.__name__} fails on the cut base form: {type(e).__name__}: {e}"
     contents = dict(zip(made["fields"], made["contents"]))
@@ -227,18 +285,66 @@ def plan(base_form: dict, schema: type, traced: frozenset) -> Cut | str:
         return f"{', '.join(differ)} would differ from the Runner's"
     if made["parameters"] != full["parameters"]:
         return "the events' parameters would differ from the Runner's"
+    given = collections.Counter((w.category, w.text) for w in cuts)
+    more = given - collections.Counter((w.category, w.text) for w in runners)
+    if more:
+        return f"the cut base form gives warnings the file does not ({next(iter(more))[1]})"
+    again = []
+    for warning in runners:  # those the cut base form does not give itself, in order
+        if given[warning.category, warning.text]:
+            given[warning.category, warning.text] -= 1
+        else:
+            again.append(warning)
     unread = {n: _placeholder(n, c) for n, c in zip(full["fields"], full["contents"]) if n not in kept}
-    quiet = frozenset(str(w.message) for w in cuts) - {str(w.message) for w in runners}
-    return Cut(base, tuple(full["fields"]), unread, quiet)
+    return Cut(base, tuple(full["fields"]), unread, tuple(again))
 
 
-_quieted: set[str] = set()  # the warnings quieten has had this process ignore
+class _Nowhere:
+    """A file that keeps nothing written to it."""
+
+    def write(self, data) -> int:
+        return len(data)
 
 
-def quieten(cut: Cut) -> None:
-    """Have this process ignore the warnings the schema gives only of CUT's base form (``Cut.quiet``: of indices left
-    out with their collections, not the file's), which every chunk would give again: the job's log shows the Runner's
-    warnings only. Once a process and warning (a file's own process, forked, plans no cut: it is given the job's)."""
-    for text in cut.quiet - _quieted:
-        warnings.filterwarnings("ignore", f"{re.escape(text)}$")
-        _quieted.add(text)
+class _Walk(pickle.Pickler):
+    """Pickles to nowhere, the buffers of arrays out of band (not copied), raising ``NotRead`` at a placeholder: in an
+    awkward array's form (an array of the events' fields, or a placeholder itself), whose buffers are then left
+    unread."""
+
+    def reducer_override(self, obj):
+        if isinstance(obj, (ak.Array, ak.Record)):
+            layout = obj.layout.array if isinstance(obj, ak.Record) else obj.layout
+            field = _unread_in(layout.form)
+            if field is not None:
+                raise NotRead(
+                    f"events.{field}: the analysis returned it (or an array holding it) in its output; hepvine made "
+                    f"these events without {field} (config columns: traced), as the analysis's trace did not see it "
+                    "read; run with columns: all to read every field"
+                )
+            return int, ()  # what the output holds is sent later: only its form is looked at here
+        return NotImplemented
+
+
+def _unread_in(form) -> str | None:
+    """The field of the first placeholder in FORM (an awkward form), or None."""
+    stack = [form]
+    while stack:
+        node = stack.pop()
+        if node.parameters.get("__record__") == UNREAD:
+            return node.parameters.get(FIELD)
+        stack.extend(getattr(node, "contents", ()))  # a record's, a union's
+        content = getattr(node, "content", None)  # a list's, an option's... (a record's is a method)
+        if isinstance(content, ak.forms.Form):
+            stack.append(content)
+    return None
+
+
+def check_output(output) -> None:
+    """Raise ``NotRead`` if OUTPUT (an analysis's, of a cut chunk) holds a placeholder anywhere: in a dict, a list, an
+    accumulator, an object of the user's (whatever pickling reaches), in an awkward array's form. Its arrays' buffers
+    are not copied nor read. An output that cannot be pickled is left to fail where it is sent, as it would with every
+    field."""
+    try:
+        _Walk(_Nowhere(), protocol=5, buffer_callback=lambda buffer: False).dump(output)
+    except (pickle.PicklingError, TypeError, AttributeError):  # not picklable: it fails where the job sends it,
+        return  # with its own error, as with every field

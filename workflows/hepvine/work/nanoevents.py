@@ -26,7 +26,9 @@ from types import SimpleNamespace
 
 # The leaves whose type uproot reads from the leaf's class, its title and fIsUnsigned alone (identify._leaf_to_dtype).
 PLAIN_LEAVES = frozenset({"TLeafO", "TLeafB", "TLeafS", "TLeafI", "TLeafL", "TLeafG", "TLeafF", "TLeafD"})
-KEPT_FORMS = 8  # the base forms a job keeps (the layouts it meets: a dataset's files share one)
+# The base forms a job keeps, and with columns: traced their cuts (``FileChunks.cut_to``): two a layout, of the
+# layouts it meets (a dataset's files share one).
+KEPT_FORMS = 16
 
 
 def layout_key(tree) -> tuple | None:
@@ -68,8 +70,9 @@ def layout_key(tree) -> tuple | None:
     return (tree.title, tuple(rows))
 
 
-def keep_form(forms: dict, key: tuple, form: bytes) -> None:
-    """FORM kept in FORMS (``Analysis.forms``) under its layout KEY, the oldest dropped beyond ``KEPT_FORMS``."""
+def keep_form(forms: dict, key: tuple, form) -> None:
+    """FORM (a pickled base form, or a cut's plan: ``cutform.Cut`` or why none) kept in FORMS (``Analysis.forms``)
+    under KEY (its layout's), the oldest dropped beyond ``KEPT_FORMS``."""
     forms.pop(key, None)
     while len(forms) >= KEPT_FORMS:
         del forms[next(iter(forms))]
@@ -185,9 +188,7 @@ class FileChunks:
                 entry_stop=stop,
                 preload=preload,
             ).events()
-        if self._base_form is None:
-            with _collector_paused():
-                self._base_form = self._derived_form(self._parts.mapping)
+        self._derive()
         preloaded = None
         if preload is not None:
             names, counted = self._reads(preload)
@@ -215,11 +216,11 @@ class FileChunks:
         tree's every branch (a 100,000-event chunk of the NanoAOD layout for the AGC selection: 23 -> 3 ms). Planned
         once a layout and trace (kept in FORMS). Only for a plain tree (``layout_key``) made from coffea's parts; None
         when the chunks are cut, else why not."""
-        if self._parts is None or self.forms is None:
+        if self._parts is None:
             return f"this coffea's NanoEvents parts do not fit, or {self.schema.__name__} reads podio metadata"
-        if self._base_form is None:
-            with _collector_paused():
-                self._base_form = self._derived_form(self._parts.mapping)
+        if self.forms is None:
+            return "no forms kept (FileChunks made without FORMS)"
+        self._derive()
         if not self._plain:
             return f"{self.treename} is not a tree of plain branches (NanoAOD's)"
         from hepvine.work import cutform
@@ -233,9 +234,27 @@ class FileChunks:
         planned = self.forms[key]
         if isinstance(planned, str):
             return planned
-        cutform.quieten(planned)
         self._cut = planned
         return None
+
+    @property
+    def cut(self):
+        """How this file's chunks are cut (``cutform.Cut``), or None: every field made."""
+        return self._cut
+
+    def layout(self) -> tuple | None:
+        """The tree's layout key (``layout_key``): None when it is not a tree of plain branches, or its chunks are
+        ``from_root``'s or made without FORMS."""
+        if self._parts is None or self.forms is None:
+            return None
+        self._derive()
+        return self._layout
+
+    def _derive(self) -> None:
+        """The tree's base form derived (or taken from FORMS), if it is not yet."""
+        if self._base_form is None:
+            with _collector_paused():
+                self._base_form = self._derived_form(self._parts.mapping)
 
     def _reads(self, preload: frozenset) -> tuple[list[str] | None, dict[str, tuple]]:
         """How the chunks read PRELOAD: (the branches read by name, or None: read as ``from_root`` reads them, by a

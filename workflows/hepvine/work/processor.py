@@ -23,9 +23,11 @@ fields that the trace did not see read are placeholders (``hepvine.work.cutform`
 and every field the analysis reads is made as the Runner makes it (checked once a layout and trace against the form
 from every branch), but made from the collections it reads instead of the tree's every branch, far cheaper (the
 processor bench, the AGC on a 200,000-event file: 1.15 -> 1.07 times a native selection's time, 1.29 -> 1.12 on its
-ZSTD copy). A field the trace did not see read (read only for some files or events) raises ``cutform.NotRead`` at
-its first use: the file's ``analysis-error``, naming the field and ``columns: all``. Plain trees only (NanoAOD's); for
-others, or where the check or the trace fails, every field is made (a warning in the job's log says why).
+ZSTD copy). Traced once a job, dataset and layout: an analysis may read a field only where a file has it. A field
+the trace did not see read (read only for some events) raises ``cutform.NotRead`` at its first use: the file's
+``analysis-error``, naming the field and ``columns: all``; so does a chunk whose processing caught a ``NotRead`` or
+returned a placeholder (``_checked``). Plain trees only (NanoAOD's); for others, or where the check or the trace
+fails, every field is made (a warning in the job's log says why).
 
 A chunk's NanoEvents are made by ``hepvine.work.nanoevents.FileChunks``: what ``from_root`` makes, with the tree's
 base form derived once for a job's files of one layout (``Analysis.forms``, sent back from a file's own process like
@@ -40,6 +42,7 @@ or a missing branch seen while NanoEvents loaded a column), which keeps its own 
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import importlib.util
@@ -73,7 +76,8 @@ class Analysis:
     schema: type
     chunksize: int
     columns: str = "all"  # config ``columns``: "traced" makes the fields the analysis does not read placeholders
-    # The branches the analysis reads, by (dataset, tree): traced once per job (None: the trace failed; read lazily).
+    # The branches the analysis reads, by (dataset, tree, layout: ``nanoevents.layout_key``, None for trees of other
+    # branches): traced once a job (None: the trace failed; read lazily).
     traced: dict = field(default_factory=dict)
     # The base forms of the trees met so far, by layout (``nanoevents.layout_key``): a job's files after the first of
     # a layout derive none (``nanoevents.FileChunks``); with columns: traced, their cuts too (``FileChunks.cut_to``).
@@ -242,18 +246,20 @@ def over_network(url: str) -> bool:
 
 def preload(analysis: Analysis, made: nanoevents.FileChunks, task, metadata: dict) -> frozenset | None:
     """The branches of TASK's tree (MADE: its file's chunks) that ANALYSIS reads, traced on an empty chunk the first
-    time the job meets TASK's dataset and tree (then kept in ``analysis.traced``); None when the trace fails (or
-    finds nothing). The empty chunk is the file's like its others (``FileChunks``: the base form it derives is the
-    one its chunks then share)."""
-    key = (task.dataset, task.treename)
+    time the job meets TASK's dataset and tree in that layout (then kept in ``analysis.traced``): an analysis may read
+    a field only where a file has it. None when the trace fails (or finds nothing). The empty chunk is the file's like
+    its others (``FileChunks``: the base form it derives is the one its chunks then share)."""
+    key = (task.dataset, task.treename, made.layout())
     if key not in analysis.traced:
         from coffea.nanoevents.trace import trace
 
         try:
-            # Made with its warnings (coffea's, of the branches it skips: the chunks after it share its form).
-            empty = made.events({**metadata, "entrystart": 0, "entrystop": 0}, 0, 0, None)
-            with warnings.catch_warnings():  # coffea warns of each way of tracing it tries
+            # Quiet: coffea warns of each way of tracing it tries, and the schema gives the chunks' own warnings,
+            # which the first chunk then gives (after a change of the filters, shown again: once, as the Runner's).
+            # Those of the base form (uproot's, of branches it skips) were given when made.layout() derived it.
+            with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
+                empty = made.events({**metadata, "entrystart": 0, "entrystop": 0}, 0, 0, None)
                 # coffea's trace gives an empty set when every way of tracing failed: nothing to preload.
                 analysis.traced[key] = frozenset(trace(analysis.process, empty)) or None
         except Exception:  # whatever the user's code does on a typetracer: the chunks are then read lazily
@@ -313,18 +319,59 @@ def _cut(made: nanoevents.FileChunks, read: frozenset | None, url: str) -> None:
         warnings.warn(f"hepvine: columns=traced: {url}: every field made, none cut ({why})", stacklevel=2)
 
 
+@contextlib.contextmanager
+def _making(url: str, task, analysis: Analysis):
+    """The block makes the NanoEvents of TASK's tree in the file at URL: a read failure in it keeps its own class,
+    anything else is the file's ``not-nanoevents``."""
+    try:
+        yield
+    except Exception as e:
+        if failures.classify(e) is not None:
+            raise
+        raise FileProblem(
+            "not-nanoevents",
+            f"{url}: {task.treename} cannot be read as NanoEvents with {analysis.schema.__name__}: "
+            f"{type(e).__name__}: {e}",
+            "check the file and the schema (config key schema); drop the file from the dataset if it is not NanoAOD",
+        ) from e
+
+
+def _checked(out, made: nanoevents.FileChunks, where: str, analysis: Analysis):
+    """OUT, what ANALYSIS returned for a chunk of MADE (at WHERE: the file and entries), if it is an output the Runner
+    would have had: not None and, of a cut chunk (``cutform``), neither a use of a placeholder the analysis caught
+    nor a placeholder in it."""
+    if out is None:
+        raise AnalysisError(
+            f"{where}: {analysis.name} returned None; process() must return an accumulatable (a dict of "
+            "histograms, numbers, sets...)",
+            analysis.name,
+        )
+    if made.cut is not None:
+        from hepvine.work import cutform
+
+        caught = cutform.used()
+        if caught is not None:
+            raise AnalysisError(
+                f"{where}: {analysis.name} caught NotRead: {caught}", _user_frame(caught, analysis.source)
+            ) from caught
+        try:
+            cutform.check_output(out)
+        except cutform.NotRead as e:
+            raise AnalysisError(f"{where}: {analysis.name} returned a field not made: {e}", analysis.name) from e
+    return out
+
+
 def _run_chunks(url: str, task, analysis: Analysis, f) -> tuple[object, int]:
     """(the accumulated output, the events processed) of ANALYSIS over the chunks of TASK's tree in the file F
     (opened from URL): run_file's work."""
     from coffea.processor import accumulate
 
-    output, events = None, 0
-    bulk = over_network(url)
+    bulk, traced = over_network(url), analysis.columns == "traced"
     made = nanoevents.FileChunks(f, task.treename, analysis.schema, analysis.forms)
     fileuuid = task.uuid or file_uuid(f)
-    steps = task.steps or chunks(made.tree.num_entries, analysis.chunksize)
-    for i, (start, stop) in enumerate(steps):
-        metadata = {
+
+    def metadata(start: int, stop: int) -> dict:
+        return {
             "dataset": task.dataset,
             "filename": task.path,
             "treename": task.treename,
@@ -333,36 +380,29 @@ def _run_chunks(url: str, task, analysis: Analysis, f) -> tuple[object, int]:
             "fileuuid": fileuuid,
             **(task.metadata or {}),
         }
-        read = preload(analysis, made, task, metadata) if bulk or analysis.columns == "traced" else None
-        try:
-            if analysis.columns == "traced" and i == 0:
-                _cut(made, read, url)
-            chunk = made.events(metadata, start, stop, read if bulk else None)
-        except Exception as e:
-            if failures.classify(e) is not None:
-                raise
-            raise FileProblem(
-                "not-nanoevents",
-                f"{url}: {task.treename} cannot be read as NanoEvents with "
-                f"{analysis.schema.__name__}: {type(e).__name__}: {e}",
-                "check the file and the schema (config key schema); drop the file from the "
-                "dataset if it is not NanoAOD",
-            ) from e
+
+    with _making(url, task, analysis):  # (the tree's base form is derived here, for the trace's key)
+        read = preload(analysis, made, task, metadata(0, 0)) if bulk or traced else None
+        if traced:
+            _cut(made, read, url)
+    output, events = None, 0
+    for start, stop in task.steps or chunks(made.tree.num_entries, analysis.chunksize):
+        with _making(url, task, analysis):
+            chunk = made.events(metadata(start, stop), start, stop, read if bulk else None)
+        where = f"{url} entries {start}-{stop}"
+        if made.cut is not None:
+            from hepvine.work import cutform
+
+            cutform.used()  # (forget a use of another file's chunk)
         try:
             out = analysis.process(chunk)
         except Exception as e:
             if failures.classify(e) is not None:  # a read failure seen through a lazy column: the file's
                 raise
             raise AnalysisError(
-                f"{url} entries {start}-{stop}: {analysis.name} raised {type(e).__name__}: {e}",
-                _user_frame(e, analysis.source),
+                f"{where}: {analysis.name} raised {type(e).__name__}: {e}", _user_frame(e, analysis.source)
             ) from e
-        if out is None:
-            raise AnalysisError(
-                f"{url}: {analysis.name} returned None for entries {start}-{stop}; process() "
-                "must return an accumulatable (a dict of histograms, numbers, sets...)",
-                analysis.name,
-            )
+        out = _checked(out, made, where, analysis)
         output = out if output is None else accumulate([out], output)
         events += stop - start
         chunk = out = None  # gone before the next chunk is read and made
