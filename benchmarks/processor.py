@@ -107,11 +107,7 @@ def native(urls: list[str]) -> int:
         out: dict[str, hist.Hist] = {}
         with uproot.open(url) as f:
             for chunk in f["Events"].iterate(agc.BRANCHES, step_size=CHUNKSIZE, library="ak"):
-                for region, name, observable, weights in agc.fills_of(chunk, "ttbar", 0.1)[0]:
-                    key = f"{region}_ttbar_{name}"
-                    if key not in out:
-                        out[key] = hist.Hist(agc.observable_axis(), storage=hist.storage.Weight())
-                    out[key].fill(observable=observable, weight=weights)
+                agc.region_histograms(agc.fills_of(chunk, "ttbar", 0.1)[0], "ttbar", into=out)
                 events += len(chunk)
     return events
 

@@ -277,14 +277,19 @@ def fill(h: hist.Hist, events: dict, process: str, *args, **kwargs) -> dict[str,
     return counts
 
 
-def region_histograms(filled: list[tuple[str, str, np.ndarray, np.ndarray]], process: str) -> dict[str, hist.Hist]:
+def region_histograms(
+    filled: list[tuple[str, str, np.ndarray, np.ndarray]], process: str, into: dict[str, hist.Hist] | None = None
+) -> dict[str, hist.Hist]:
     """FILLED (``fills_of``'s, of a sample of PROCESS) as histograms.root's 1-D histograms, one
     ``<region>_<process>_<variation>`` each (observable axis, weighted), empty ones too: what ``fill`` fills into
-    ``new_histogram``, each region and variation a histogram of its own, filled as it is (not sliced out of one)."""
-    out = {}
+    ``new_histogram``, each region and variation a histogram of its own, filled as it is (not sliced out of one).
+    Filled into INTO's histograms where it has them already (chunk after chunk of a file)."""
+    out = {} if into is None else into
     for region, name, observable, weights in filled:
-        h = out[f"{region}_{process}_{name}"] = hist.Hist(observable_axis(), storage=hist.storage.Weight())
-        h.fill(observable=observable, weight=weights)
+        key = f"{region}_{process}_{name}"
+        if key not in out:
+            out[key] = hist.Hist(observable_axis(), storage=hist.storage.Weight())
+        out[key].fill(observable=observable, weight=weights)
     return out
 
 
