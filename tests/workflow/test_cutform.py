@@ -86,6 +86,10 @@ def first(events):
 
 def held(events):
     return {"jets": int(ak.sum(ak.num(events.Jet.pt))), "taus": [Holder(events.Tau)]}
+
+
+def layout(events):
+    return {"jets": int(ak.sum(ak.num(events.Jet.pt))), "layout": events[:2].layout}
 """
 
 # Reads the low-pT electrons where a file has them: the data's second file does, its first does not.
@@ -167,7 +171,16 @@ def test_a_not_read_the_analysis_catches_or_a_placeholder_it_returns_fails_its_f
     assert "caught.py:9" in e.value.where  # where the user's code used it
     every, _, _ = processor.run_file(task.path, task, processor.load(f"{tmp_path}/caught.py:f", chunksize=CHUNKSIZE))
     assert every["muons"] > 0
-    for name, field in (("first", "(Tau|genWeight|[A-Z])"), ("held", "Tau")):
+    # A NotRead the analysis did not catch fails its file; the next file's chunks are not blamed for it.
+    (tmp_path / "sometimes.py").write_text(SOMETIMES)
+    sometimes = processor.load(f"{tmp_path}/sometimes.py:f", chunksize=CHUNKSIZE, columns="traced")
+    with pytest.raises(AnalysisError, match="raised NotRead"):
+        processor.run_file(task.path, task, sometimes)
+    other = next(t for t in dataset.tasks(doc) if t.path.endswith("ggH_M125_amcatnlo_v13.root"))
+    one_chunk = processor.load(f"{tmp_path}/sometimes.py:f", chunksize=10**9, columns="traced")
+    one_chunk.traced, one_chunk.forms = sometimes.traced, sometimes.forms
+    assert processor.run_file(other.path, other, one_chunk)[0]["jets"] > 0
+    for name, field in (("first", "[A-Za-z]+"), ("held", "Tau"), ("layout", "[A-Za-z]+")):
         returns = processor.load(f"{tmp_path}/returns.py:{name}", chunksize=CHUNKSIZE, columns="traced")
         with pytest.raises(AnalysisError, match=rf"returned a field not made: events.{field}.*columns: all"):
             processor.run_file(task.path, task, returns)
@@ -224,11 +237,14 @@ def test_a_placeholder_has_its_fields_length_and_fails_at_any_use_of_its_content
         lambda: np.concatenate([cut.genWeight]),
         lambda: pickle.dumps(cut.Tau),
         lambda: cut[0].Tau.type,
+        lambda: cut.Jet.matched_gen,  # (coffea's cross-reference calls GenJet._apply_global_index)
+        lambda: cut.Tau._anything,
     )
+    assert ": {}" in str(cut[0]) and str(cut[:3])  # printed: a placeholder as {} (where the Runner's shows its fields)
     masked_every = every[every.event % 2 == 0]
     assert agc.Branches(masked).names() == agc.Branches(masked_every).names()  # the AGC's names, of masked events
     for use in (*uses, lambda: masked.Tau.pt, lambda: cut[0].Tau.pt):
-        with pytest.raises(cutform.NotRead, match="hepvine made these events without (Tau|genWeight)"):
+        with pytest.raises(cutform.NotRead, match="hepvine made these events without (Tau|genWeight|GenJet)"):
             use()
     assert sum(1 for c in cut.layout.contents if c.parameter("__record__") == cutform.UNREAD) > 40
 

@@ -15,8 +15,11 @@ Nothing of a placeholder answers silently: its other attributes and properties (
 awkward's functions (``ak.fields``, ``ak.type``, ``ak.zip``... of it), NumPy's ufuncs and functions, and pickling raise
 ``NotRead`` too. The chunk's processing is checked after it (``processor``): a ``NotRead`` the analysis caught itself
 (``used``), or a placeholder in what it returned (``check_output``: it would pickle as empty records), fails the file
-all the same. What a cut still changes: the events' layout and form as a whole (a layout's ``.fields`` of a
-placeholder is empty, ``events.Tau.fields`` is not).
+all the same (an array or layout holding one, too). What a cut still changes, silently: the events' layout and form
+as a whole (a layout's ``.fields`` of a placeholder is empty, ``events.Tau.fields`` is not), and so what awkward's
+functions given the events (or a record or slice of them) as a whole see of a placeholder — a record of no fields:
+``ak.to_parquet(events)`` writes it so, ``ak.without_parameters(events)`` makes it one (then not found in the output);
+a printed chunk shows it as ``{}``.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ import copy
 import functools
 import pickle
 import sys
+import traceback
+import types
 import warnings
 from dataclasses import dataclass
 
@@ -50,16 +55,31 @@ class NotRead(RuntimeError):
     """The analysis used a field its chunk was made without (config ``columns: traced``)."""
 
 
-_first_use: list[NotRead] = []  # the first NotRead raised since ``used`` last asked (the analysis may catch it)
+# The first NotRead raised since ``used`` last asked (the analysis may catch it): its message and the stack it was
+# raised from (not the exception: its traceback would keep the chunk alive).
+_first_use: list[tuple[str, traceback.StackSummary]] = []
 
 
-def used() -> NotRead | None:
-    """The first ``NotRead`` raised since the last call, whether or not the analysis caught it (then forgotten)."""
+def used() -> tuple[str, traceback.StackSummary] | None:
+    """(the message, the stack) of the first ``NotRead`` raised since the last call, whether or not the analysis
+    caught it; then forgotten."""
     return _first_use.pop() if _first_use else None
 
 
 # A placeholder's public attributes that answer (what awkward and Python need to make and hold one): any other raises.
 _ANSWERED = frozenset({"layout", "behavior", "attrs", "fields", "show"})
+# Of its underscored names it lacks, those Python and IPython look for (AttributeError as usual); any other raises.
+_PROBED = ("__", "_repr_", "_ipython_")
+
+
+def _printing() -> bool:
+    """Whether awkward's printer asks (a few frames up: through ``_Unread.__getattribute__``)."""
+    frame = sys._getframe(2)
+    for _ in range(3):
+        if frame is None or frame.f_globals.get("__name__") == "awkward.prettyprint":
+            return frame is not None
+        frame = frame.f_back
+    return False
 
 
 class _Unread:
@@ -77,7 +97,7 @@ class _Unread:
             f"analysis's trace did not see it read; run with columns: all to read every field"
         )
         if not _first_use:
-            _first_use.append(error)
+            _first_use.append((str(error), traceback.extract_stack()[:-1]))
         raise error
 
     def __getattribute__(self, name):
@@ -85,9 +105,16 @@ class _Unread:
             return super().__getattribute__(name)
         self._not_read(f".{name}")
 
+    def __getattr__(self, name):  # an underscored name it lacks: a behaviour's method (coffea's _apply_global_index)
+        if name.startswith(_PROBED):
+            return super().__getattr__(name)
+        self._not_read(f".{name}")
+
     @property
     def fields(self) -> list[str]:
-        return list(self._parameter(FIELDS))
+        """The field's fields (as the Runner's events have them); none to awkward's printer, which would look each up
+        in the placeholder's layout (a record of no fields): a printed chunk shows a placeholder as ``{}``."""
+        return [] if _printing() else list(self._parameter(FIELDS))
 
     def __getitem__(self, where):
         self._not_read(f"[{where!r}]")
@@ -173,8 +200,14 @@ class _Warning:
         """Give it again as ``warnings.warn`` gave it there: the same filters, shown once a place unless they say
         otherwise (the module's registry)."""
         module = sys.modules.get(self.module) if self.module else None
-        registry = vars(module).setdefault("__warningregistry__", {}) if module is not None else None
+        if module is not None:
+            registry = vars(module).setdefault("__warningregistry__", {})
+        else:  # a module not found by its file: one of this process's own, by file
+            registry = _registries.setdefault(self.filename, {})
         warnings.warn_explicit(self.text, self.category, self.filename, self.lineno, self.module, registry)
+
+
+_registries: dict[str, dict] = {}  # _Warning.give's registries of warnings whose module it does not know
 
 
 def _recorded(schema: type, base_form: dict) -> tuple[dict, list[_Warning]]:
@@ -182,7 +215,9 @@ def _recorded(schema: type, base_form: dict) -> tuple[dict, list[_Warning]]:
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         form = schema(base_form).form
-    modules = {getattr(m, "__file__", None): name for name, m in list(sys.modules.items())}
+    modules = {}
+    if seen:  # (read from each module's namespace: no module's __getattr__ runs)
+        modules = {vars(m).get("__file__"): n for n, m in list(sys.modules.items()) if isinstance(m, types.ModuleType)}
     found = [_Warning(w.category, str(w.message), w.filename, w.lineno, modules.get(w.filename)) for w in seen]
     return form, found
 
@@ -308,13 +343,13 @@ class _Nowhere:
 
 class _Walk(pickle.Pickler):
     """Pickles to nowhere, the buffers of arrays out of band (not copied), raising ``NotRead`` at a placeholder: in an
-    awkward array's form (an array of the events' fields, or a placeholder itself), whose buffers are then left
-    unread."""
+    awkward array's form (an array of the events' fields, or a placeholder itself; high-level or a layout), whose
+    buffers are then left unread."""
 
     def reducer_override(self, obj):
-        if isinstance(obj, (ak.Array, ak.Record)):
-            layout = obj.layout.array if isinstance(obj, ak.Record) else obj.layout
-            field = _unread_in(layout.form)
+        if isinstance(obj, (ak.Array, ak.Record, ak.contents.Content, ak.record.Record)):
+            layout = obj.layout if isinstance(obj, (ak.Array, ak.Record)) else obj
+            field = _unread_in((layout.array if isinstance(layout, ak.record.Record) else layout).form)
             if field is not None:
                 raise NotRead(
                     f"events.{field}: the analysis returned it (or an array holding it) in its output; hepvine made "

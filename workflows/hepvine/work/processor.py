@@ -8,15 +8,16 @@ the steps of a preprocessed fileset), each chunk becomes NanoEvents exactly as t
 ``dataset``, ``filename``, ``treename``, ``entrystart``, ``entrystop``, ``fileuuid`` plus the dataset's own), and the
 chunks' outputs are added with ``coffea.processor.accumulate`` in chunk order. TTree and RNTuple alike.
 
-The columns a chunk needs are read in bulk from files read over the network (``NETWORK_SCHEMES``): the first time a
-job meets a dataset there, the analysis is traced on an empty chunk of its file (``coffea.nanoevents.trace.trace``:
-awkward's typetracer, as coffea's Runner does with ``trace=``), and every chunk of that dataset then preloads those
-branches with one ``tree.arrays`` call (one vector read over XRootD) instead of one read per branch as the analysis
-touches them, each waiting for the one before. What a trace cannot see (a column touched only for some events) is
-still read lazily; a trace that fails leaves the chunks lazy. It changes what is read when, never what the analysis
-computes. ``Analysis.traced`` keeps the traces (a file's own process sends its trace back: hepvine.jobs.driver). A
-local file (a recompressed copy, a file on a shared filesystem) is read lazily: there a read waits for no network,
-and the bulk read cost more than it saved (the processor bench: 1-8% slower on LZMA files, 17-18% on ZSTD copies).
+The columns a chunk needs are read in bulk from files read over the network (``NETWORK_SCHEMES``): the first time a job
+meets a dataset there in a tree's layout, the analysis is traced on an empty chunk of its file
+(``coffea.nanoevents.trace.trace``: awkward's typetracer, as coffea's Runner does with ``trace=``), and every chunk of
+that dataset and layout then preloads those branches with one ``tree.arrays`` call (one vector read over XRootD) instead
+of one read per branch as the analysis touches them, each waiting for the one before. What a trace cannot see (a column
+touched only for some events) is still read lazily; a trace that fails leaves the chunks lazy. It changes what is read
+when, never what the analysis computes. ``Analysis.traced`` keeps the traces (a file's own process sends its trace back:
+hepvine.jobs.driver). A local file (a recompressed copy, a file on a shared filesystem) is read lazily: there a read
+waits for no network, and the bulk read cost more than it saved (the processor bench: 1-8% slower on LZMA files, 17-18%
+on ZSTD copies).
 
 With config ``columns: traced`` (``Analysis.columns``) every file is traced so, local ones too, and each chunk's
 fields that the trace did not see read are placeholders (``hepvine.work.cutform``): ``events.fields`` is the Runner's
@@ -222,10 +223,10 @@ def chunks(num_entries: int, chunksize: int) -> list[tuple[int, int]]:
     return [(start, min(num_entries, start + size)) for start in range(0, num_entries, size)]
 
 
-def _user_frame(exc: BaseException, source: str | None) -> str:
-    """Where in the user's code EXC was raised: the deepest frame in SOURCE (the analysis's file), else the deepest
-    frame outside coffea, awkward, uproot and the standard library."""
-    frames = traceback.extract_tb(exc.__traceback__)
+def _user_frame(exc: BaseException | traceback.StackSummary, source: str | None) -> str:
+    """Where in the user's code EXC was raised (or the stack EXC was): the deepest frame in SOURCE (the analysis's
+    file), else the deepest frame outside coffea, awkward, uproot and the standard library."""
+    frames = traceback.extract_tb(exc.__traceback__) if isinstance(exc, BaseException) else exc
     mine = [f for f in frames if source and Path(f.filename) == Path(source)]
     if not mine:
         mine = [
@@ -351,9 +352,9 @@ def _checked(out, made: nanoevents.FileChunks, where: str, analysis: Analysis):
 
         caught = cutform.used()
         if caught is not None:
-            raise AnalysisError(
-                f"{where}: {analysis.name} caught NotRead: {caught}", _user_frame(caught, analysis.source)
-            ) from caught
+            message, stack = caught
+            user = _user_frame(stack, analysis.source)
+            raise AnalysisError(f"{where}: {analysis.name} caught NotRead: {message}", user)
         try:
             cutform.check_output(out)
         except cutform.NotRead as e:
