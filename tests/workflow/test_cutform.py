@@ -306,8 +306,8 @@ def test_a_fields_columns_are_the_branches_its_form_keys_load():
     }
 
 
-# One file through the AGC processor in a fresh process (its warnings as a job's log shows them), then the file's
-# chunks again as a forked file process of a job makes them (the cut planned before, in FORMS).
+# One file through the AGC processor in a fresh process (its warnings as a job's log shows them), then the file again
+# in that process as a job's later file (the trace and the cut planned before, in the analysis).
 WARNINGS = """
 import pickle, sys
 from hepvine.examples import agc
