@@ -72,6 +72,14 @@ _ANSWERED = frozenset({"layout", "behavior", "attrs", "fields", "show"})
 _PROBED = ("__", "_repr_", "_ipython_")
 
 
+def _not_made(field: str, use: str = "", how: str = "") -> str:
+    """What ``NotRead`` says of a USE of the placeholder of FIELD (HOW it came to be used, if said)."""
+    return (
+        f"events.{field}{use}: {how}hepvine made these events without {field} (config columns: traced), as the "
+        "analysis's trace did not see it read; run with columns: all to read every field"
+    )
+
+
 def _printing() -> bool:
     """Whether awkward's printer asks (a few frames up: through ``_Unread.__getattribute__``)."""
     frame = sys._getframe(2)
@@ -91,11 +99,7 @@ class _Unread:
         raise NotImplementedError
 
     def _not_read(self, use: str):
-        field = self._parameter(FIELD)
-        error = NotRead(
-            f"events.{field}{use}: hepvine made these events without {field} (config columns: traced), as the "
-            f"analysis's trace did not see it read; run with columns: all to read every field"
-        )
+        error = NotRead(_not_made(self._parameter(FIELD), use))
         if not _first_use:
             _first_use.append((str(error), traceback.extract_stack()[:-1]))
         raise error
@@ -351,11 +355,7 @@ class _Walk(pickle.Pickler):
             layout = obj.layout if isinstance(obj, (ak.Array, ak.Record)) else obj
             field = _unread_in((layout.array if isinstance(layout, ak.record.Record) else layout).form)
             if field is not None:
-                raise NotRead(
-                    f"events.{field}: the analysis returned it (or an array holding it) in its output; hepvine made "
-                    f"these events without {field} (config columns: traced), as the analysis's trace did not see it "
-                    "read; run with columns: all to read every field"
-                )
+                raise NotRead(_not_made(field, how="the analysis returned it (or an array holding it) in its output; "))
             return int, ()  # what the output holds is sent later: only its form is looked at here
         return NotImplemented
 

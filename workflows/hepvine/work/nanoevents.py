@@ -79,6 +79,14 @@ def keep_form(forms: dict, key: tuple, form) -> None:
     forms[key] = form
 
 
+def kept_form(forms: dict, key: tuple, make):
+    """What FORMS keeps under KEY (then the most recently used: dropped last), else MAKE() kept there
+    (``keep_form``)."""
+    form = forms[key] if key in forms else make()
+    keep_form(forms, key, form)
+    return form
+
+
 @functools.cache
 def coffea_parts() -> SimpleNamespace | None:
     """coffea's parts that ``FileChunks`` builds a chunk from (the ones ``NanoEventsFactory.from_root`` calls), if
@@ -225,13 +233,11 @@ class FileChunks:
             return f"{self.treename} is not a tree of plain branches (NanoAOD's)"
         from hepvine.work import cutform
 
-        key = ("cut", self._layout, self.schema, traced)
-        if key not in self.forms:
+        def planned_now():
             with _collector_paused():
-                keep_form(self.forms, key, cutform.plan(pickle.loads(self._base_form), self.schema, traced))
-        else:
-            keep_form(self.forms, key, self.forms[key])  # again: the most recently used is dropped last
-        planned = self.forms[key]
+                return cutform.plan(pickle.loads(self._base_form), self.schema, traced)
+
+        planned = kept_form(self.forms, ("cut", self._layout, self.schema, traced), planned_now)
         if isinstance(planned, str):
             return planned
         self._cut = planned
@@ -327,16 +333,13 @@ class FileChunks:
         layout was met before, else derived (and kept in FORMS, the oldest dropped beyond ``KEPT_FORMS``)."""
         key = layout_key(self.tree) if self.forms is not None else None
         self._plain, self._layout = key is not None, key
-        if key is not None and key in self.forms:
-            kept = self.forms[key]
-            keep_form(self.forms, key, kept)  # again: the most recently used is dropped last
-            return kept
-        form = mapping_class._extract_base_form(self.tree)
-        form["typenames"] = self.tree.typenames()
-        derived = pickle.dumps(form, protocol=pickle.HIGHEST_PROTOCOL)
-        if key is not None:
-            keep_form(self.forms, key, derived)
-        return derived
+
+        def derived():
+            form = mapping_class._extract_base_form(self.tree)
+            form["typenames"] = self.tree.typenames()
+            return pickle.dumps(form, protocol=pickle.HIGHEST_PROTOCOL)
+
+        return derived() if key is None else kept_form(self.forms, key, derived)
 
 
 @contextlib.contextmanager
