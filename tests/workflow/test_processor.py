@@ -500,11 +500,7 @@ def test_a_preloaded_count_branch_is_taken_from_the_branch_it_counts_and_not_rea
     path = NANOAOD / "ttH_M125_2017.root"
     preload = frozenset({"event", "nJet", "Jet_pt", "Jet_eta", "nMuon", "Muon_pt", "nElectron", "Absent_pt"})
     start, stop = 10, 60
-
-    def requested(f, read) -> int:
-        before = f.file.source.num_requested_bytes
-        read()
-        return f.file.source.num_requested_bytes - before
+    requested = _requested
 
     with uproot.open(path) as f:
         made = nanoevents.FileChunks(f, "Events", NanoAODSchema, forms)
@@ -534,6 +530,59 @@ def test_a_preloaded_count_branch_is_taken_from_the_branch_it_counts_and_not_rea
             )
 
     assert ours == read_of(preload - {"nJet", "nMuon"}) < read_of(preload)
+
+
+def _requested(f, read) -> int:
+    """The bytes READ() asks of the file F (opened by uproot)."""
+    before = f.file.source.num_requested_bytes
+    read()
+    return f.file.source.num_requested_bytes - before
+
+
+def test_a_lazy_chunks_traced_count_branch_is_taken_from_the_branch_it_counts_when_first_used():
+    """A chunk read lazily whose analysis is known to read (READS: its trace) a count branch (``nMuon``) with a branch
+    it counts (``Muon_pt``) takes the count from that branch when either is first used: the branch is read once for
+    both, the count's baskets never; nothing is read before its use, a count of no read branch (``nElectron``) and
+    the branches not in READS are read as the mapping reads them; the chunk's columns are what ``from_root`` gives."""
+    import awkward as ak
+    from coffea.nanoevents import NanoAODSchema, NanoEventsFactory
+
+    path = NANOAOD / "ttH_M125_2017.root"
+    reads = frozenset({"event", "nJet", "Jet_pt", "Jet_eta", "nMuon", "Muon_pt", "nElectron"})
+    start, stop = 10, 60
+    columns = {
+        "Muon.pt": lambda e: e.Muon.pt,
+        "Jet.eta": lambda e: e.Jet.eta,
+        "Jet.pt": lambda e: e.Jet.pt,
+        "nElectron": lambda e: ak.num(e.Electron, axis=1),
+        "Electron.pt": lambda e: e.Electron.pt,
+        "Tau.pt": lambda e: e.Tau.pt,
+    }
+
+    def branches_bytes(names) -> int:
+        with uproot.open(path) as f:
+            tree = f["Events"]
+            return _requested(f, lambda: tree.arrays(names, entry_start=start, entry_stop=stop))
+
+    with uproot.open(path) as f:
+        made = nanoevents.FileChunks(f, "Events", NanoAODSchema, {})
+        made.events({}, start, stop, None)  # (the base form derived, the tree's branches looked up)
+        chunk = []
+        assert _requested(f, lambda: chunk.append(made.events({}, start, stop, None, reads))) == 0
+        ours = chunk[0]
+        assert isinstance(ours.attrs["@events_factory"]._mapping.preloaded_arrays, nanoevents._CountsOnUse)
+        theirs = NanoEventsFactory.from_root(
+            file=f, treepath="Events", schemaclass=NanoAODSchema, mode="virtual", entry_start=start, entry_stop=stop
+        ).events()
+        read = {name: _requested(f, lambda c=column: ak.materialize(c(ours))) for name, column in columns.items()}
+        for name, column in columns.items():
+            assert ak.array_equal(column(ours), column(theirs)), name
+        assert ours.layout.form == theirs.layout.form
+    assert read["Muon.pt"] == branches_bytes(["Muon_pt"]) < branches_bytes(["nMuon", "Muon_pt"])
+    assert read["Jet.eta"] == branches_bytes(["Jet_eta"])  # the branch nJet is taken from (the first of READS')
+    assert read["Jet.pt"] == branches_bytes(["Jet_pt"])  # not counted from: read by the mapping as it reads it
+    assert read["nElectron"] == branches_bytes(["nElectron"]) and read["Electron.pt"] == branches_bytes(["Electron_pt"])
+    assert read["Tau.pt"] == branches_bytes(["nTau", "Tau_pt"])  # not in READS: as the mapping reads it
 
 
 def test_making_a_chunk_leaves_the_garbage_collector_as_it_found_it():

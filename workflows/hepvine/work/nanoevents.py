@@ -172,8 +172,12 @@ class FileChunks:
         parts = coffea_parts()
         self._parts = None if parts is None or parts.reads_podio_metadata(schema) else parts
 
-    def events(self, metadata: dict, start: int, stop: int, preload: frozenset | None):
-        """The NanoEvents of entries START to STOP with METADATA, the branches PRELOAD (if any) read in bulk.
+    def events(
+        self, metadata: dict, start: int, stop: int, preload: frozenset | None, reads: frozenset | None = None
+    ):
+        """The NanoEvents of entries START to STOP with METADATA, the branches PRELOAD (if any) read in bulk. READS,
+        when nothing is preloaded, are the branches the analysis is known to read (its trace): read as it touches them,
+        but a count branch among them taken from a branch of them it counts (``_CountsOnUse``).
 
         The garbage collector is paused while they are made (after the bulk read of PRELOAD: ~58,000 objects on the
         NanoAOD layout, no data) and while the tree's base form is derived, and its youngest generation collected after:
@@ -215,6 +219,10 @@ class FileChunks:
             for count, (jagged, branch) in counted.items():
                 arrays[count] = _counts(arrays[jagged], branch)
             preloaded = {name: self._parts.only_sliceable(a, slice(start, stop)) for name, a in arrays.items()}
+        elif reads is not None:
+            counted = self._reads(reads)[1]
+            if counted:
+                preloaded = _CountsOnUse(tree, counted, start, stop, self._parts.only_sliceable)
         with _collector_paused():
             return self._make(metadata, start, stop, preloaded)
 
@@ -340,6 +348,40 @@ class FileChunks:
             return pickle.dumps(form, protocol=pickle.HIGHEST_PROTOCOL)
 
         return derived() if key is None else kept_form(self.forms, key, derived)
+
+
+class _CountsOnUse:
+    """What a lazily read chunk gives coffea's mapping as its preloaded arrays (``UprootSourceMapping``'s
+    ``preloaded_arrays``: asked whether it holds a branch, then for it) when the analysis is known to read count
+    branches (``nJet``) with a branch each counts (``Jet_pt``; COUNTED: ``FileChunks._counted``): the count taken
+    from that branch's values (``_counts``) and the branch given as read, both when NanoEvents first asks for either,
+    so that the branch is read once for both and the count's baskets never (the processor bench, the AGC on a local
+    500,000-event ZSTD copy with ``columns: traced``: 525 -> 509 ms). Every other branch it does not hold: the mapping
+    reads it as it reads any. A branch is read here as ``FileChunks.events`` reads preloaded ones, by uproot, with
+    its title as ``__doc__``."""
+
+    def __init__(self, tree, counted: dict[str, tuple], start: int, stop: int, sliceable):
+        self._tree, self._counted, self._sliceable = tree, counted, sliceable
+        self._start, self._stop = start, stop
+        self._counts_of = {jagged for jagged, _ in counted.values()}
+        self._arrays: dict = {}
+
+    def __contains__(self, name) -> bool:
+        return name in self._counted or name in self._counts_of
+
+    def __getitem__(self, name):
+        return self._sliceable(self._array(name), slice(self._start, self._stop))
+
+    def _array(self, name: str):
+        if name not in self._arrays:
+            if name in self._counted:
+                jagged, branch = self._counted[name]
+                self._arrays[name] = _counts(self._array(jagged), branch)
+            else:
+                self._arrays[name] = self._tree[name].array(
+                    entry_start=self._start, entry_stop=self._stop, ak_add_doc=True
+                )
+        return self._arrays[name]
 
 
 @contextlib.contextmanager

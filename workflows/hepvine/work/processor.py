@@ -32,7 +32,8 @@ fails, every field is made (a warning in the job's log says why).
 
 A chunk's NanoEvents are made by ``hepvine.work.nanoevents.FileChunks``: what ``from_root`` makes, with the tree's
 base form derived once for a job's files of one layout (``Analysis.forms``, sent back from a file's own process like
-the traces) and the preloaded count branches taken from the offsets of the branches they count.
+the traces) and the count branches of a trace taken from the offsets of the branches they count (preloaded, or read
+lazily on a local file traced for ``columns: traced``).
 
 What goes wrong is said per file: a file that NanoEvents cannot read is a permanent ``not-nanoevents`` failure; an
 exception raised by the user's code is an ``records.AnalysisError`` naming the user's frame (file:line), which
@@ -389,7 +390,7 @@ def _run_chunks(url: str, task, analysis: Analysis, f) -> tuple[object, int]:
     output, events = None, 0
     for start, stop in task.steps or chunks(made.tree.num_entries, analysis.chunksize):
         with _making(url, task, analysis):
-            chunk = made.events(metadata(start, stop), start, stop, read if bulk else None)
+            chunk = made.events(metadata(start, stop), start, stop, read if bulk else None, read)
         where = f"{url} entries {start}-{stop}"
         if made.cut is not None:
             from hepvine.work import cutform
