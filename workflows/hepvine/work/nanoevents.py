@@ -172,9 +172,7 @@ class FileChunks:
         parts = coffea_parts()
         self._parts = None if parts is None or parts.reads_podio_metadata(schema) else parts
 
-    def events(
-        self, metadata: dict, start: int, stop: int, preload: frozenset | None, reads: frozenset | None = None
-    ):
+    def events(self, metadata: dict, start: int, stop: int, preload: frozenset | None, reads: frozenset | None = None):
         """The NanoEvents of entries START to STOP with METADATA, the branches PRELOAD (if any) read in bulk. READS,
         when nothing is preloaded, are the branches the analysis is known to read (its trace): read as it touches them,
         but a count branch among them taken from a branch of them it counts (``_CountsOnUse``).
