@@ -38,7 +38,7 @@ def layout_key(tree) -> tuple | None:
     signedness, and its count leaf's name. Those are all uproot looks at to interpret such a branch
     (``uproot.interpretation.identify.interpretation_of``), so two trees with the same key have the same form. None
     for any other tree (objects, RNTuple) or while uproot has custom interpretations registered: their forms are
-    derived file by file. ~10 ms for the 1,590 branches of real NanoAOD, against ~50 ms to derive the form. The list
+    derived file by file. ~7 ms for the 1,590 branches of real NanoAOD, against ~50 ms to derive the form. The list
     follows uproot 5.7's ``interpretation_of``; ``test_processor`` checks that equal keys mean equal forms on the real
     files, a ROOT copy and written trees (types, signedness, titles), so an uproot that reads another member shows
     there."""
@@ -49,21 +49,25 @@ def layout_key(tree) -> tuple | None:
         return None
     rows = []
     for branch in tree.branches:
-        leaves = branch.member("fLeaves")
-        if branch.classname != "TBranch" or branch.branches or len(leaves) != 1:
+        # Each object's members gathered once (all_members: its own and its bases'), not looked up member by member
+        # through its bases (``member``: 10 -> 6.5 ms for the 1,590 branches).
+        of_branch = branch.all_members
+        leaves = of_branch["fLeaves"]
+        if branch.classname != "TBranch" or len(of_branch["fBranches"]) or len(leaves) != 1:
             return None
         leaf = leaves[0]
         if leaf.classname not in PLAIN_LEAVES:
             return None
-        count = leaf.member("fLeafCount")
+        of_leaf = leaf.all_members
+        count = of_leaf["fLeafCount"]
         rows.append(
             (
-                branch.name,
-                branch.title,
+                of_branch["fName"],
+                of_branch["fTitle"],
                 leaf.classname,
-                leaf.member("fTitle"),
-                leaf.member("fLen"),
-                leaf.member("fIsUnsigned"),
+                of_leaf["fTitle"],
+                of_leaf["fLen"],
+                of_leaf["fIsUnsigned"],
                 None if count is None else count.member("fName"),
             )
         )
