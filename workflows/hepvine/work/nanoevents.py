@@ -358,7 +358,7 @@ class _CountsOnUse:
     branches (``nJet``) with a branch each counts (``Jet_pt``; COUNTED: ``FileChunks._counted``): the count taken
     from that branch's values (``_counts``) and the branch given as read, both when NanoEvents first asks for either,
     so that the branch is read once for both and the count's baskets never (the processor bench, the AGC on a local
-    500,000-event ZSTD copy with ``columns: traced``: 525 -> 509 ms). Every other branch it does not hold: the mapping
+    500,000-event ZSTD copy with ``columns: traced``: 517 -> 503 ms). Every other branch it does not hold: the mapping
     reads it as it reads any. A branch is read here as ``FileChunks.events`` reads preloaded ones, by uproot, with
     its title as ``__doc__``."""
 
