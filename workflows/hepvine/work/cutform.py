@@ -15,11 +15,16 @@ Nothing of a placeholder answers silently: its other attributes and properties (
 awkward's functions (``ak.fields``, ``ak.type``, ``ak.zip``... of it), NumPy's ufuncs and functions, and pickling raise
 ``NotRead`` too. The chunk's processing is checked after it (``processor``): a ``NotRead`` the analysis caught itself
 (``used``), or a placeholder in what it returned (``check_output``: it would pickle as empty records), fails the file
-all the same (an array or layout holding one, too). What a cut still changes, silently: the events' layout and form
-as a whole (a layout's ``.fields`` of a placeholder is empty, ``events.Tau.fields`` is not), and so what awkward's
-functions given the events (or a record or slice of them) as a whole see of a placeholder — a record of no fields:
-``ak.to_parquet(events)`` writes it so, ``ak.without_parameters(events)`` makes it one (then not found in the output);
-a printed chunk shows it as ``{}``.
+all the same (an array or layout holding one, too). Awkward's functions given the events (or a slice of them, or one
+event) holding a placeholder raise ``NotRead`` where they would give it out of awkward or strip its mark
+(``ak.to_parquet``, ``ak.to_arrow``, ``ak.to_json``... — its ``to_*`` but those that give an awkward array —, and
+``ak.without_parameters``): it would be written or seen as a record of no fields (``CutEvents``); the others
+(``ak.with_field``, ``ak.num``, ``ak.concatenate``...) work as with every field and keep the placeholders what they
+are; ``ak.to_list`` of anything holding one raises (the placeholder, converted). What a cut still changes, silently:
+the events' layout as a whole (``events.layout``: a layout's ``.fields`` of a placeholder is empty,
+``events.Tau.fields`` is not), and so what awkward's functions but ``ak.to_list`` see of a placeholder in a selection
+of the events' fields (``events[["Muon", "Tau"]]``: a plain array, as the Runner's, which no override reaches:
+``ak.to_parquet`` writes it as a record of no fields); a printed chunk shows a placeholder as ``{}``.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from __future__ import annotations
 import collections
 import copy
 import functools
+import inspect
 import pickle
 import sys
 import traceback
@@ -80,6 +86,14 @@ def _not_made(field: str, use: str = "", how: str = "") -> str:
     )
 
 
+def _raise(message: str):
+    """Raise ``NotRead`` with MESSAGE, remembered (``used``) if it is the first since ``used`` last asked."""
+    error = NotRead(message)
+    if not _first_use:
+        _first_use.append((message, traceback.extract_stack()[:-2]))
+    raise error
+
+
 def _printing() -> bool:
     """Whether awkward's printer asks (a few frames up: through ``_Unread.__getattribute__``)."""
     frame = sys._getframe(2)
@@ -99,10 +113,7 @@ class _Unread:
         raise NotImplementedError
 
     def _not_read(self, use: str):
-        error = NotRead(_not_made(self._parameter(FIELD), use))
-        if not _first_use:
-            _first_use.append((str(error), traceback.extract_stack()[:-1]))
-        raise error
+        _raise(_not_made(self._parameter(FIELD), use))
 
     def __getattribute__(self, name):
         if name.startswith("_") or name in _ANSWERED:  # awkward's own and Python's protocols
@@ -171,10 +182,71 @@ class UnreadRecord(_Unread, ak.Record):
         return self.layout.array.parameter(name)
 
 
+# The record name coffea's schemas give the events.
+EVENTS = "NanoEvents"
+# Awkward's functions named to_* that give an awkward array (its placeholders kept, with their behaviour): the events
+# may be given to them (``CutEvents``). Any other to_* gives its contents out of awkward, or is a function awkward adds
+# later: given the events holding a placeholder, it raises.
+_KEEP_PLACEHOLDERS = frozenset({"to_layout", "to_packed", "to_regular", "to_backend"})
+
+
+class CutEvents:
+    """What the events of a cut chunk (their slices, selections of fields, one event: the schema's events classes,
+    ``_behavior``) add to the schema's: given to one of awkward's functions that would give a placeholder out of
+    awkward (its ``to_*`` but ``_KEEP_PLACEHOLDERS``: a file, Python objects, another library's arrays) or strip its
+    mark (``ak.without_parameters``), the events holding a placeholder raise ``NotRead``: it would be written or seen
+    as a record of no fields. Any other function runs as awkward runs it (``_as_awkward_runs``)."""
+
+    def __awkward_function__(self, func, array_likes, args, kwargs):
+        for other in array_likes:  # another argument's override (a placeholder's: it raises) goes first
+            override = None if isinstance(other, CutEvents) else getattr(other, "__awkward_function__", None)
+            if override is not None:
+                return override(func, array_likes, args, kwargs)
+        name = func.__name__
+        if name == "without_parameters" or (name.startswith("to_") and name not in _KEEP_PLACEHOLDERS):
+            for given in array_likes:
+                if isinstance(given, CutEvents):
+                    layout = given.layout
+                    field = _unread_in((layout.array if isinstance(layout, ak.record.Record) else layout).form)
+                    if field is not None:
+                        _raise(_not_made(field, how=f"the events holding it given to ak.{name}; "))
+        return _as_awkward_runs(func, args, kwargs)
+
+
+def _as_awkward_runs(func, args: tuple, kwargs: dict):
+    """What awkward's high-level function FUNC (its dispatcher, which found an override: ``CutEvents``) gives ARGS and
+    KWARGS: its implementation run as the dispatcher runs it when no argument overrides it (awkward 2.x: a generator
+    that yields the arguments to dispatch on, then returns the result; or the result)."""
+    run = func.__wrapped__(*args, **kwargs)
+    if not inspect.isgenerator(run):
+        return run
+    next(run)
+    try:
+        next(run)
+    except StopIteration as done:
+        return done.value
+    raise RuntimeError(f"ak.{func.__name__} yielded twice: not an awkward high-level function as hepvine knows them")
+
+
+def _overrides_run() -> bool:
+    """Whether this awkward's high-level functions can be run as they run without an override
+    (``_as_awkward_runs``): dispatchers wrapping a generator function."""
+    return inspect.isgeneratorfunction(getattr(ak.num, "__wrapped__", None))
+
+
 @functools.cache
 def _behavior(schema: type) -> dict:
-    """SCHEMA's behaviour with the placeholder's (made once a schema: awkward keys its lookups on the dict)."""
-    return {**schema.behavior(), ("*", UNREAD): UnreadArray, UNREAD: UnreadRecord}
+    """SCHEMA's behaviour with the placeholder's, and its events classes with ``CutEvents`` (where this awkward's
+    functions can be run as they run without an override: else the events' are the schema's, and awkward's functions
+    given them see a placeholder as a record of no fields, as before). Made once a schema: awkward keys its lookups on
+    the dict."""
+    behavior = {**schema.behavior(), ("*", UNREAD): UnreadArray, UNREAD: UnreadRecord}
+    if _overrides_run():
+        for key in (EVENTS, ("*", EVENTS)):
+            made = behavior.get(key)
+            if isinstance(made, type) and issubclass(made, (ak.Array, ak.Record)):
+                behavior[key] = type(made.__name__, (CutEvents, made), {"__module__": made.__module__})
+    return behavior
 
 
 @dataclass(frozen=True)
