@@ -282,6 +282,21 @@ def test_awkwards_other_functions_of_cut_events_work_as_with_every_field(tth_chu
     assert cutform.used() is not None and cutform.used() is None  # remembered, then forgotten
 
 
+def test_an_array_of_a_cut_chunk_pickles_as_one_of_every_field():
+    """An array of a cut chunk's (what an output may hold, sent from the job) pickles where one made with every field
+    does (BaseSchema's behaviour can be pickled; NanoAODSchema's cannot, with every field either): its behaviour is
+    pickled as the schema's, without the events classes made for the cut (``CutEvents``)."""
+    from coffea.nanoevents import BaseSchema
+
+    with uproot.open(NANOAOD / "ttH_M125_2017.root") as opened:
+        every, cut = (nanoevents.FileChunks(opened, "Events", BaseSchema, {}) for _ in range(2))
+        assert cut.cut_to(frozenset({"nJet", "Jet_pt"})) is None
+        every, cut = (made.events({"dataset": "d"}, 10, 60, None) for made in (every, cut))
+        assert isinstance(cut, cutform.CutEvents)
+        again = pickle.loads(pickle.dumps({"pt": cut.Jet_pt, "first": cut[:3][["event"]]}))
+        assert ak.array_equal(again["pt"], every.Jet_pt) and again["first"].to_list() == every[:3][["event"]].to_list()
+
+
 def test_plan_gives_no_cut_where_a_kept_fields_form_would_differ():
     """A schema whose form of a field depends on branches the cut leaves out: no cut, and why."""
 

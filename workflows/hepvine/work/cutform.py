@@ -234,19 +234,33 @@ def _overrides_run() -> bool:
     return inspect.isgeneratorfunction(getattr(ak.num, "__wrapped__", None))
 
 
+class _CutBehavior(dict):
+    """A cut chunk's behaviour (``_behavior``): pickled (with an array of the chunk's: an output's, sent from the job)
+    as its plain dict (PLAIN: the events classes the schema's), since the ``CutEvents`` classes made for the schema
+    cannot be pickled by name."""
+
+    def __init__(self, behavior: dict, plain: dict):
+        super().__init__(behavior)
+        self.plain = plain
+
+    def __reduce_ex__(self, protocol):
+        return dict, (self.plain,)
+
+
 @functools.cache
 def _behavior(schema: type) -> dict:
     """SCHEMA's behaviour with the placeholder's, and its events classes with ``CutEvents`` (where this awkward's
     functions can be run as they run without an override: else the events' are the schema's, and awkward's functions
     given them see a placeholder as a record of no fields, as before). Made once a schema: awkward keys its lookups on
     the dict."""
-    behavior = {**schema.behavior(), ("*", UNREAD): UnreadArray, UNREAD: UnreadRecord}
+    plain = {**schema.behavior(), ("*", UNREAD): UnreadArray, UNREAD: UnreadRecord}
+    behavior = dict(plain)
     if _overrides_run():
         for key in (EVENTS, ("*", EVENTS)):
             made = behavior.get(key)
             if isinstance(made, type) and issubclass(made, (ak.Array, ak.Record)):
                 behavior[key] = type(made.__name__, (CutEvents, made), {"__module__": made.__module__})
-    return behavior
+    return _CutBehavior(behavior, plain)
 
 
 @dataclass(frozen=True)
