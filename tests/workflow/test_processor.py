@@ -358,7 +358,10 @@ def test_a_files_chunks_share_its_base_form_and_are_what_coffeas_from_root_makes
                 assert factories[0]._partition_key == factories[1]._partition_key
                 assert factories[0].file_handle is factories[1].file_handle is f
                 preloaded = [set(x._mapping.preloaded_arrays or ()) for x in factories]
-                assert preloaded[0] == preloaded[1] >= set(loaded or ())  # an RNTuple's come with their collection
+                if loaded:
+                    assert preloaded[0] == preloaded[1] >= loaded  # an RNTuple's come with their collection
+                else:  # the counts of what the file's chunks before read: taken from the branches they count
+                    assert preloaded[1] == set() and preloaded[0] <= {"nMuon", "Muon_pt"}
                 muon_pt = (lambda e: e.Muon.pt) if schema == "NanoAODSchema" else (lambda e: e.Muon_pt)
                 assert len(ours) == stop - start and ak.array_equal(ours.event, theirs.event)
                 assert ak.array_equal(muon_pt(ours), muon_pt(theirs))
@@ -583,6 +586,35 @@ def test_a_lazy_chunks_traced_count_branch_is_taken_from_the_branch_it_counts_wh
     assert read["Jet.pt"] == branches_bytes(["Jet_pt"])  # not counted from: read by the mapping as it reads it
     assert read["nElectron"] == branches_bytes(["nElectron"]) and read["Electron.pt"] == branches_bytes(["Electron_pt"])
     assert read["Tau.pt"] == branches_bytes(["nTau", "Tau_pt"])  # not in READS: as the mapping reads it
+
+
+def test_a_lazy_chunk_takes_the_counts_of_branches_the_files_chunks_before_it_read():
+    """Without a trace, a file's chunk takes a count branch (``nMuon``) from a branch it counts (``Muon_pt``) when the
+    file's chunks before it read both: its first chunk reads both, the next only the branch; its columns are what
+    ``from_root`` gives."""
+    import awkward as ak
+    from coffea.nanoevents import NanoAODSchema, NanoEventsFactory
+
+    path = NANOAOD / "ttH_M125_2017.root"
+
+    def branches_bytes(names, start, stop) -> int:
+        with uproot.open(path) as f:
+            tree = f["Events"]
+            return _requested(f, lambda: tree.arrays(names, entry_start=start, entry_stop=stop))
+
+    with uproot.open(path) as f:
+        made = nanoevents.FileChunks(f, "Events", NanoAODSchema, {})
+        read = []
+        for start, stop in ((0, 30), (30, 60)):
+            ours = made.events({}, start, stop, None)
+            read.append(_requested(f, lambda chunk=ours: ak.materialize(chunk.Muon.pt)))
+        theirs = NanoEventsFactory.from_root(
+            file=f, treepath="Events", schemaclass=NanoAODSchema, mode="virtual", entry_start=30, entry_stop=60
+        ).events()
+        assert ak.array_equal(ours.Muon.pt, theirs.Muon.pt) and ak.array_equal(ak.num(ours.Muon), ak.num(theirs.Muon))
+        assert ours.layout.form == theirs.layout.form
+    assert read[0] == branches_bytes(["nMuon", "Muon_pt"], 0, 30)
+    assert read[1] == branches_bytes(["Muon_pt"], 30, 60) < branches_bytes(["nMuon", "Muon_pt"], 30, 60)
 
 
 def test_making_a_chunk_leaves_the_garbage_collector_as_it_found_it():

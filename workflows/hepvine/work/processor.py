@@ -32,8 +32,8 @@ fails, every field is made (a warning in the job's log says why).
 
 A chunk's NanoEvents are made by ``hepvine.work.nanoevents.FileChunks``: what ``from_root`` makes, with the tree's
 base form derived once for a job's files of one layout (``Analysis.forms``, sent back from a file's own process like
-the traces) and the count branches of a trace taken from the offsets of the branches they count (preloaded, or read
-lazily on a local file traced for ``columns: traced``).
+the traces) and the count branches it reads taken from the offsets of the branches they count (preloaded; or read
+lazily: those of its trace, or of what the file's chunks before read).
 
 What goes wrong is said per file: a file that NanoEvents cannot read is a permanent ``not-nanoevents`` failure; an
 exception raised by the user's code is an ``records.AnalysisError`` naming the user's frame (file:line), which
