@@ -16,6 +16,7 @@ from pathlib import Path
 
 import awkward as ak
 import numpy as np
+import pyarrow
 import pytest
 import uproot
 from coffea.nanoevents import NanoAODSchema
@@ -252,6 +253,9 @@ def test_a_placeholder_has_its_fields_length_and_fails_at_any_use_of_its_content
         lambda: ak.to_list(cut[0]),
         lambda: ak.without_parameters(cut),
         lambda: ak.to_parquet(cut, os.devnull),
+        lambda: pyarrow.array(masked),
+        lambda: ak.flatten(cut, axis=None),
+        lambda: ak.ravel(cut[:2]),
     )
     assert ": {}" in str(cut[0]) and str(cut[:3])  # printed: a placeholder as {} (where the Runner's shows its fields)
     masked_every = every[every.event % 2 == 0]
@@ -284,17 +288,30 @@ def test_awkwards_other_functions_of_cut_events_work_as_with_every_field(tth_chu
 
 def test_an_array_of_a_cut_chunk_pickles_as_one_of_every_field():
     """An array of a cut chunk's (what an output may hold, sent from the job) pickles where one made with every field
-    does (BaseSchema's behaviour can be pickled; NanoAODSchema's cannot, with every field either): its behaviour is
-    pickled as the schema's, without the events classes made for the cut (``CutEvents``)."""
+    does (BaseSchema's behaviour can be pickled; NanoAODSchema's cannot, with every field either), arrays made of two
+    too (awkward merges their behaviours into a new dict): the events classes made for the cut (``CutEvents``) are
+    pickled by a name of hepvine's, under which a process that has not made them makes them."""
+    import copy
+
     from coffea.nanoevents import BaseSchema
 
     with uproot.open(NANOAOD / "ttH_M125_2017.root") as opened:
         every, cut = (nanoevents.FileChunks(opened, "Events", BaseSchema, {}) for _ in range(2))
-        assert cut.cut_to(frozenset({"nJet", "Jet_pt"})) is None
+        assert cut.cut_to(frozenset({"nJet", "Jet_pt", "Jet_eta"})) is None
         every, cut = (made.events({"dataset": "d"}, 10, 60, None) for made in (every, cut))
-        assert isinstance(cut, cutform.CutEvents)
-        again = pickle.loads(pickle.dumps({"pt": cut.Jet_pt, "first": cut[:3][["event"]]}))
+        assert isinstance(cut, cutform.CutEvents) and isinstance(copy.deepcopy(cut[:2]), cutform.CutEvents)
+        output = {
+            "pt": cut.Jet_pt,
+            "first": cut[:3][["event"]],
+            "zipped": ak.zip({"pt": cut.Jet_pt, "eta": cut.Jet_eta}),
+        }
+        sent = pickle.dumps(output)
+        cutform._events_classes.clear()  # as in another process
+        again = pickle.loads(sent)
         assert ak.array_equal(again["pt"], every.Jet_pt) and again["first"].to_list() == every[:3][["event"]].to_list()
+        assert ak.array_equal(again["zipped"].eta, every.Jet_eta)
+        made_again = again["pt"].behavior[("*", "NanoEvents")]
+        assert issubclass(made_again, cutform.CutEvents) and made_again.__name__ == type(every).__name__
 
 
 def test_plan_gives_no_cut_where_a_kept_fields_form_would_differ():

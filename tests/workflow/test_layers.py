@@ -8,7 +8,8 @@ modules listed before it: an import of a higher layer is a wrong-way import, one
 itself) in its own layer a lateral import the order forbids. Every module of a package is in exactly one layer; a
 subpackage's modules are named with their dots (``examples`` is ``hepvine/examples/__init__.py``, ``examples.agc``
 its ``agc.py``), and their relative imports are resolved in the subpackage. Only the modules of ``COMPUTED_IMPORTS``
-may import a module by a computed name (``hepvine.work.processor`` loads the user's analysis named by the config).
+may import a module by a computed name (``hepvine.work.processor`` loads the user's analysis named by the config;
+``hepvine.work.cutform`` the module of a schema's events class, named by a pickled array of a cut chunk).
 Also: every TaskVine call is in the plugin's adapter, so only ``taskvine.py`` imports ``ndcctools``; the plugin
 imports nothing of hepvine (it is generic Snakemake), nor do its tests; and the lowest layers of the workflow, which
 the Snakefile imports while it parses (in the main process and again on every job), import no ROOT I/O or numerics
@@ -117,6 +118,7 @@ ADAPTER = "taskvine"  # the plugin's one module that imports ndcctools
 # Modules that may import (or run) a module by a computed name (the import this test cannot see), and why.
 COMPUTED_IMPORTS = {
     ("hepvine", "work.processor"): "the user's analysis, <module>:<Name> as config key analysis names it",
+    ("hepvine", "work.cutform"): "the module of a schema's events class, as a pickled array of a cut chunk names it",
     ("snakemake_executor_plugin_taskvine", "library"): "the modules --taskvine-library-preload names",
     ("snakemake_executor_plugin_taskvine", "warm"): "a warm command's module, run as `python -m` runs it",
 }

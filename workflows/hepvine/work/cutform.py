@@ -17,14 +17,16 @@ awkward's functions (``ak.fields``, ``ak.type``, ``ak.zip``... of it), NumPy's u
 (``used``), or a placeholder in what it returned (``check_output``: it would pickle as empty records), fails the file
 all the same (an array or layout holding one, too). Awkward's functions given the events (or a slice of them, or one
 event) holding a placeholder raise ``NotRead`` where they would give it out of awkward or strip its mark
-(``ak.to_parquet``, ``ak.to_arrow``, ``ak.to_json``... — its ``to_*`` but those that give an awkward array —, and
-``ak.without_parameters``): it would be written or seen as a record of no fields (``CutEvents``); the others
-(``ak.with_field``, ``ak.num``, ``ak.concatenate``...) work as with every field and keep the placeholders what they
-are; ``ak.to_list`` of anything holding one raises (the placeholder, converted). What a cut still changes, silently:
-the events' layout as a whole (``events.layout``: a layout's ``.fields`` of a placeholder is empty,
-``events.Tau.fields`` is not), and so what awkward's functions but ``ak.to_list`` see of a placeholder in a selection
-of the events' fields (``events[["Muon", "Tau"]]``: a plain array, as the Runner's, which no override reaches:
-``ak.to_parquet`` writes it as a record of no fields); a printed chunk shows a placeholder as ``{}``.
+(``ak.to_parquet``, ``ak.to_arrow``, ``ak.to_json``... — its ``to_*`` but those that give an awkward array —,
+pyarrow's ``pa.array``, ``ak.without_parameters``, ``ak.flatten`` and ``ak.ravel``): it would be written or seen as a
+record of no fields, or count as no values (``CutEvents``); the others (``ak.with_field``, ``ak.num``,
+``ak.concatenate``...) work as with every field and keep the placeholders what they are; ``ak.to_list`` of anything
+holding one raises (the placeholder, converted). What a cut still changes, silently: the events' layout as a whole
+(``events.layout``: a layout's ``.fields`` of a placeholder is empty, ``events.Tau.fields`` is not), and so what
+awkward's functions but ``ak.to_list`` see of a placeholder where no override reaches: in a selection of the events'
+fields (``events[["Muon", "Tau"]]``: a plain array, as the Runner's), in the events given to a function that
+dispatches on no argument (``ak.to_safetensors``) or in a generator (``ak.to_parquet_row_groups``) — a record of no
+fields; a printed chunk shows a placeholder as ``{}``.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from __future__ import annotations
 import collections
 import copy
 import functools
+import importlib
 import inspect
 import pickle
 import sys
@@ -186,16 +189,20 @@ class UnreadRecord(_Unread, ak.Record):
 EVENTS = "NanoEvents"
 # Awkward's functions named to_* that give an awkward array (its placeholders kept, with their behaviour): the events
 # may be given to them (``CutEvents``). Any other to_* gives its contents out of awkward, or is a function awkward adds
-# later: given the events holding a placeholder, it raises.
+# later: given the events holding a placeholder, it raises; so do these others, in which a placeholder would lose
+# its mark or count as no values.
 _KEEP_PLACEHOLDERS = frozenset({"to_layout", "to_packed", "to_regular", "to_backend"})
+_LOSE_PLACEHOLDERS = frozenset({"without_parameters", "flatten", "ravel"})
 
 
 class CutEvents:
-    """What the events of a cut chunk (their slices, selections of fields, one event: the schema's events classes,
-    ``_behavior``) add to the schema's: given to one of awkward's functions that would give a placeholder out of
-    awkward (its ``to_*`` but ``_KEEP_PLACEHOLDERS``: a file, Python objects, another library's arrays) or strip its
-    mark (``ak.without_parameters``), the events holding a placeholder raise ``NotRead``: it would be written or seen
-    as a record of no fields. Any other function runs as awkward runs it (``_as_awkward_runs``)."""
+    """What the events of a cut chunk (their slices, one event: the schema's events classes, ``_behavior``) add to the
+    schema's: given to one of awkward's functions that would give a placeholder out of awkward (its ``to_*`` but
+    ``_KEEP_PLACEHOLDERS``: a file, Python objects, another library's arrays), or to pyarrow, or to one in which it
+    would lose its mark or count as no values (``_LOSE_PLACEHOLDERS``), the events holding a placeholder raise
+    ``NotRead``: it would be written or seen as a record of no fields. Any other function runs as awkward runs it
+    (``_as_awkward_runs``). Not reached: awkward's functions that dispatch on no argument (``ak.to_safetensors``, a
+    generator's arrays given to ``ak.to_parquet_row_groups``) and selections of the events' fields (plain arrays)."""
 
     def __awkward_function__(self, func, array_likes, args, kwargs):
         for other in array_likes:  # another argument's override (a placeholder's: it raises) goes first
@@ -203,14 +210,22 @@ class CutEvents:
             if override is not None:
                 return override(func, array_likes, args, kwargs)
         name = func.__name__
-        if name == "without_parameters" or (name.startswith("to_") and name not in _KEEP_PLACEHOLDERS):
+        if name in _LOSE_PLACEHOLDERS or (name.startswith("to_") and name not in _KEEP_PLACEHOLDERS):
             for given in array_likes:
                 if isinstance(given, CutEvents):
-                    layout = given.layout
-                    field = _unread_in((layout.array if isinstance(layout, ak.record.Record) else layout).form)
-                    if field is not None:
-                        _raise(_not_made(field, how=f"the events holding it given to ak.{name}; "))
+                    given._check_whole(f"ak.{name}")
         return _as_awkward_runs(func, args, kwargs)
+
+    def __arrow_array__(self, type=None):
+        self._check_whole("pyarrow")
+        return super().__arrow_array__(type)
+
+    def _check_whole(self, given_to: str) -> None:
+        """Raise ``NotRead`` if these events hold a placeholder (as they are GIVEN_TO a function)."""
+        layout = self.layout
+        field = _unread_in((layout.array if isinstance(layout, ak.record.Record) else layout).form)
+        if field is not None:
+            _raise(_not_made(field, how=f"the events holding it given to {given_to}; "))
 
 
 def _as_awkward_runs(func, args: tuple, kwargs: dict):
@@ -234,17 +249,32 @@ def _overrides_run() -> bool:
     return inspect.isgeneratorfunction(getattr(ak.num, "__wrapped__", None))
 
 
-class _CutBehavior(dict):
-    """A cut chunk's behaviour (``_behavior``): pickled (with an array of the chunk's: an output's, sent from the job)
-    as its plain dict (PLAIN: the events classes the schema's), since the ``CutEvents`` classes made for the schema
-    cannot be pickled by name."""
+# The name of an events class made for a cut (``_events_class``) in this module: pickle finds it by that name.
+_EVENTS_CLASS = "CutEvents:"
+_events_classes: dict[str, type] = {}
 
-    def __init__(self, behavior: dict, plain: dict):
-        super().__init__(behavior)
-        self.plain = plain
 
-    def __reduce_ex__(self, protocol):
-        return dict, (self.plain,)
+def _events_class(schemas: type) -> type:
+    """SCHEMAS (a schema's events class: coffea's ``NanoEventsArray``, ``NanoEventsRecord``...) with ``CutEvents``:
+    the same name to the user; to pickle (an array's behaviour holds it) an attribute of this module named after
+    SCHEMAS' module and name, made again where it is unpickled (``__getattr__``)."""
+    name = f"{_EVENTS_CLASS}{schemas.__module__.replace('.', '/')}:{schemas.__qualname__.replace('.', '/')}"
+    if name not in _events_classes:
+        _events_classes[name] = type(
+            schemas.__name__, (CutEvents, schemas), {"__module__": __name__, "__qualname__": name}
+        )
+    return _events_classes[name]
+
+
+def __getattr__(name: str):
+    """An events class made for a cut (``_events_class``), by its name: as pickle looks it up."""
+    if not name.startswith(_EVENTS_CLASS):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, _, qualname = name.removeprefix(_EVENTS_CLASS).partition(":")
+    schemas = importlib.import_module(module.replace("/", "."))
+    for part in qualname.split("/"):
+        schemas = getattr(schemas, part)
+    return _events_class(schemas)
 
 
 @functools.cache
@@ -253,14 +283,13 @@ def _behavior(schema: type) -> dict:
     functions can be run as they run without an override: else the events' are the schema's, and awkward's functions
     given them see a placeholder as a record of no fields, as before). Made once a schema: awkward keys its lookups on
     the dict."""
-    plain = {**schema.behavior(), ("*", UNREAD): UnreadArray, UNREAD: UnreadRecord}
-    behavior = dict(plain)
+    behavior = {**schema.behavior(), ("*", UNREAD): UnreadArray, UNREAD: UnreadRecord}
     if _overrides_run():
         for key in (EVENTS, ("*", EVENTS)):
             made = behavior.get(key)
             if isinstance(made, type) and issubclass(made, (ak.Array, ak.Record)):
-                behavior[key] = type(made.__name__, (CutEvents, made), {"__module__": made.__module__})
-    return _CutBehavior(behavior, plain)
+                behavior[key] = _events_class(made)
+    return behavior
 
 
 @dataclass(frozen=True)
