@@ -216,16 +216,20 @@ class CutEvents:
                     given._check_whole(f"ak.{name}")
         return _as_awkward_runs(func, args, kwargs)
 
-    def __arrow_array__(self, type=None):
-        self._check_whole("pyarrow")
-        return super().__arrow_array__(type)
-
     def _check_whole(self, given_to: str) -> None:
         """Raise ``NotRead`` if these events hold a placeholder (as they are GIVEN_TO a function)."""
         layout = self.layout
         field = _unread_in((layout.array if isinstance(layout, ak.record.Record) else layout).form)
         if field is not None:
             _raise(_not_made(field, how=f"the events holding it given to {given_to}; "))
+
+
+class _CutEventsArray(CutEvents):
+    """``CutEvents`` of an array of events (pyarrow asks an array, not a record, for its arrow array)."""
+
+    def __arrow_array__(self, type=None):
+        self._check_whole("pyarrow")
+        return super().__arrow_array__(type)
 
 
 def _as_awkward_runs(func, args: tuple, kwargs: dict):
@@ -260,9 +264,8 @@ def _events_class(schemas: type) -> type:
     SCHEMAS' module and name, made again where it is unpickled (``__getattr__``)."""
     name = f"{_EVENTS_CLASS}{schemas.__module__.replace('.', '/')}:{schemas.__qualname__.replace('.', '/')}"
     if name not in _events_classes:
-        _events_classes[name] = type(
-            schemas.__name__, (CutEvents, schemas), {"__module__": __name__, "__qualname__": name}
-        )
+        mixed = _CutEventsArray if issubclass(schemas, ak.Array) else CutEvents
+        _events_classes[name] = type(schemas.__name__, (mixed, schemas), {"__module__": __name__, "__qualname__": name})
     return _events_classes[name]
 
 
