@@ -291,13 +291,14 @@ class FileChunks:
 
     def _counted(self, preload: frozenset) -> dict[str, tuple]:
         """Of PRELOAD's branches, each count branch (``nJet``) that counts another of them (``Jet_pt``): {count: (the
-        first branch it counts, the count branch)}. ROOT writes each entry of a branch with a count leaf with as many
-        values as the count says, so the counts are that branch's numbers of values per entry, taken from the offsets
-        already read (``_counts``) instead of read again: a count branch's baskets are read and decompressed like any
-        other (the processor bench: the AGC selection's 3 counts are ~4% of a 200,000-event LZMA file's reading). Only
-        plain ``TBranch``es of a TTree (the NanoAOD layout): an integer count, a jagged branch of numbers; an RNTuple's
-        fields are read as they are. (This takes the file to be written as ROOT writes an entry: a file whose counts and
-        values disagree would be read with counts that follow its values.)"""
+        branch it counts of fewest compressed bytes, the count branch)} — the least to read where a lazily read chunk
+        asks for the count and never for that branch (``_CountsOnUse``). ROOT writes each entry of a branch with a
+        count leaf with as many values as the count says, so the counts are that branch's numbers of values per entry,
+        taken from the offsets already read (``_counts``) instead of read again: a count branch's baskets are read and
+        decompressed like any other (the processor bench: the AGC selection's 3 counts are ~4% of a 200,000-event LZMA
+        file's reading). Only plain ``TBranch``es of a TTree (the NanoAOD layout): an integer count, a jagged branch of
+        numbers; an RNTuple's fields are read as they are. (This takes the file to be written as ROOT writes an entry:
+        a file whose counts and values disagree would be read with counts that follow its values.)"""
         from uproot.behaviors.TTree import TTree
         from uproot.interpretation.jagged import AsJagged
         from uproot.interpretation.numerical import AsDtype
@@ -308,10 +309,12 @@ class FileChunks:
             if branch is None or branch.classname != "TBranch" or not isinstance(branch.interpretation, AsJagged):
                 continue
             count = branch.count_branch
-            if count is None or count.name in found or count.name not in preload or count.classname != "TBranch":
+            if count is None or count.name not in preload or count.classname != "TBranch":
                 continue
             read_as = count.interpretation
-            if isinstance(read_as, AsDtype) and read_as.to_dtype.shape == () and read_as.to_dtype.kind in "iu":
+            if not (isinstance(read_as, AsDtype) and read_as.to_dtype.shape == () and read_as.to_dtype.kind in "iu"):
+                continue
+            if count.name not in found or branch.compressed_bytes < self.tree[found[count.name][0]].compressed_bytes:
                 found[count.name] = (name, count)
         return found
 
