@@ -543,6 +543,13 @@ def _requested(f, read) -> int:
     return f.file.source.num_requested_bytes - before
 
 
+def _branches_bytes(path, names: list[str], start: int, stop: int) -> int:
+    """The bytes uproot asks of the file at PATH to read its branches NAMES, entries START to STOP."""
+    with uproot.open(path) as f:
+        tree = f["Events"]
+        return _requested(f, lambda: tree.arrays(names, entry_start=start, entry_stop=stop))
+
+
 def test_a_lazy_chunks_traced_count_branch_is_taken_from_the_branch_it_counts_when_first_used():
     """A chunk read lazily whose analysis is known to read (READS: its trace) a count branch (``nMuon``) with a branch
     it counts (``Muon_pt``) takes the count from that branch when either is first used: the branch is read once for
@@ -563,11 +570,6 @@ def test_a_lazy_chunks_traced_count_branch_is_taken_from_the_branch_it_counts_wh
         "Tau.pt": lambda e: e.Tau.pt,
     }
 
-    def branches_bytes(names) -> int:
-        with uproot.open(path) as f:
-            tree = f["Events"]
-            return _requested(f, lambda: tree.arrays(names, entry_start=start, entry_stop=stop))
-
     with uproot.open(path) as f:
         made = nanoevents.FileChunks(f, "Events", NanoAODSchema, {})
         made.events({}, start, stop, None)  # (the base form derived, the tree's branches looked up)
@@ -582,11 +584,15 @@ def test_a_lazy_chunks_traced_count_branch_is_taken_from_the_branch_it_counts_wh
         for name, column in columns.items():
             assert ak.array_equal(column(ours), column(theirs)), name
         assert ours.layout.form == theirs.layout.form
-    assert read["Muon.pt"] == branches_bytes(["Muon_pt"]) < branches_bytes(["nMuon", "Muon_pt"])
+
+    def read_of(names: list[str]) -> int:
+        return _branches_bytes(path, names, start, stop)
+
+    assert read["Muon.pt"] == read_of(["Muon_pt"]) < read_of(["nMuon", "Muon_pt"])
     # nJet is taken from Jet_pt (of its branches in READS, the one of fewest compressed bytes), read once for both
-    assert read["Jet.eta"] == branches_bytes(["Jet_pt", "Jet_eta"]) and read["Jet.pt"] == 0
-    assert read["nElectron"] == branches_bytes(["nElectron"]) and read["Electron.pt"] == branches_bytes(["Electron_pt"])
-    assert read["Tau.pt"] == branches_bytes(["nTau", "Tau_pt"])  # not in READS: as the mapping reads it
+    assert read["Jet.eta"] == read_of(["Jet_pt", "Jet_eta"]) and read["Jet.pt"] == 0
+    assert read["nElectron"] == read_of(["nElectron"]) and read["Electron.pt"] == read_of(["Electron_pt"])
+    assert read["Tau.pt"] == read_of(["nTau", "Tau_pt"])  # not in READS: as the mapping reads it
 
 
 def test_a_lazy_chunk_takes_the_counts_of_branches_the_files_chunks_before_it_read():
@@ -597,11 +603,6 @@ def test_a_lazy_chunk_takes_the_counts_of_branches_the_files_chunks_before_it_re
     from coffea.nanoevents import NanoAODSchema, NanoEventsFactory
 
     path = NANOAOD / "ttH_M125_2017.root"
-
-    def branches_bytes(names, start, stop) -> int:
-        with uproot.open(path) as f:
-            tree = f["Events"]
-            return _requested(f, lambda: tree.arrays(names, entry_start=start, entry_stop=stop))
 
     with uproot.open(path) as f:
         made = nanoevents.FileChunks(f, "Events", NanoAODSchema, {})
@@ -614,8 +615,8 @@ def test_a_lazy_chunk_takes_the_counts_of_branches_the_files_chunks_before_it_re
         ).events()
         assert ak.array_equal(ours.Muon.pt, theirs.Muon.pt) and ak.array_equal(ak.num(ours.Muon), ak.num(theirs.Muon))
         assert ours.layout.form == theirs.layout.form
-    assert read[0] == branches_bytes(["nMuon", "Muon_pt"], 0, 30)
-    assert read[1] == branches_bytes(["Muon_pt"], 30, 60) < branches_bytes(["nMuon", "Muon_pt"], 30, 60)
+    assert read[0] == _branches_bytes(path, ["nMuon", "Muon_pt"], 0, 30)
+    assert read[1] == _branches_bytes(path, ["Muon_pt"], 30, 60) < _branches_bytes(path, ["nMuon", "Muon_pt"], 30, 60)
 
 
 def test_making_a_chunk_leaves_the_garbage_collector_as_it_found_it():

@@ -218,8 +218,7 @@ class CutEvents:
 
     def _check_whole(self, given_to: str) -> None:
         """Raise ``NotRead`` if these events hold a placeholder (as they are GIVEN_TO a function)."""
-        layout = self.layout
-        field = _unread_in((layout.array if isinstance(layout, ak.record.Record) else layout).form)
+        field = _unread_in(self)
         if field is not None:
             _raise(_not_made(field, how=f"the events holding it given to {given_to}; "))
 
@@ -470,17 +469,18 @@ class _Walk(pickle.Pickler):
 
     def reducer_override(self, obj):
         if isinstance(obj, (ak.Array, ak.Record, ak.contents.Content, ak.record.Record)):
-            layout = obj.layout if isinstance(obj, (ak.Array, ak.Record)) else obj
-            field = _unread_in((layout.array if isinstance(layout, ak.record.Record) else layout).form)
+            field = _unread_in(obj)
             if field is not None:
                 raise NotRead(_not_made(field, how="the analysis returned it (or an array holding it) in its output; "))
             return int, ()  # what the output holds is sent later: only its form is looked at here
         return NotImplemented
 
 
-def _unread_in(form) -> str | None:
-    """The field of the first placeholder in FORM (an awkward form), or None."""
-    stack = [form]
+def _unread_in(obj) -> str | None:
+    """The field of the first placeholder in OBJ (an awkward array or record, high-level or a layout: its form), or
+    None."""
+    layout = obj.layout if isinstance(obj, (ak.Array, ak.Record)) else obj
+    stack = [(layout.array if isinstance(layout, ak.record.Record) else layout).form]
     while stack:
         node = stack.pop()
         if node.parameters.get("__record__") == UNREAD:
