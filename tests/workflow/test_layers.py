@@ -46,7 +46,18 @@ WORKFLOW_LAYERS = (
         ("routing", "routing.placement", "routing.site", "routing.replicas", "routing.index"),
     ),
     ("reading", ("reading", "reading.credentials", "reading.fetch", "reading.failures")),
-    ("work", ("work", "work.cutform", "work.nanoevents", "work.processor", "work.transcode", "work.recompress")),
+    (
+        "work",
+        (
+            "work",
+            "work.schemaform",
+            "work.cutform",
+            "work.nanoevents",
+            "work.processor",
+            "work.transcode",
+            "work.recompress",
+        ),
+    ),
     # The analyses that ship with hepvine: processors like a user's, on hepvine's lower layers only (never the
     # driver, merge or report, which run them).
     ("examples", ("examples", "examples.agc", "examples.dimuon")),

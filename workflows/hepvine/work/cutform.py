@@ -39,13 +39,13 @@ import inspect
 import pickle
 import sys
 import traceback
-import types
-import warnings
 from dataclasses import dataclass
 
 import awkward as ak
 from coffea.nanoevents.schemas.base import BaseSchema
 from coffea.nanoevents.util import unquote
+
+from hepvine.work import schemaform
 
 UNREAD = "hepvine.Unread"  # the placeholder's record name (its behaviour: UnreadArray)
 FIELD = "hepvine_field"  # the placeholder's parameter naming the field it stands for
@@ -298,49 +298,13 @@ def _behavior(schema: type) -> dict:
 class Cut:
     """How a layout's chunks are made for one trace: from BASE (the cut base form, pickled), into FIELDS (the schema's
     top-level fields from every branch, in order), of which those in UNREAD are placeholders (their forms, by name);
-    AGAIN: the warnings the schema gives from every branch but not of the cut base form (``_Warning``), given again
-    with each chunk as the Runner's schema gives them."""
+    AGAIN: the warnings the schema gives from every branch but not of the cut base form
+    (``schemaform.GivenWarning``), given again with each chunk as the Runner's schema gives them."""
 
     base: bytes
     fields: tuple
     unread: dict
     again: tuple = ()
-
-
-@dataclass(frozen=True)
-class _Warning:
-    """A warning as the schema gave it (``warnings.warn`` in MODULE, at FILENAME:LINENO)."""
-
-    category: type
-    text: str
-    filename: str
-    lineno: int
-    module: str | None
-
-    def give(self) -> None:
-        """Give it again as ``warnings.warn`` gave it there: the same filters, shown once a place unless they say
-        otherwise (the module's registry)."""
-        module = sys.modules.get(self.module) if self.module else None
-        if module is not None:
-            registry = vars(module).setdefault("__warningregistry__", {})
-        else:  # a module not found by its file: one of this process's own, by file
-            registry = _registries.setdefault(self.filename, {})
-        warnings.warn_explicit(self.text, self.category, self.filename, self.lineno, self.module, registry)
-
-
-_registries: dict[str, dict] = {}  # _Warning.give's registries of warnings whose module it does not know
-
-
-def _recorded(schema: type, base_form: dict) -> tuple[dict, list[_Warning]]:
-    """(SCHEMA's form of BASE_FORM, the warnings it gave)."""
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        form = schema(base_form).form
-    modules = {}
-    if seen:  # (read from each module's namespace: no module's __getattr__ runs)
-        modules = {vars(m).get("__file__"): n for n, m in list(sys.modules.items()) if isinstance(m, types.ModuleType)}
-    found = [_Warning(w.category, str(w.message), w.filename, w.lineno, modules.get(w.filename)) for w in seen]
-    return form, found
 
 
 @functools.cache
@@ -421,7 +385,7 @@ def plan(base_form: dict, schema: type, traced: frozenset) -> Cut | str:
     (``_collections``) of every branch a kept field loads and ``ALWAYS``'s. Checked: the schema's form of the cut base
     gives each kept field the form, and the events the parameters, that it gives them from every branch, and no
     warning it does not give from every branch (``_quiet``'s are not given; ``Cut.again`` gives the Runner's)."""
-    full, runners = _recorded(schema, copy.deepcopy(base_form))
+    full, runners = schemaform.recorded(schema, copy.deepcopy(base_form))
     kept = [n for n, c in zip(full["fields"], full["contents"]) if _columns(c, first=True) & traced or n in EVENT_IDS]
     if set(kept) <= set(EVENT_IDS):
         return "the trace found no field read"
@@ -432,7 +396,7 @@ def plan(base_form: dict, schema: type, traced: frozenset) -> Cut | str:
     cut["fields"], cut["contents"] = [n for n, _ in pairs], [c for _, c in pairs]
     base = pickle.dumps(cut, protocol=pickle.HIGHEST_PROTOCOL)
     try:
-        made, cuts = _recorded(_quiet(schema), cut)
+        made, cuts = schemaform.recorded(_quiet(schema), cut)
     except Exception as e:  # a schema of the user's that needs what the cut left out: the file gets every field
         return f"{schema.__name__} fails on the cut base form: {type(e).__name__}: {e}"
     contents = dict(zip(made["fields"], made["contents"]))

@@ -3,6 +3,9 @@ but without its costs that grow with a job's chunks and files (``FileChunks``):
 
 - the tree's base form (the forms of its ~1,600 branches, ~50 ms to derive on the NanoAOD layout), which ``from_root``
   derives for every chunk, is derived once for a job's files of one layout (``layout_key``) and copied for each chunk;
+- the schema's form of that base form (NanoAODSchema's collections, ~7 ms a chunk), which ``from_root`` makes again
+  for every chunk, is made once a layout (``hepvine.work.schemaform``: checked against the schema, its metadata and
+  warnings given to each chunk as the schema gives them);
 - a preloaded count branch (``nJet``) is taken from the offsets of a preloaded branch it counts (``Jet_pt``), not
   read, and a plain tree's preloaded branches are read by name, not found by a filter over all its branches;
 - the garbage collector waits while a chunk's objects (no data) are made;
@@ -26,9 +29,9 @@ from types import SimpleNamespace
 
 # The leaves whose type uproot reads from the leaf's class, its title and fIsUnsigned alone (identify._leaf_to_dtype).
 PLAIN_LEAVES = frozenset({"TLeafO", "TLeafB", "TLeafS", "TLeafI", "TLeafL", "TLeafG", "TLeafF", "TLeafD"})
-# The base forms a job keeps, and with columns: traced their cuts (``FileChunks.cut_to``): two a layout, of the
-# layouts it meets (a dataset's files share one).
-KEPT_FORMS = 16
+# The base forms a job keeps, the schema's forms of them (``FileChunks._built``) and with columns: traced their cuts
+# (``FileChunks.cut_to``): three a layout, of the layouts it meets (a dataset's files share one).
+KEPT_FORMS = 24
 
 
 def layout_key(tree) -> tuple | None:
@@ -172,6 +175,7 @@ class FileChunks:
         self._plain = False  # the tree has a layout key: plain branches only (_derived_form)
         self._layout: tuple | None = None  # that key
         self._cut = None  # cutform.Cut: how this file's chunks are cut (cut_to), if they are
+        self._schema_built = None  # schemaform.built's, for a tree of no layout key (_built)
         self._reads_of: dict[frozenset, tuple] = {}  # _reads', by preload
         self._asked: set[str] = set()  # the branches the mapping of a chunk read lazily asked for (_CountsOnUse)
         parts = coffea_parts()
@@ -335,13 +339,37 @@ class FileChunks:
         )
         mapping.preload_column_source(key[0], key[1], tree)
         if self._cut is None:
-            form, schema = pickle.loads(self._base_form), self.schema
+            built = self._built(metadata)
+            if built is None:
+                form, schema = pickle.loads(self._base_form), self.schema
+            else:  # (coffea puts the chunk's metadata in the base form it is given: only that is read)
+                from hepvine.work import schemaform
+
+                form = {"parameters": {}}
+                schema = functools.partial(schemaform.BuiltSchema, schema=self.schema, built=built)
         else:
             from hepvine.work import cutform
 
             form = pickle.loads(self._cut.base)
             schema = functools.partial(cutform.CutSchema, schema=self.schema, cut=self._cut)
         return self._parts.from_mapping(mapping, key, form, schema, metadata, mode="virtual").events()
+
+    def _built(self, metadata: dict):
+        """The schema's form of this tree's layout made once (``schemaform.built``, checked against the schema with
+        METADATA, the first chunk's) and kept in FORMS for a tree of plain branches, else for this file; None where
+        each chunk runs the schema (``built`` says why not)."""
+        from hepvine.work import schemaform
+
+        def built_now():
+            return schemaform.built(self._base_form, self.schema, metadata)
+
+        if self._layout is not None:
+            found = kept_form(self.forms, ("schema", self._layout, self.schema), built_now)
+        else:
+            if self._schema_built is None:
+                self._schema_built = built_now()
+            found = self._schema_built
+        return found if isinstance(found, schemaform.Built) else None
 
     def _derived_form(self, mapping_class) -> bytes:
         """The tree's base form with its typenames (as ``from_root`` makes it), pickled: from FORMS when a tree of its
