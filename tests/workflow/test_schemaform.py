@@ -110,7 +110,18 @@ class Counting(BaseSchema):
         metadata["given"] = len(metadata)
 
 
-@pytest.mark.parametrize("schema, why", [(ByDataset, "form depends"), (Counting, "changes the metadata")])
+class Needing(BaseSchema):
+    """A schema that needs a metadata key."""
+
+    def __init__(self, base_form, *args, **kwargs):
+        super().__init__(base_form)
+        self._form["parameters"]["of"] = self._form["parameters"]["metadata"]["dataset"].upper()
+
+
+@pytest.mark.parametrize(
+    "schema, why",
+    [(ByDataset, "form depends"), (Counting, "changes the metadata"), (Needing, "fails without metadata (KeyError")],
+)
 def test_a_schema_following_the_metadata_it_is_given_runs_for_every_chunk(schema, why):
     """``schemaform.built`` says why a schema's form cannot be made once (checked against the first chunk's metadata),
     and each chunk is then the schema's own, for every chunk's metadata."""

@@ -11,8 +11,8 @@ chunk a copy of it, with the chunk's metadata, as the schema would have made it:
 - the warnings the schema gives (a missing cross-reference...) given again with each chunk, as the schema gives them
   anew (``GivenWarning``: the same filters and registry as the schema's own ``warnings.warn``).
 
-Checked once a layout against the schema itself: ``built`` makes the form twice, with no metadata and with the first
-chunk's, and gives no ``Built`` (every chunk then runs the schema) when the forms, what it wrote into the metadata or
+Checked once a layout against the schema itself: ``built`` makes the form twice, with the first chunk's metadata and
+with none, and gives no ``Built`` (every chunk then runs the schema) when the forms, what it wrote into the metadata or
 the warnings differ: a schema whose form reads the metadata it is given. (A schema reading a metadata value only for
 some values, or a class attribute changed between chunks, would not show there: coffea's own schemas do neither.)
 ``GivenWarning`` and ``recorded`` also serve ``hepvine.work.cutform``, whose cut chunks give the warnings of every
@@ -77,19 +77,25 @@ class Built:
 
 def built(base: bytes, schema: type, metadata: dict | None) -> Built | str:
     """SCHEMA's form of the base form BASE (pickled) made once for every chunk of its layout, or why not (a string):
-    made with no metadata and with METADATA (the first chunk's), the two must be one form with the same warnings, and
-    what the schema writes into the empty metadata must be all it changes of METADATA."""
+    made with METADATA (the first chunk's: a schema that fails there fails as it would for the chunk) and with none,
+    the two must be one form with the same warnings, and what the schema writes into the empty metadata must be all it
+    changes of METADATA."""
     made = []
-    for given in ({}, dict(metadata or {})):
+    for given in (dict(metadata or {}), {}):
         before = dict(given)
         form = pickle.loads(base)
         form["parameters"]["metadata"] = given
-        form, seen = recorded(schema, form)
+        try:
+            form, seen = recorded(schema, form)
+        except Exception as e:
+            if not made:  # with the chunk's own metadata: the chunk's failure, as with the Runner
+                raise
+            return f"{schema.__name__} fails without metadata ({type(e).__name__}: {e})"  # each chunk runs it
         params = dict(form["parameters"])
         if params.pop("metadata", None) is not given:  # (BaseSchema keeps the dict it is given)
             return f"{schema.__name__} does not keep the metadata dict it is given"
         made.append(({**form, "parameters": params}, before, given, seen))
-    (form, _, written, seen), (other, before, after, other_seen) = made
+    (other, before, after, other_seen), (form, _, written, seen) = made
     if form != other:
         return f"{schema.__name__}'s form depends on the metadata it is given"
     if after != {**before, **written}:
