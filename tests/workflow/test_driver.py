@@ -157,9 +157,11 @@ def test_an_exception_in_the_analysis_is_the_files_permanent_analysis_error(file
 
 
 def test_a_files_process_sends_back_the_base_form_it_derived(files, tmp_path, monkeypatch):
-    """With a process per file, the base form the first file's process derives comes back to the job
-    (``Analysis.forms``): the second file, of the same layout, derives none."""
+    """With a process per file, the base form the first file's process derives, and the schema's form of it
+    (``schemaform``), come back to the job (``Analysis.forms``): the second file, of the same layout, derives none."""
     from coffea.nanoevents.mapping import UprootSourceMapping
+
+    from hepvine.work import schemaform
 
     good, _, _ = files
     log = tmp_path / "derived.log"
@@ -177,7 +179,9 @@ def test_a_files_process_sends_back_the_base_form_it_derived(files, tmp_path, mo
     assert [r["failure"] for r in result["records"]] == [None, None]
     assert log.read_text().splitlines() == [good[0]]
     with uproot.open(good[1]) as f:
-        assert list(fresh.forms) == [nanoevents.layout_key(f["Events"])]
+        key = nanoevents.layout_key(f["Events"])
+    assert list(fresh.forms) == [key, ("schema", key, fresh.schema)]
+    assert isinstance(fresh.forms["schema", key, fresh.schema], schemaform.Built)  # (sent pickled, as the base form)
 
 
 def test_reads_retry_in_rounds_and_then_classify():
