@@ -180,8 +180,9 @@ def test_a_files_process_sends_back_the_base_form_it_derived(files, tmp_path, mo
     assert log.read_text().splitlines() == [good[0]]
     with uproot.open(good[1]) as f:
         key = nanoevents.layout_key(f["Events"])
-    assert list(fresh.forms) == [key, ("schema", key, fresh.schema)]
-    assert isinstance(fresh.forms["schema", key, fresh.schema], schemaform.Built)  # (sent pickled, as the base form)
+    schema_key = ("schema", key, fresh.schema, schemaform.settings(fresh.schema))
+    assert list(fresh.forms) == [key, schema_key]
+    assert isinstance(fresh.forms[schema_key], schemaform.Built)  # (sent pickled, as the base form)
 
 
 def test_reads_retry_in_rounds_and_then_classify():

@@ -38,13 +38,14 @@ def _warned(make, *args) -> tuple[object, list]:
     return made, [(w.category, str(w.message), w.filename, w.lineno) for w in seen]
 
 
-class Counted(NanoAODSchema):
-    """NanoAODSchema, counting the times it runs."""
+RUNS = []  # Counted's runs (not a class attribute: that would be a setting of the schema)
 
-    runs = 0
+
+class Counted(NanoAODSchema):
+    """NanoAODSchema, counting the times it runs (``RUNS``)."""
 
     def __init__(self, base_form, version="latest"):
-        Counted.runs += 1
+        RUNS.append(self)
         super().__init__(base_form, version)
 
 
@@ -54,7 +55,7 @@ def test_each_chunk_gets_the_schemas_form_metadata_and_warnings_with_the_schema_
     form, metadata (with NanoAODSchema's ``version``, over the fileset's own), ``@form``, behaviour and warnings (5-6 a
     chunk) are ``from_root``'s, and its columns the same; the schema ran twice (the check) for the first
     chunk of a TTree's layout, never again for its files."""
-    Counted.runs = 0
+    RUNS.clear()
     forms, path = {}, str(NANOAOD / name)
     for _ in range(2):
         with uproot.open(path) as f:
@@ -71,7 +72,7 @@ def test_each_chunk_gets_the_schemas_form_metadata_and_warnings_with_the_schema_
                 assert type(ours) is type(theirs) and type(ours.Muon) is type(theirs.Muon)
                 assert ak.array_equal(ours.Muon.pt, theirs.Muon.pt) and ak.array_equal(ours.event, theirs.event)
     # ours: 2 (the check) for a TTree's layout, or for each RNTuple file; from_root's: one a chunk
-    assert Counted.runs == (2 if "rntuple" not in name else 4) + 2 * 3
+    assert len(RUNS) == (2 if "rntuple" not in name else 4) + 2 * 3
 
 
 def test_under_the_default_filters_a_chunks_warnings_are_shown_as_the_schemas_own():
@@ -91,6 +92,33 @@ def test_under_the_default_filters_a_chunks_warnings_are_shown_as_the_schemas_ow
         ours = shown(lambda: [made.events({}, s, s + 10, None) for s in (0, 10, 20)])
         theirs = shown(lambda: [_theirs(f, NanoAODSchema, {}, s, s + 10) for s in (0, 10, 20)])
     assert ours == theirs and len(theirs) == 6
+
+
+class Changed(NanoAODSchema):
+    """NanoAODSchema, whose settings a test changes."""
+
+
+def test_a_schemas_settings_changed_between_chunks_change_the_next_chunks_as_the_runners():
+    """A processor that changes its schema's settings (class attributes) between chunks: the next chunk's form and
+    warnings follow them as ``from_root``'s do, and going back takes the form made before."""
+    path = str(NANOAOD / "nano_dy.root")
+    forms = {}
+    try:
+        with uproot.open(path) as f:
+            made = nanoevents.FileChunks(f, "Events", Changed, forms)
+            for start, quiet in ((0, False), (10, True), (20, False)):
+                Changed.warn_missing_crossrefs = not quiet
+                Changed.mixins = {**NanoAODSchema.mixins, "Muon": "Electron"} if quiet else NanoAODSchema.mixins
+                ours, our_warnings = _warned(made.events, {}, start, start + 10, None)
+                theirs, their_warnings = _warned(_theirs, f, Changed, {}, start, start + 10)
+                assert our_warnings == their_warnings and ours.layout.form == theirs.layout.form
+                assert type(ours.Muon) is type(theirs.Muon)
+                assert (len(their_warnings), type(theirs.Muon).__name__) == (
+                    (2, "ElectronArray") if quiet else (6, "MuonArray")
+                )
+    finally:
+        del Changed.warn_missing_crossrefs, Changed.mixins
+    assert len([key for key in forms if key[0] == "schema"]) == 2
 
 
 class ByDataset(BaseSchema):

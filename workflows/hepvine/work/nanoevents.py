@@ -175,7 +175,7 @@ class FileChunks:
         self._plain = False  # the tree has a layout key: plain branches only (_derived_form)
         self._layout: tuple | None = None  # that key
         self._cut = None  # cutform.Cut: how this file's chunks are cut (cut_to), if they are
-        self._schema_built = None  # schemaform.built's, for a tree of no layout key (_built)
+        self._schema_built = None  # (settings, schemaform.built's) for a tree of no layout key (_built)
         self._reads_of: dict[frozenset, tuple] = {}  # _reads', by preload
         self._asked: set[str] = set()  # the branches the mapping of a chunk read lazily asked for (_CountsOnUse)
         parts = coffea_parts()
@@ -339,7 +339,9 @@ class FileChunks:
         )
         mapping.preload_column_source(key[0], key[1], tree)
         if self._cut is None:
-            built = self._built(metadata)
+            # (an empty chunk, the trace's or an empty file's, runs the schema: with columns: traced its later
+            # chunks are cut, and need none made for every field)
+            built = self._built(metadata) if stop > start else None
             if built is None:
                 form, schema = pickle.loads(self._base_form), self.schema
             else:  # (coffea puts the chunk's metadata in the base form it is given: only that is read)
@@ -355,20 +357,24 @@ class FileChunks:
         return self._parts.from_mapping(mapping, key, form, schema, metadata, mode="virtual").events()
 
     def _built(self, metadata: dict):
-        """The schema's form of this tree's layout made once (``schemaform.built``, checked against the schema with
-        METADATA, the first chunk's) and kept in FORMS for a tree of plain branches, else for this file; None where
-        each chunk runs the schema (``built`` says why not)."""
+        """The schema's form of this tree's layout made once for its settings (``schemaform.built``, checked against
+        the schema with METADATA, the first chunk's) and kept in FORMS for a tree of plain branches, else for this
+        file; None where each chunk runs the schema (``built`` says why not, or the settings cannot be pickled)."""
         from hepvine.work import schemaform
+
+        settings = schemaform.settings(self.schema)
+        if settings is None:
+            return None
 
         def built_now():
             return schemaform.built(self._base_form, self.schema, metadata)
 
         if self._layout is not None:
-            found = kept_form(self.forms, ("schema", self._layout, self.schema), built_now)
+            found = kept_form(self.forms, ("schema", self._layout, self.schema, settings), built_now)
         else:
-            if self._schema_built is None:
-                self._schema_built = built_now()
-            found = self._schema_built
+            if self._schema_built is None or self._schema_built[0] != settings:
+                self._schema_built = (settings, built_now())
+            found = self._schema_built[1]
         return found if isinstance(found, schemaform.Built) else None
 
     def _derived_form(self, mapping_class) -> bytes:
