@@ -4,8 +4,8 @@ makes it (``hepvine.work.nanoevents.FileChunks``, every field made).
 A chunk's schema (``NanoAODSchema``: its collections, cross-references and aliases of ~1,600 branches) is a fifth of
 what a chunk of every field costs to make on the real NanoAOD layout, and its form depends on the layout's base form
 alone: made once, a 100,000-event chunk of the 500,000-event ZSTD bench copy is made in 22.5 ms instead of 28 (median
-of 10). ``built`` makes it once a layout (``Built``), and ``BuiltSchema`` gives each
-chunk a copy of it, with the chunk's metadata, as the schema would have made it:
+of 10). ``built`` makes it once a layout (``Built``), and ``BuiltSchema`` gives each chunk a copy of it, with the
+chunk's metadata, as the schema would have made it:
 
 - the metadata the chunk is given, holding what the schema writes into it (``NanoAODSchema``: ``version``);
 - the warnings the schema gives (a missing cross-reference...) given again with each chunk, as the schema gives them
