@@ -51,10 +51,11 @@ class Counted(NanoAODSchema):
 
 @pytest.mark.parametrize("name", ["nano_dy.root", "nano_dy_rntuple.root", "ttH_M125_2017.root"])
 def test_each_chunk_gets_the_schemas_form_metadata_and_warnings_with_the_schema_run_once_a_layout(name):
-    """Three chunks of each of two files of one layout (a TTree: kept by layout; an RNTuple: by file): each chunk's
-    form, metadata (with NanoAODSchema's ``version``, over the fileset's own), ``@form``, behaviour and warnings (5-6 a
-    chunk) are ``from_root``'s, and its columns the same; the schema ran twice (the check) for the first
-    chunk of a TTree's layout, never again for its files."""
+    """Three chunks of a file, opened twice with one job's forms (the second as a second file of its layout would be:
+    a TTree's form is kept by layout, an RNTuple's by file): each chunk's form, metadata (with NanoAODSchema's
+    ``version``, over the fileset's own), ``@form``, behaviour and warnings (5-6 a chunk) are ``from_root``'s, and its
+    columns the same; the schema ran twice (the check) for the first chunk of a TTree's layout, never again, and twice
+    for each opening of an RNTuple."""
     RUNS.clear()
     forms, path = {}, str(NANOAOD / name)
     for _ in range(2):
