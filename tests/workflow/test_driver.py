@@ -173,7 +173,7 @@ def test_a_files_process_sends_back_the_base_form_it_derived(files, tmp_path, mo
         return extract(cls, tree, **kw)
 
     monkeypatch.setattr(UprootSourceMapping, "_extract_base_form", classmethod(logged))
-    fresh = processor.load("hepvine.examples.agc:TtbarProcessor", {"lumi_pb": 3378})
+    fresh = processor.load("hepvine.examples.agc:TtbarProcessor", {"lumi_pb": 3378}, columns="all")
     limits = Limits(rate_floor_mb_s=1, file_time_base_s=60, bytes_per_event=1)
     result = driver.run_batch(shard(good), fresh, limits=limits)
     assert [r["failure"] for r in result["records"]] == [None, None]

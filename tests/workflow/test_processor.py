@@ -299,13 +299,14 @@ def test_the_branches_an_analysis_reads_over_xrootd_are_traced_once_and_preloade
 
 
 def test_a_local_file_is_read_lazily_untraced_with_the_same_output(tmp_path):
+    """With config columns: all a local file is not traced (nothing to preload): its columns are read lazily."""
     (tmp_path / "mine.py").write_text(NEW_PROCESSOR)
     path = str(NANOAOD / "ttH_M125_2017.root")
     task = next(t for t in dataset.tasks({DAS: {"files": {path: "Events"}}}) if t.path == path)
-    local = processor.load(f"{tmp_path}/mine.py:JetsAndMuons", {"pt_min": 25.0}, chunksize=CHUNKSIZE)
+    local = processor.load(f"{tmp_path}/mine.py:JetsAndMuons", {"pt_min": 25.0}, chunksize=CHUNKSIZE, columns="all")
     ours, events, _ = processor.run_file(path, task, local)
     assert local.traced == {}, "a local file was traced"
-    lazy = processor.load(f"{tmp_path}/mine.py:JetsAndMuons", {"pt_min": 25.0}, chunksize=CHUNKSIZE)
+    lazy = processor.load(f"{tmp_path}/mine.py:JetsAndMuons", {"pt_min": 25.0}, chunksize=CHUNKSIZE, columns="all")
     theirs, lazy_events, _ = processor.run_file(f"file://{path}", task, lazy)
     assert lazy.traced == {}
     assert events == lazy_events > CHUNKSIZE
@@ -682,13 +683,15 @@ def f(events):
 """
 
 
-def test_a_files_chunk_is_dropped_before_its_next_chunk_is_made(tmp_path, monkeypatch):
+@pytest.mark.parametrize("columns", ["all", "auto"])
+def test_a_files_chunk_is_dropped_before_its_next_chunk_is_made(tmp_path, monkeypatch, columns):
     """``run_file`` drops a chunk (its events, the columns they hold, and what ``process`` returned of it) before it
-    reads and makes the file's next: a job holds one chunk's columns at a time, not two."""
+    reads and makes the file's next: a job holds one chunk's columns at a time, not two. (With columns: auto the
+    trace's empty chunk is made and processed first.)"""
     (tmp_path / "held.py").write_text(HELD)
     path = str(NANOAOD / "ttH_M125_2017.root")
     task = next(iter(dataset.tasks({"d": {"files": {path: "Events"}}})))
-    analysis = processor.load(f"{tmp_path}/held.py:f", chunksize=CHUNKSIZE)
+    analysis = processor.load(f"{tmp_path}/held.py:f", chunksize=CHUNKSIZE, columns=columns)
     seen, alive = analysis.instance.__globals__["seen"], []
     events_of = nanoevents.FileChunks.events
 
@@ -698,7 +701,8 @@ def test_a_files_chunk_is_dropped_before_its_next_chunk_is_made(tmp_path, monkey
 
     monkeypatch.setattr(nanoevents.FileChunks, "events", watched)
     out, events, _ = processor.run_file(path, task, analysis)
-    assert out["n"] == events > 2 * CHUNKSIZE and out["muons"] > 0 and len(seen) == len(alive) > 2
+    assert out["n"] == events > 2 * CHUNKSIZE and out["muons"] > 0 and len(alive) > 2
+    assert len(seen) == len(alive) or columns == "auto"  # (coffea's trace calls the processor as it sees fit)
     assert alive == [0] * len(alive)
 
 

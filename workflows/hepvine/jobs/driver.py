@@ -110,6 +110,8 @@ def run_file(
                 "correct nevts (and nevts_total) in the spec, or num_entries in the fileset",
             )
     except Exception as e:  # the one boundary where a file's failure becomes its record; bugs propagate
+        if isinstance(e, processor.FieldNotMade) and analysis.columns == "auto":
+            raise  # run_batch runs the file again with every field
         record.failure = failures.classify(e)
         if record.failure is None:
             raise
@@ -134,10 +136,16 @@ def _child(send, args: tuple) -> None:
         analysis = args[2]  # (entry, batch, analysis, ...): run_file's arguments
         processor.settle(analysis)  # what the job had made so far, too
         known, known_traces = set(analysis.forms), set(analysis.traced)
-        record, h = run_file(*args)
+        try:
+            outcome = ("done", run_file(*args))
+        except processor.FieldNotMade as e:  # (columns: auto) the parent runs the file again with every field
+            outcome = ("not-made", (e.message, e.where))
         derived = {key: form for key, form in analysis.forms.items() if key not in known}
         traced = {key: read for key, read in analysis.traced.items() if key not in known_traces}
-        send.send(("done", (record.to_dict(), h, traced, derived)))
+        if outcome[0] == "done":
+            record, h = outcome[1]
+            outcome = ("done", (record.to_dict(), h))
+        send.send((*outcome, traced, derived))
     except BaseException:  # a bug (run_file records the file's own failures): the parent fails the job with it
         send.send(("bug", traceback.format_exc()))
     finally:
@@ -172,11 +180,14 @@ def run_file_limited(entry: dict, batch: str, limit_s: float, args: tuple) -> tu
             f"{entry['path']}: hepvine failed on this file (a bug, not the file's fault):\n" + message[1]
         )
     if message is not None:
-        data, h, traced, derived = message[1]
+        what, result, traced, derived = message
         analysis = args[0]  # (analysis, codec, copies, retry)
         analysis.traced.update(traced)
         for key, form in derived.items():
             nanoevents.keep_form(analysis.forms, key, form)
+        if what == "not-made":
+            raise processor.FieldNotMade(*result)
+        data, h = result
         return records.FileRecord.from_dict(data), h
     transcode.SHARED.close()  # the child was ended (or crashed), perhaps in the middle of a file sent to it
     record = new_record(index.task(entry), batch)
@@ -204,6 +215,42 @@ def run_file_limited(entry: dict, batch: str, limit_s: float, args: tuple) -> tu
     return record, None
 
 
+def _run_entry(entry: dict, batch: str, analysis: processor.Analysis, codec, copies, retry, limits):
+    """One file of BATCH (run_batch's arguments): run_file in the job's process (no LIMITS) or in one of its own; with
+    config ``columns: auto``, when the file's processing used a field its chunks were cut without
+    (``processor.FieldNotMade``), run again with every field: the job's ANALYSIS is made ``columns: all`` for this file
+    and the rest of the batch, and the job's log says which field. In a file's own process (campaigns: each file runs
+    in one, forked from the job), the second run starts from the job's state before the file, so its output is what
+    ``columns: all`` gives; in the job's process, what the first run changed of the analysis's own state stays. The
+    record counts both runs' time."""
+
+    def attempt():
+        if limits is None:
+            return run_file(entry, batch, analysis, codec, copies, retry)
+        if codec:
+            start_recompression()  # the transcoder running before the file's process forks: ROOT starts once
+        limit_s = limits.file_limit_s(entry["nevts"], entry.get("bytes"))
+        record, h = run_file_limited(entry, batch, limit_s, (analysis, codec, copies, retry))
+        if record.failure is not None and copies is not None:
+            remove_leftovers(copies / f"{entry['index']}.root")
+        return record, h
+
+    started, wall0 = time.time(), time.perf_counter()
+    try:
+        return attempt()
+    except processor.FieldNotMade as e:
+        analysis.columns = "all"
+        print(
+            f"hepvine: columns=auto: {entry['path']}: run again with every field, as the rest of this job's files: "
+            f"{e.message} (at {e.where}); set config columns: all to make every field from the start",
+            file=sys.stderr,
+        )
+        first_s = time.perf_counter() - wall0
+    record, h = attempt()
+    record.start, record.wall_seconds = started, record.wall_seconds + first_s
+    return record, h
+
+
 def run_batch(
     shard: dict,
     analysis: processor.Analysis,
@@ -226,15 +273,7 @@ def run_batch(
     results, total, events = [], None, {}
     with contextlib.closing(transcode.SHARED):  # the job's transcoder (if it started one) ends with its batch
         for entry in shard["files"]:
-            if limits is None:
-                record, h = run_file(entry, shard["batch"], analysis, codec, copies, retry)
-            else:
-                if codec:
-                    start_recompression()  # the transcoder running before the file's process forks: ROOT starts once
-                limit_s = limits.file_limit_s(entry["nevts"], entry.get("bytes"))
-                record, h = run_file_limited(entry, shard["batch"], limit_s, (analysis, codec, copies, retry))
-                if record.failure is not None and copies is not None:
-                    remove_leftovers(copies / f"{entry['index']}.root")
+            record, h = _run_entry(entry, shard["batch"], analysis, codec, copies, retry, limits)
             if record.failure is not None and record.failure.kind == "credential":
                 raise CredentialRefused(
                     f"the storage refused the credential this job carries: nothing of batch {shard['batch']} is "
@@ -281,9 +320,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--columns",
         choices=processor.COLUMNS,
-        default="all",
-        help="the fields a chunk's events are made with: all, or traced (those the analysis's trace reads, the others "
-        "placeholders: hepvine.work.cutform)",
+        default=processor.COLUMNS[0],
+        help="the fields a chunk's events are made with: auto (those the analysis's trace reads, the others "
+        "placeholders: hepvine.work.cutform; a file that uses one of those runs again with every field), all, or "
+        "traced (as auto, but such a file fails as analysis-error)",
     )
     parser.add_argument("--recompress", help="<codec>:<level>: recompress each file first and analyse the copy")
     parser.add_argument("--copies", type=Path, help="with --recompress: the directory for the copies")

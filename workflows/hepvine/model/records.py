@@ -39,7 +39,7 @@ class AnalysisError(RuntimeError):
 
     def __init__(self, message: str, where: str):
         super().__init__(f"{message} (at {where})")
-        self.where = where
+        self.message, self.where = message, where
 
 
 @dataclass(frozen=True)

@@ -19,16 +19,17 @@ hepvine.jobs.driver). A local file (a recompressed copy, a file on a shared file
 waits for no network, and the bulk read cost more than it saved (the processor bench: 1-8% slower on LZMA files, 17-18%
 on ZSTD copies).
 
-With config ``columns: traced`` (``Analysis.columns``) every file is traced so, local ones too, and each chunk's
+By default (config ``columns: auto``; ``Analysis.columns``) every file is traced so, local ones too, and each chunk's
 fields that the trace did not see read are placeholders (``hepvine.work.cutform``): ``events.fields`` is the Runner's
 and every field the analysis reads is made as the Runner makes it (checked once a layout and trace against the form
 from every branch), but made from the collections it reads instead of the tree's every branch, far cheaper (the
 processor bench, the AGC on a 200,000-event file: 1.15 -> 1.07 times a native selection's time, 1.29 -> 1.12 on its
 ZSTD copy). Traced once a job, dataset and layout: an analysis may read a field only where a file has it. A field
-the trace did not see read (read only for some events) raises ``cutform.NotRead`` at its first use: the file's
-``analysis-error``, naming the field and ``columns: all``; so does a chunk whose processing caught a ``NotRead`` or
-returned a placeholder (``_checked``). Plain trees only (NanoAOD's); for others, or where the check or the trace
-fails, every field is made (a warning in the job's log says why).
+the trace did not see read (read only for some events) raises ``cutform.NotRead`` at its first use, and so does a
+chunk whose processing caught a ``NotRead`` or returned a placeholder (``_checked``): ``FieldNotMade``, on which the
+job runs the file again with every field (``hepvine.jobs.driver``), or with ``columns: traced`` the file's
+``analysis-error``, naming the field and ``columns: all`` (every field, always). Plain trees only (NanoAOD's); for
+others, or where the check or the trace fails, every field is made (a warning in the job's log says why).
 
 A chunk's NanoEvents are made by ``hepvine.work.nanoevents.FileChunks``: what ``from_root`` makes, with the tree's
 base form derived once for a job's files of one layout (``Analysis.forms``, sent back from a file's own process like
@@ -77,7 +78,8 @@ class Analysis:
     source: str | None  # the file that defines it (its frames are the user's)
     schema: type
     chunksize: int
-    columns: str = "all"  # config ``columns``: "traced" makes the fields the analysis does not read placeholders
+    # config ``columns`` (``COLUMNS``): "auto" and "traced" make the fields the analysis does not read placeholders
+    columns: str = "auto"
     # The branches the analysis reads, by (dataset, tree, layout: ``nanoevents.layout_key``, None for trees of other
     # branches): traced once a job (None: the trace failed; read lazily).
     traced: dict = field(default_factory=dict)
@@ -157,7 +159,14 @@ def schema_class(name: str) -> type:
     return found
 
 
-COLUMNS = ("all", "traced")  # config ``columns``
+COLUMNS = ("auto", "all", "traced")  # config ``columns``; the first is its default
+
+
+class FieldNotMade(AnalysisError):
+    """A chunk cut to the fields the analysis's trace read (``cutform``) was processed with a field it was made without:
+    a ``cutform.NotRead`` raised (whether or not the analysis caught it) or a placeholder returned. With config
+    ``columns: traced`` the file's ``analysis-error``; with ``columns: auto`` the job runs the file again with every
+    field (``hepvine.jobs.driver``)."""
 
 
 def load(
@@ -165,10 +174,11 @@ def load(
     args: dict | None = None,
     schema: str = DEFAULT_SCHEMA,
     chunksize: int = DEFAULT_CHUNKSIZE,
-    columns: str = "all",
+    columns: str = COLUMNS[0],
 ) -> Analysis:
     """The analysis SPEC names, instantiated with ARGS when it is a processor class, its chunks made with COLUMNS
-    (``COLUMNS``: every field, or those it reads and placeholders for the others)."""
+    (``COLUMNS``: those it reads and placeholders for the others, run again with every field if that falls short;
+    every field; or those it reads, failing the file if that falls short)."""
     if columns not in COLUMNS:
         raise AnalysisSpecError(f"columns={columns!r}: use one of {', '.join(COLUMNS)}")
     from coffea.processor import ProcessorABC
@@ -246,12 +256,17 @@ def over_network(url: str) -> bool:
     return url.lower().startswith(NETWORK_SCHEMES)
 
 
+def trace_key(task, made: nanoevents.FileChunks) -> tuple:
+    """What a trace of the analysis is kept by (``Analysis.traced``): TASK's dataset and tree, and the tree's layout."""
+    return (task.dataset, task.treename, made.layout())
+
+
 def preload(analysis: Analysis, made: nanoevents.FileChunks, task, metadata: dict) -> frozenset | None:
     """The branches of TASK's tree (MADE: its file's chunks) that ANALYSIS reads, traced on an empty chunk the first
     time the job meets TASK's dataset and tree in that layout (then kept in ``analysis.traced``): an analysis may read
     a field only where a file has it. None when the trace fails (or finds nothing). The empty chunk is the file's like
     its others (``FileChunks``: the base form it derives is the one its chunks then share)."""
-    key = (task.dataset, task.treename, made.layout())
+    key = trace_key(task, made)
     if key not in analysis.traced:
         from coffea.nanoevents.trace import trace
 
@@ -313,12 +328,14 @@ def run_file(url: str, task, analysis: Analysis) -> tuple[object, int, int]:
         return output, events, int(f.file.source.num_requested_bytes)
 
 
-def _cut(made: nanoevents.FileChunks, read: frozenset | None, url: str) -> None:
-    """MADE's chunks cut to the fields READ (the analysis's trace) reads (config ``columns: traced``), or a warning in
-    the job's log saying why every field of the file at URL is made."""
+def _cut(made: nanoevents.FileChunks, read: frozenset | None, url: str, columns: str, fresh: bool) -> None:
+    """MADE's chunks cut to the fields READ (the analysis's trace) reads (config COLUMNS ``traced`` or ``auto``), or a
+    warning in the job's log saying why every field of the file at URL is made: for each file with ``traced``, with
+    ``auto`` (the default, which asked for no cut) for the file whose trace is FRESH (made for it: once a job, dataset
+    and layout)."""
     why = "the analysis's trace failed or read nothing" if read is None else made.cut_to(read)
-    if why is not None:
-        warnings.warn(f"hepvine: columns=traced: {url}: every field made, none cut ({why})", stacklevel=2)
+    if why is not None and (columns == "traced" or fresh):
+        warnings.warn(f"hepvine: columns={columns}: {url}: every field made, none cut ({why})", stacklevel=2)
 
 
 @contextlib.contextmanager
@@ -355,11 +372,11 @@ def _checked(out, made: nanoevents.FileChunks, where: str, analysis: Analysis):
         if caught is not None:
             message, stack = caught
             user = _user_frame(stack, analysis.source)
-            raise AnalysisError(f"{where}: {analysis.name} caught NotRead: {message}", user)
+            raise FieldNotMade(f"{where}: {analysis.name} caught NotRead: {message}", user)
         try:
             cutform.check_output(out)
         except cutform.NotRead as e:
-            raise AnalysisError(f"{where}: {analysis.name} returned a field not made: {e}", analysis.name) from e
+            raise FieldNotMade(f"{where}: {analysis.name} returned a field not made: {e}", analysis.name) from e
     return out
 
 
@@ -368,7 +385,9 @@ def _run_chunks(url: str, task, analysis: Analysis, f) -> tuple[object, int]:
     (opened from URL): run_file's work."""
     from coffea.processor import accumulate
 
-    bulk, traced = over_network(url), analysis.columns == "traced"
+    from hepvine.work import cutform
+
+    bulk, traced = over_network(url), analysis.columns != "all"
     made = nanoevents.FileChunks(f, task.treename, analysis.schema, analysis.forms)
     fileuuid = task.uuid or file_uuid(f)
 
@@ -384,26 +403,29 @@ def _run_chunks(url: str, task, analysis: Analysis, f) -> tuple[object, int]:
         }
 
     with _making(url, task, analysis):  # (the tree's base form is derived here, for the trace's key)
+        fresh = traced and trace_key(task, made) not in analysis.traced
         read = preload(analysis, made, task, metadata(0, 0)) if bulk or traced else None
         if traced:
-            _cut(made, read, url)
+            _cut(made, read, url, analysis.columns, fresh)
     output, events = None, 0
     for start, stop in task.steps or chunks(made.tree.num_entries, analysis.chunksize):
         with _making(url, task, analysis):
             chunk = made.events(metadata(start, stop), start, stop, read if bulk else None, read)
         where = f"{url} entries {start}-{stop}"
         if made.cut is not None:
-            from hepvine.work import cutform
-
             cutform.used()  # (forget a use of another file's chunk)
         try:
             out = analysis.process(chunk)
         except Exception as e:
             if failures.classify(e) is not None:  # a read failure seen through a lazy column: the file's
                 raise
-            raise AnalysisError(
-                f"{where}: {analysis.name} raised {type(e).__name__}: {e}", _user_frame(e, analysis.source)
-            ) from e
+            message = f"{where}: {analysis.name} raised {type(e).__name__}: {e}"
+            missed = cutform.used() if made.cut is not None else None
+            if missed is None:
+                raise AnalysisError(message, _user_frame(e, analysis.source)) from e
+            if not isinstance(e, cutform.NotRead):  # (a use caught, then another error: the use is the cause)
+                message += f", after a use of a field not made: {missed[0]}"
+            raise FieldNotMade(message, _user_frame(e, analysis.source)) from e
         out = _checked(out, made, where, analysis)
         output = out if output is None else accumulate([out], output)
         events += stop - start
