@@ -27,7 +27,7 @@ from hepvine.jobs import driver
 from hepvine.model import dataset
 from hepvine.model.limits import Limits
 from hepvine.model.records import AnalysisError
-from hepvine.reading import fetch
+from hepvine.reading import failures, fetch
 from hepvine.routing import index
 from hepvine.work import cutform, nanoevents, processor
 
@@ -173,6 +173,7 @@ def test_a_field_the_trace_missed_fails_its_file_naming_it_and_the_fix(tmp_path)
     ) as raised:
         processor.run_file(task.path, task, sometimes)
     assert "sometimes.py:7" in raised.value.where  # the user's line
+    assert "set config columns: auto" in failures.classify(raised.value).fix
     every = processor.load(f"{tmp_path}/sometimes.py:f", chunksize=CHUNKSIZE, columns="all")
     out, _, _ = processor.run_file(task.path, task, every)
     assert out["muons"] > 0  # with every field, as the Runner
@@ -235,6 +236,9 @@ def test_columns_auto_runs_a_file_again_with_every_field_where_its_cut_falls_sho
     assert "set config columns: all" in line and "run again" not in every_log
     first = auto["records"][0]  # its time counts both runs, from the first's start
     assert first["wall_seconds"] > 0.8 * (first["end"] - first["start"]), first
+    assert first["cpu_seconds"] > 1.3 * every["records"][0]["cpu_seconds"], first  # the first run's CPU too
+    assert "events.Muon.pt" in first["rerun"] and [r["rerun"] for r in every["records"]] == [None, None]
+    assert auto["records"][1]["rerun"] is None
 
 
 def test_columns_auto_runs_again_a_file_whose_analysis_caught_or_returned_a_field_not_made(tmp_path):
@@ -294,8 +298,8 @@ def test_a_placeholder_has_its_fields_length_and_fails_at_any_use_of_its_content
     assert cut.genWeight.fields == every.genWeight.fields == []
     masked = cut[cut.event % 2 == 0]  # a placeholder stays one through the events' slices, and one event's
     assert isinstance(masked.Tau, cutform.UnreadArray) and 0 < len(masked.Tau) == len(masked) < 50
-    assert repr(masked.Tau).startswith("<UnreadArray events.Tau: not made (config columns: traced); fields ")
-    assert str(cut[0].genWeight) == "<UnreadRecord events.genWeight: not made (config columns: traced)>"
+    assert repr(masked.Tau).startswith("<UnreadArray events.Tau: not made (config columns: auto or traced); fields ")
+    assert str(cut[0].genWeight) == "<UnreadRecord events.genWeight: not made (config columns: auto or traced)>"
     assert isinstance(cut[0].Tau, cutform.UnreadRecord) and cut[0].Tau.fields == every.Tau.fields
     uses = (lambda: cut.Tau.pt, lambda: cut.Tau[0], lambda: list(cut.Tau), lambda: np.asarray(cut.genWeight))
     # Nothing answers silently: awkward's functions, NumPy's, properties, pickling.

@@ -185,6 +185,35 @@ def test_a_files_process_sends_back_the_base_form_it_derived(files, tmp_path, mo
     assert isinstance(fresh.forms[schema_key], schemaform.Built)  # (sent pickled, as the base form)
 
 
+def test_a_files_process_sends_back_the_cut_it_planned(files, tmp_path, monkeypatch):
+    """With the default, config columns: auto, the first file's process sends back the analysis's trace, the base form
+    and the cut it planned of it (``cutform.Cut``): the second file, of the same layout, traces, derives and plans
+    nothing."""
+    from hepvine.work import cutform
+
+    good, _, _ = files
+    log = tmp_path / "planned.log"
+    plan = cutform.plan
+
+    def logged(base_form, schema, traced):
+        with open(log, "a") as out:  # written by the files' processes
+            out.write("planned\n")
+        return plan(base_form, schema, traced)
+
+    monkeypatch.setattr(cutform, "plan", logged)
+    fresh = processor.load("hepvine.examples.agc:TtbarProcessor", {"lumi_pb": 3378})
+    limits = Limits(rate_floor_mb_s=1, file_time_base_s=60, bytes_per_event=1)
+    result = driver.run_batch(shard(good), fresh, limits=limits)
+    assert [r["failure"] for r in result["records"]] == [None, None] and fresh.columns == "auto"
+    assert log.read_text().splitlines() == ["planned"]
+    with uproot.open(good[1]) as f:
+        key = nanoevents.layout_key(f["Events"])
+    [(traced_key, read)] = fresh.traced.items()
+    assert traced_key[2] == key and read
+    cut_key = ("cut", key, fresh.schema, read)
+    assert list(fresh.forms) == [key, cut_key] and isinstance(fresh.forms[cut_key], cutform.Cut)
+
+
 def test_reads_retry_in_rounds_and_then_classify():
     calls = []
 
@@ -428,6 +457,9 @@ def test_limits_from_the_spec_size_or_the_events():
     assert limits.file_bytes(None, None) == UNKNOWN_FILE_BYTES  # a plain fileset's remote file: nothing says
     assert limits.file_limit_s(1000, 870_000_000) == 300 + 1740
     assert limits.job_runtime_min([(1000, 870_000_000)] * 8) == -(-(300 + 8 * 2040) // 60)
+    # columns: auto: one file may run again with every field, the largest's limit once more
+    two = [(1000, 870_000_000), (1000, 435_000_000)]
+    assert limits.job_runtime_min(two, rerun=True) == -(-(300 + 2040 + 1170 + 2040) // 60)
     sizes = [(1000, 800_000_000), (1000, 600_000_000)]
     assert limits.recompress_disk_mb(sizes, copies_on_worker=False) == 500 + 800
     assert limits.recompress_disk_mb(sizes, copies_on_worker=True) == 500 + 800 + 1820

@@ -199,9 +199,11 @@ def _sizes(batch):
 
 
 def batch_runtime_min(wildcards):
-    """A batch's time limit in minutes (resource runtime; hepvine.model.limits). A job's own process, which has no
-    batches, never needs it."""
-    return LIMITS.job_runtime_min(_sizes(wildcards.batch)) if wildcards.batch in BATCH else 0
+    """A batch's time limit in minutes (resource runtime; hepvine.model.limits): with columns: auto, room for one
+    file run twice. A job's own process, which has no batches, never needs it."""
+    if wildcards.batch not in BATCH:
+        return 0
+    return LIMITS.job_runtime_min(_sizes(wildcards.batch), rerun=config["columns"] == "auto")
 
 
 def batch_recompress_disk_mb(wildcards):

@@ -326,7 +326,7 @@ class Branches:
             fields = content.fields
             if not fields and content.purelist_parameter("__record__") is not None:
                 # A named record of no fields (plain, or indexed in masked events) stands for a field not made
-                # (hepvine's config columns: traced, for a field this processor does not read): the array's
+                # (hepvine's config columns: auto or traced, for a field this processor does not read): the array's
                 # .fields are the field's.
                 fields = self.events[name].fields
             found.update(f"{name}_{f}" for f in fields)

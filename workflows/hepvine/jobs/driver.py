@@ -7,9 +7,11 @@ A file's failure never fails or hides its batch-mates: each file is tried on its
 its own that is ended at the file's time limit (``hepvine.model.limits``: a hung or crawling file is a transient
 ``timeout``, a crashed one a transient ``crashed``). Only failures of the file, its access or the user's analysis
 on it are records (``failures.classify``); anything else is a bug in hepvine and fails the job with its traceback.
-Output: a result ``{"records": [dict, ...], "output": the analysis's output accumulated over the ok files (coffea's
-``accumulate``; None if none), "events": {dataset: events analysed}}``, written atomically
-(``hepvine.jobs.merge.write``). Recompressed copies go to ``--copies DIR/<index>.root`` with ``manifest.json``.
+With config ``columns: auto`` (the default) a file whose processing used a field its cut chunks lack runs again with
+every field, in a process forked anew, and so do the job's files after it (``_run_entry``). Output: a result
+``{"records": [dict, ...], "output": the analysis's output accumulated over the ok files (coffea's ``accumulate``;
+None if none), "events": {dataset: events analysed}}``, written atomically (``hepvine.jobs.merge.write``).
+Recompressed copies go to ``--copies DIR/<index>.root`` with ``manifest.json``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import dataclasses
 import json
 import multiprocessing
 import os
+import resource
 import signal
 import socket
 import sys
@@ -68,7 +71,8 @@ def run_file(
     copies: Path | None = None,
     retry: fetch.Retry = DEFAULT_RETRY,
 ) -> tuple[records.FileRecord, object]:
-    """One file of a batch: (its record, the analysis's output or None)."""
+    """One file of a batch: (its record, the analysis's output or None). With config ``columns: auto`` a file whose
+    cut fell short raises ``records.FieldNotMade`` instead (``run_batch`` runs it again with every field)."""
     task = index.task(entry)
     record = new_record(task, batch)
     wall0, cpu0 = time.perf_counter(), time.process_time()
@@ -110,16 +114,15 @@ def run_file(
                 "correct nevts (and nevts_total) in the spec, or num_entries in the fileset",
             )
     except Exception as e:  # the one boundary where a file's failure becomes its record; bugs propagate
-        if isinstance(e, processor.FieldNotMade) and analysis.columns == "auto":
-            raise  # run_batch runs the file again with every field
-        record.failure = failures.classify(e)
-        if record.failure is None:
-            raise
-        record.traceback = traceback.format_exc(limit=4)
-        h = None
-        if copy is not None:
+        rerun = isinstance(e, records.FieldNotMade) and analysis.columns == "auto"
+        record.failure = None if rerun else failures.classify(e)
+        if copy is not None and (rerun or record.failure is not None):  # (no disk held for a run again)
             with contextlib.suppress(FileNotFoundError):
                 copy.unlink()
+        if record.failure is None:
+            raise  # a bug, or (rerun) run_batch runs the file again with every field
+        record.traceback = traceback.format_exc(limit=4)
+        h = None
     fetched = record.fetch or {}
     record.cache, record.rack = fetched.get("cache"), fetched.get("rack")
     record.worker_rack = fetched.get("worker_rack")
@@ -129,23 +132,22 @@ def run_file(
 
 
 def _child(send, args: tuple) -> None:
-    """In the file's own process: run it and send (record, histogram, the analysis's traces and the base forms it
-    made, those the job had not) back, or the traceback of a bug."""
+    """In the file's own process: run it and send ("done", (record, histogram), ...) back, or ("not-made", the
+    ``records.FieldNotMade`` that stopped it, ...) with config ``columns: auto`` — each with the analysis's traces and
+    the base forms it made, those the job had not — or ("bug", the traceback of a bug)."""
     os.setpgid(0, 0)  # a group of its own, with whatever it starts (ROOT's programs), so that all of it can be ended
     try:
         analysis = args[2]  # (entry, batch, analysis, ...): run_file's arguments
         processor.settle(analysis)  # what the job had made so far, too
         known, known_traces = set(analysis.forms), set(analysis.traced)
         try:
-            outcome = ("done", run_file(*args))
-        except processor.FieldNotMade as e:  # (columns: auto) the parent runs the file again with every field
-            outcome = ("not-made", (e.message, e.where))
+            record, h = run_file(*args)
+            what, result = "done", (record.to_dict(), h)
+        except records.FieldNotMade as e:  # (columns: auto) the parent runs the file again with every field
+            what, result = "not-made", e
         derived = {key: form for key, form in analysis.forms.items() if key not in known}
         traced = {key: read for key, read in analysis.traced.items() if key not in known_traces}
-        if outcome[0] == "done":
-            record, h = outcome[1]
-            outcome = ("done", (record.to_dict(), h))
-        send.send((*outcome, traced, derived))
+        send.send((what, result, traced, derived))
     except BaseException:  # a bug (run_file records the file's own failures): the parent fails the job with it
         send.send(("bug", traceback.format_exc()))
     finally:
@@ -155,9 +157,10 @@ def _child(send, args: tuple) -> None:
 def run_file_limited(entry: dict, batch: str, limit_s: float, args: tuple) -> tuple[records.FileRecord, object]:
     """run_file(ENTRY, BATCH, *ARGS) in a child process that is ended after LIMIT_S seconds: a file that hangs
     (a read that never returns, a crawling cache or disk) or crashes its process becomes a transient failure of its
-    own and its batch-mates go on. A bug in hepvine still fails the job, with the child's traceback. What the child
-    traced of the analysis (``processor.preload``) and the base forms it derived (``nanoevents.FileChunks``) are kept
-    for the files after it."""
+    own and its batch-mates go on. A bug in hepvine still fails the job, with the child's traceback; a file whose cut
+    fell short (config ``columns: auto``) raises the child's ``records.FieldNotMade`` here. What the child traced of
+    the analysis (``processor.preload``) and the base forms it derived (``nanoevents.FileChunks``) are kept for the
+    files after it."""
     context = multiprocessing.get_context("fork")  # the child starts with the parent's imports: milliseconds
     receive, send = context.Pipe(duplex=False)
     child = context.Process(target=_child, args=(send, (entry, batch, *args)), daemon=True)
@@ -186,7 +189,7 @@ def run_file_limited(entry: dict, batch: str, limit_s: float, args: tuple) -> tu
         for key, form in derived.items():
             nanoevents.keep_form(analysis.forms, key, form)
         if what == "not-made":
-            raise processor.FieldNotMade(*result)
+            raise result
         data, h = result
         return records.FileRecord.from_dict(data), h
     transcode.SHARED.close()  # the child was ended (or crashed), perhaps in the middle of a file sent to it
@@ -215,14 +218,28 @@ def run_file_limited(entry: dict, batch: str, limit_s: float, args: tuple) -> tu
     return record, None
 
 
-def _run_entry(entry: dict, batch: str, analysis: processor.Analysis, codec, copies, retry, limits):
+def _cpu_s() -> float:
+    """The CPU seconds of this process and of the children it has waited for (the files' own processes, joined)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def _run_entry(
+    entry: dict,
+    batch: str,
+    analysis: processor.Analysis,
+    codec: str | None,
+    copies: Path | None,
+    retry: fetch.Retry,
+    limits: Limits | None,
+) -> tuple[records.FileRecord, object]:
     """One file of BATCH (run_batch's arguments): run_file in the job's process (no LIMITS) or in one of its own; with
     config ``columns: auto``, when the file's processing used a field its chunks were cut without
-    (``processor.FieldNotMade``), run again with every field: the job's ANALYSIS is made ``columns: all`` for this file
-    and the rest of the batch, and the job's log says which field. In a file's own process (campaigns: each file runs
-    in one, forked from the job), the second run starts from the job's state before the file, so its output is what
-    ``columns: all`` gives; in the job's process, what the first run changed of the analysis's own state stays. The
-    record counts both runs' time."""
+    (``records.FieldNotMade``), run again with every field: the job's ANALYSIS is made ``columns: all`` for this file
+    and the rest of the batch, the job's log says which field, and so does the record (``rerun``). In a file's own
+    process (campaigns: each file runs in one, forked from the job), the second run starts from the job's state before
+    the file, so its output is what ``columns: all`` gives; in the job's process, what the first run changed of the
+    analysis's own state stays. The record's start, wall and CPU time count both runs; its reads, the second's."""
 
     def attempt():
         if limits is None:
@@ -235,19 +252,20 @@ def _run_entry(entry: dict, batch: str, analysis: processor.Analysis, codec, cop
             remove_leftovers(copies / f"{entry['index']}.root")
         return record, h
 
-    started, wall0 = time.time(), time.perf_counter()
+    started, wall0, cpu0 = time.time(), time.perf_counter(), _cpu_s()
     try:
         return attempt()
-    except processor.FieldNotMade as e:
+    except records.FieldNotMade as e:
         analysis.columns = "all"
         print(
             f"hepvine: columns=auto: {entry['path']}: run again with every field, as the rest of this job's files: "
-            f"{e.message} (at {e.where}); set config columns: all to make every field from the start",
+            f"{e}; set config columns: all to make every field from the start",
             file=sys.stderr,
         )
-        first_s = time.perf_counter() - wall0
+        first_wall, first_cpu, why = time.perf_counter() - wall0, _cpu_s() - cpu0, str(e)
     record, h = attempt()
-    record.start, record.wall_seconds = started, record.wall_seconds + first_s
+    record.start, record.rerun = started, why
+    record.wall_seconds, record.cpu_seconds = record.wall_seconds + first_wall, record.cpu_seconds + first_cpu
     return record, h
 
 

@@ -43,9 +43,12 @@ class Limits:
         """How long one file may take, read, recompressed and analysed, before it is a transient timeout."""
         return self.file_time_base_s + self.file_bytes(nevts, nbytes) / (self.rate_floor_mb_s * MB)
 
-    def job_runtime_min(self, files: Iterable[tuple[int | None, int | None]]) -> int:
-        """A job's time limit in minutes (Snakemake's ``runtime``) for FILES, (nevts, bytes) pairs."""
-        return math.ceil((START_S + sum(self.file_limit_s(n, b) for n, b in files)) / 60)
+    def job_runtime_min(self, files: Iterable[tuple[int | None, int | None]], rerun: bool = False) -> int:
+        """A job's time limit in minutes (Snakemake's ``runtime``) for FILES, (nevts, bytes) pairs; with RERUN
+        (config ``columns: auto``: a file whose cut falls short runs again with every field, once a job) the largest
+        file's limit once more."""
+        limits = [self.file_limit_s(n, b) for n, b in files]
+        return math.ceil((START_S + sum(limits) + (max(limits, default=0) if rerun else 0)) / 60)
 
     def recompress_disk_mb(self, files: Iterable[tuple[int | None, int | None]], copies_on_worker: bool) -> int:
         """The disk (MB) a recompressing job of FILES needs on its worker: its largest staged source and, when the

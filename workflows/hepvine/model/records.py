@@ -41,6 +41,16 @@ class AnalysisError(RuntimeError):
         super().__init__(f"{message} (at {where})")
         self.message, self.where = message, where
 
+    def __reduce__(self):
+        return type(self), (self.message, self.where)
+
+
+class FieldNotMade(AnalysisError):
+    """A chunk cut to the fields the analysis's trace read (``hepvine.work.cutform``) was processed with a field it was
+    made without: a ``NotRead`` raised (whether or not the analysis caught it) or a placeholder returned. With config
+    ``columns: traced`` the file's ``analysis-error``; with ``columns: auto`` the job runs the file again with every
+    field (``hepvine.jobs.driver``)."""
+
 
 @dataclass(frozen=True)
 class Failure:
@@ -77,6 +87,8 @@ class FileRecord:
     worker_rack: str | None = None
     analysis_worker_rack: str | None = None
     failure: Failure | None = None
+    # With config columns: auto, why the file ran again with every field (its first run's FieldNotMade), if it did.
+    rerun: str | None = None
     traceback: str | None = field(default=None, repr=False)
 
     @property

@@ -11,7 +11,15 @@ import zlib
 
 import uproot
 
-from hepvine.model.records import PERMANENT, RERUN_FIXED, TRANSIENT, AnalysisError, Failure, FileProblem
+from hepvine.model.records import (
+    PERMANENT,
+    RERUN_FIXED,
+    TRANSIENT,
+    AnalysisError,
+    Failure,
+    FieldNotMade,
+    FileProblem,
+)
 from hepvine.reading import fetch
 
 # What XRootD says when the identity it authenticated may not read the file (kXR_NotAuthorized, 3010).
@@ -54,6 +62,14 @@ def classify(exc: BaseException) -> Failure | None:
     rerun = "run the same command again: transient failures are retried"
     if isinstance(exc, FileProblem):
         return Failure(exc.kind, PERMANENT, cause, exc.fix)
+    if isinstance(exc, FieldNotMade):  # (config columns: traced; with auto the file runs again instead)
+        return Failure(
+            "analysis-error",
+            PERMANENT,
+            cause,
+            f"the analysis used a field its trace did not see read (at {exc.where}): set config columns: auto (such "
+            "a file runs again with every field) or all, and run the same command again",
+        )
     if isinstance(exc, AnalysisError):
         return Failure(
             "analysis-error",

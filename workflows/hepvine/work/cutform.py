@@ -1,4 +1,5 @@
-"""A chunk's NanoEvents cut to the fields an analysis reads (config ``columns: traced``), checked against the full ones.
+"""A chunk's NanoEvents cut to the fields an analysis reads (config ``columns: auto``, the default, or ``traced``),
+checked against the full ones.
 
 On the NanoAOD layout a chunk's NanoEvents cost ~23 ms to make whatever the analysis reads (the form of ~1,590
 branches: coffea's schema, ``ak.from_buffers``' virtual arrays, freeing them), a tenth to a third of what a native
@@ -61,7 +62,7 @@ ALWAYS = (*EVENT_IDS, "nGenPart")
 
 
 class NotRead(RuntimeError):
-    """The analysis used a field its chunk was made without (config ``columns: traced``)."""
+    """The analysis used a field its chunk was made without (config ``columns: auto``, the default, or ``traced``)."""
 
 
 # The first NotRead raised since ``used`` last asked (the analysis may catch it): its message and the stack it was
@@ -84,7 +85,7 @@ _PROBED = ("__", "_repr_", "_ipython_")
 def _not_made(field: str, use: str = "", how: str = "") -> str:
     """What ``NotRead`` says of a USE of the placeholder of FIELD (HOW it came to be used, if said)."""
     return (
-        f"events.{field}{use}: {how}hepvine made these events without {field} (config columns: traced), as the "
+        f"events.{field}{use}: {how}hepvine made these events without {field} (config columns: auto or traced), as the "
         "analysis's trace did not see it read; run with columns: all to read every field"
     )
 
@@ -158,7 +159,7 @@ class _Unread:
     def __repr__(self) -> str:
         fields = list(self._parameter(FIELDS))
         shown = ", ".join(fields[:5]) + (", ..." if len(fields) > 5 else "")
-        return f"<{type(self).__name__} events.{self._parameter(FIELD)}: not made (config columns: traced)" + (
+        return f"<{type(self).__name__} events.{self._parameter(FIELD)}: not made (config columns: auto or traced)" + (
             f"; fields {shown}>" if fields else ">"
         )
 

@@ -9,8 +9,9 @@ but without its costs that grow with a job's chunks and files (``FileChunks``):
 - a preloaded count branch (``nJet``) is taken from the offsets of a preloaded branch it counts (``Jet_pt``), not
   read, and a plain tree's preloaded branches are read by name, not found by a filter over all its branches;
 - the garbage collector waits while a chunk's objects (no data) are made;
-- with config ``columns: traced`` (``FileChunks.cut_to``), a chunk's fields that the analysis does not read are
-  placeholders (``hepvine.work.cutform``), made from the collections it reads instead of the tree's every branch.
+- with config ``columns: auto`` (the default) or ``traced`` (``FileChunks.cut_to``), a chunk's fields that the
+  analysis does not read are placeholders (``hepvine.work.cutform``), made from the collections it reads instead of
+  the tree's every branch.
 
 Built from coffea's own parts in ``from_root``'s order (``coffea_parts``); where this coffea lacks them or they take
 other arguments, or the schema reads podio metadata, every chunk is ``from_root``'s. ``test_processor`` checks that
@@ -29,8 +30,8 @@ from types import SimpleNamespace
 
 # The leaves whose type uproot reads from the leaf's class, its title and fIsUnsigned alone (identify._leaf_to_dtype).
 PLAIN_LEAVES = frozenset({"TLeafO", "TLeafB", "TLeafS", "TLeafI", "TLeafL", "TLeafG", "TLeafF", "TLeafD"})
-# The base forms a job keeps, the schema's forms of them (``FileChunks._built``) and with columns: traced their cuts
-# (``FileChunks.cut_to``): three a layout, of the layouts it meets (a dataset's files share one).
+# The base forms a job keeps, the schema's forms of them (``FileChunks._built``) and with columns: auto or traced
+# their cuts (``FileChunks.cut_to``): three a layout, of the layouts it meets (a dataset's files share one).
 KEPT_FORMS = 24
 
 
@@ -236,10 +237,10 @@ class FileChunks:
 
     def cut_to(self, traced: frozenset) -> str | None:
         """Make this file's later chunks with placeholders for the fields TRACED (the analysis's trace) does not read
-        (``cutform.plan``: config ``columns: traced``), their forms made from the collections it reads instead of the
-        tree's every branch (a 100,000-event chunk of the NanoAOD layout for the AGC selection: 23 -> 3 ms). Planned
-        once a layout and trace (kept in FORMS). Only for a plain tree (``layout_key``) made from coffea's parts; None
-        when the chunks are cut, else why not."""
+        (``cutform.plan``: config ``columns: auto`` or ``traced``), their forms made from the collections it reads
+        instead of the tree's every branch (a 100,000-event chunk of the NanoAOD layout for the AGC selection: 23 -> 3
+        ms). Planned once a layout and trace (kept in FORMS). Only for a plain tree (``layout_key``) made from
+        coffea's parts; None when the chunks are cut, else why not."""
         if self._parts is None:
             return f"this coffea's NanoEvents parts do not fit, or {self.schema.__name__} reads podio metadata"
         if self.forms is None:
@@ -339,7 +340,7 @@ class FileChunks:
         )
         mapping.preload_column_source(key[0], key[1], tree)
         if self._cut is None:
-            # (an empty chunk, the trace's or an empty file's, runs the schema: with columns: traced its later
+            # (an empty chunk, the trace's or an empty file's, runs the schema: with columns: auto or traced its later
             # chunks are cut, and need none made for every field)
             built = self._built(metadata) if stop > start else None
             if built is None:

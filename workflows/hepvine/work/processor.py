@@ -57,12 +57,13 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hepvine.model.records import AnalysisError, FileProblem
+from hepvine.model.records import AnalysisError, FieldNotMade, FileProblem
 from hepvine.reading import failures, fetch
 from hepvine.work import nanoevents
 
 DEFAULT_SCHEMA = "NanoAODSchema"
 DEFAULT_CHUNKSIZE = 100_000  # coffea's Runner's default
+COLUMNS = ("auto", "all", "traced")  # config ``columns``; the first is its default
 
 
 class AnalysisSpecError(ValueError):
@@ -79,12 +80,13 @@ class Analysis:
     schema: type
     chunksize: int
     # config ``columns`` (``COLUMNS``): "auto" and "traced" make the fields the analysis does not read placeholders
-    columns: str = "auto"
+    columns: str = COLUMNS[0]
     # The branches the analysis reads, by (dataset, tree, layout: ``nanoevents.layout_key``, None for trees of other
     # branches): traced once a job (None: the trace failed; read lazily).
     traced: dict = field(default_factory=dict)
     # The base forms of the trees met so far, by layout (``nanoevents.layout_key``): a job's files after the first of
-    # a layout derive none (``nanoevents.FileChunks``); with columns: traced, their cuts too (``FileChunks.cut_to``).
+    # a layout derive none (``nanoevents.FileChunks``); with columns: auto or traced, their cuts too
+    # (``FileChunks.cut_to``).
     forms: dict = field(default_factory=dict)
 
     @property
@@ -157,16 +159,6 @@ def schema_class(name: str) -> type:
         known = sorted(n for n in dir(schemas) if n.endswith("Schema") and isinstance(getattr(schemas, n), type))
         raise AnalysisSpecError(f"schema={name!r} is not a NanoEvents schema; use one of {', '.join(known)}")
     return found
-
-
-COLUMNS = ("auto", "all", "traced")  # config ``columns``; the first is its default
-
-
-class FieldNotMade(AnalysisError):
-    """A chunk cut to the fields the analysis's trace read (``cutform``) was processed with a field it was made without:
-    a ``cutform.NotRead`` raised (whether or not the analysis caught it) or a placeholder returned. With config
-    ``columns: traced`` the file's ``analysis-error``; with ``columns: auto`` the job runs the file again with every
-    field (``hepvine.jobs.driver``)."""
 
 
 def load(
@@ -329,10 +321,9 @@ def run_file(url: str, task, analysis: Analysis) -> tuple[object, int, int]:
 
 
 def _cut(made: nanoevents.FileChunks, read: frozenset | None, url: str, columns: str, fresh: bool) -> None:
-    """MADE's chunks cut to the fields READ (the analysis's trace) reads (config COLUMNS ``traced`` or ``auto``), or a
-    warning in the job's log saying why every field of the file at URL is made: for each file with ``traced``, with
-    ``auto`` (the default, which asked for no cut) for the file whose trace is FRESH (made for it: once a job, dataset
-    and layout)."""
+    """MADE's chunks cut to the fields READ (the analysis's trace) reads (config COLUMNS ``auto`` or ``traced``), or a
+    warning in the job's log saying why every field of the file at URL is made: with ``traced`` (asked for by name)
+    for each file, with ``auto`` for the file whose trace is FRESH (made for it: once a job, dataset and layout)."""
     why = "the analysis's trace failed or read nothing" if read is None else made.cut_to(read)
     if why is not None and (columns == "traced" or fresh):
         warnings.warn(f"hepvine: columns={columns}: {url}: every field made, none cut ({why})", stacklevel=2)
@@ -424,7 +415,9 @@ def _run_chunks(url: str, task, analysis: Analysis, f) -> tuple[object, int]:
             if missed is None:
                 raise AnalysisError(message, _user_frame(e, analysis.source)) from e
             if not isinstance(e, cutform.NotRead):  # (a use caught, then another error: the use is the cause)
-                message += f", after a use of a field not made: {missed[0]}"
+                raise FieldNotMade(
+                    f"{message}, after a use of a field not made: {missed[0]}", _user_frame(missed[1], analysis.source)
+                ) from e
             raise FieldNotMade(message, _user_frame(e, analysis.source)) from e
         out = _checked(out, made, where, analysis)
         output = out if output is None else accumulate([out], output)
