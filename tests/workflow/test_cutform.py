@@ -241,6 +241,7 @@ def test_columns_auto_runs_a_file_again_with_every_field_where_its_cut_falls_sho
     assert auto["records"][1]["rerun"] is None
 
 
+@pytest.mark.slow  # (make test's; make check runs the per-file-process case above)
 def test_columns_auto_runs_again_a_file_whose_analysis_caught_or_returned_a_field_not_made(tmp_path):
     """A NotRead the analysis caught, a placeholder it returned: with columns: auto (in the job's own process here)
     the file runs again with every field, its output what columns: all gives."""
