@@ -370,6 +370,25 @@ def test_summary_names_failures_and_where_the_products_are():
     assert "results/c/histograms.root" in text and "results/c/output.coffea" in text
 
 
+def test_summary_names_the_files_run_again_with_every_field():
+    """config columns: auto: the files whose cut fell short (their records' ``rerun``) are listed in the report and
+    counted in the summary, with the first one's cause and the fix; records without ``rerun`` (an older hepvine's) are
+    read as never run again."""
+    why = "/store/b.root entries 30-60: f raised NotRead: events.Muon.pt: hepvine made these events without Muon"
+    old = record("c", 0, 1)
+    del old["rerun"]
+    records = [record("a", 0, 10), {**record("b", 0, 10), "rerun": why}, old]
+    summary = report.summarise(records, expected("a", "b", "c"))
+    assert summary["complete"] is True
+    assert summary["run_again_with_every_field"] == [{"fid": "ttbar/nominal/b", "path": "/store/b.root", "why": why}]
+    text = summary_line(summary, "results/c")
+    assert (
+        f"1 file(s) ran again with every field, their analysis having used a field the cut of columns: auto left "
+        f"out (first: /store/b.root: {why}); set config columns: all" in text
+    )
+    assert "ran again" not in summary_line(report.summarise([record("a", 0, 1)], expected("a")), "results/c")
+
+
 def test_retries_count_failures_by_class_once_per_report(tmp_path):
     path = tmp_path / "retries.json"
     bad = Failure("corrupt", PERMANENT, "x", "y")

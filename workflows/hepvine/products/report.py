@@ -90,6 +90,11 @@ def summarise(records: list[dict], expected: list[tuple[str, str, str]], out: st
             }
             for r in failed
         ],
+        # With config columns: auto, the files whose cut fell short and that ran again with every field (records of an
+        # older hepvine have no "rerun").
+        "run_again_with_every_field": [
+            {"fid": r["fid"], "path": r["path"], "why": r["rerun"]} for r in records if r.get("rerun")
+        ],
         "events": events,
         "bytes_read": nbytes,
         "wall_seconds": round(wall, 3),
@@ -188,6 +193,7 @@ def summary_html(report: dict, where: Path | str) -> str:
         ("outcome", "complete" if report["complete"] else "INCOMPLETE"),
         ("files ok", f"{files['ok']:,} of {files['total']:,}"),
         ("files failed", f"{files['failed']:,} ({transient:,} transient, {files['failed'] - transient:,} permanent)"),
+        ("files run again with every field", f"{len(report.get('run_again_with_every_field') or []):,}"),
         ("events analysed", f"{report['events']:,}"),
         ("bytes read", f"{report['bytes_read'] / 1e6:,.1f} MB"),
         ("wall time", f"{report['wall_seconds']:,.1f} s"),

@@ -55,6 +55,14 @@ def summary_line(report: dict, where: Path | str, command_s: float | None = None
         lines.append(f"  FAILED ({failure['class']}) {failure['path']}: {cause}")
     if len(report["failed_files"]) > 5:
         lines.append(f"  ... and {len(report['failed_files']) - 5} more failed files (report.json: failed_files)")
+    reran = report.get("run_again_with_every_field") or []  # (a report of an older hepvine has none)
+    if reran:
+        why = " ".join(reran[0]["why"].split())
+        lines.append(
+            f"  {len(reran)} file(s) ran again with every field, their analysis having used a field the cut of "
+            f"columns: auto left out (first: {reran[0]['path']}: {why}); set config columns: all to make every field "
+            "from the start (report.json: run_again_with_every_field)"
+        )
     transient = sum(f["class"] == "transient" for f in report["failed_files"])
     permanent = len(report["failed_files"]) - transient
     lines.append(
