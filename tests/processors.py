@@ -1,6 +1,6 @@
 """What the tests of user analyses share: a coffea processor hepvine has never seen (``NEW_PROCESSOR``, the text of
-a user's file), coffea's own ``processor.Runner`` over a fileset (the reference), and the comparison of two outputs
-bin by bin."""
+a user's file), coffea's own ``processor.Runner`` over a fileset (the reference), the comparison of two outputs bin by
+bin, and analyses that fall short of a cut chunk (``CAUGHT``, ``RETURNS``: config ``columns``)."""
 
 from __future__ import annotations
 
@@ -100,3 +100,41 @@ def coffea_runner(fileset: dict, instance, chunksize: int = CHUNKSIZE):
         executor=coffea_processor.IterativeExecutor(), schema=NanoAODSchema, chunksize=chunksize, metadata_cache={}
     )
     return runner(fileset, instance, treename="Events")
+
+
+# Reads the muons after a file's first chunk, catching what that raises: the Runner's events have muons.
+CAUGHT = """
+import awkward as ak
+
+
+def f(events):
+    out = {"jets": int(ak.sum(ak.num(events.Jet.pt)))}
+    if events.metadata["entrystart"] > 0:
+        try:
+            out["muons"] = int(ak.sum(ak.num(events.Muon.pt)))
+        except Exception:
+            out["muons"] = -1
+    return out
+"""
+
+# Returns arrays of the events themselves (their placeholders with them): in a dict, and in an object of its own.
+RETURNS = """
+import awkward as ak
+
+
+class Holder:
+    def __init__(self, held):
+        self.held = held
+
+
+def first(events):
+    return {"jets": int(ak.sum(ak.num(events.Jet.pt))), "first": events[:1]}
+
+
+def held(events):
+    return {"jets": int(ak.sum(ak.num(events.Jet.pt))), "taus": [Holder(events.Tau)]}
+
+
+def layout(events):
+    return {"jets": int(ak.sum(ak.num(events.Jet.pt))), "layout": events[:2].layout}
+"""
