@@ -35,14 +35,21 @@ def f(events):
 """
 
 
+def one_batch(*names: str):
+    """The one batch (``index.plan``, local routes) of a fileset of NAMES, real files of ../shared/nanoaod."""
+    (batch,) = index.plan(
+        dataset.tasks(fileset_in(NANOAOD, {"mc": {"files": dict.fromkeys(names, "Events")}})), 8, fetch.local_route
+    )
+    return batch
+
+
 def test_columns_auto_runs_a_file_again_with_every_field_where_its_cut_falls_short(tmp_path, capsys):
     """The default, config columns: auto, in a job whose files each run in a process of their own (a campaign's): the
     first file's processing uses the muons its trace did not see; the job runs it again with every field, from the
     job's state before the file (the analysis's calls counted anew), and the job's files after it so. The job's
     output and its records' events are what columns: all gives; its log names the file, the field and the fix."""
     (tmp_path / "counting.py").write_text(COUNTING)
-    files = {"ttH_M125_2017.root": "Events", "ggH_M125_amcatnlo_v13.root": "Events"}
-    (batch,) = index.plan(dataset.tasks(fileset_in(NANOAOD, {"mc": {"files": files}})), 8, fetch.local_route)
+    batch = one_batch("ttH_M125_2017.root", "ggH_M125_amcatnlo_v13.root")
     limits = Limits(rate_floor_mb_s=1, file_time_base_s=120, bytes_per_event=1)
     got = {}
     for columns in ("auto", "all"):
@@ -71,8 +78,7 @@ def test_columns_auto_runs_again_a_file_whose_analysis_caught_or_returned_a_fiel
     the file runs again with every field, its output what columns: all gives."""
     (tmp_path / "caught.py").write_text(CAUGHT)
     (tmp_path / "returns.py").write_text(RETURNS)
-    files = {"ttH_M125_2017.root": "Events"}
-    (batch,) = index.plan(dataset.tasks(fileset_in(NANOAOD, {"mc": {"files": files}})), 8, fetch.local_route)
+    batch = one_batch("ttH_M125_2017.root")
 
     def outputs(name: str, chunksize: int) -> tuple:
         got = []
