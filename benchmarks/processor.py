@@ -2,7 +2,9 @@
 one process on the same files, for the AGC ttbar selection (``hepvine.examples.agc``):
 
 (a) native: uproot reads the selection's branches of each file in steps and the selection fills the histograms the
-    processor returns for the file (``agc.fills_of``: the same selection, the same fills; made once a file);
+    processor returns for the file (``agc.fills_of``: the same selection, the same fills; made once a file), the file
+    opened with uproot's defaults, as a user's script opens it; on local files also as hepvine opens them
+    (``native_same_source``: ``processor.local_source``, uproot's threaded file source), the like-for-like cost;
 (b) hepvine's processor path as a campaign's job runs a file by default: ``hepvine.work.processor.run_file`` with
     ``TtbarProcessor`` and config ``columns: auto`` (``processor``: NanoEvents, chunks, accumulate; each chunk's fields
     the processor's trace does not read are placeholders, ``hepvine.work.cutform``, the ones it reads made as the
@@ -52,7 +54,7 @@ from hepvine.model import dataset
 from hepvine.work import processor, recompress
 
 OUT = Path("results/bench")
-TARGETS = {"processor_over_native": 1.1, "coffea_over_processor_xcache": 1 / 1.5}
+LOCAL = ("local", "zstd")  # the places whose files are on this machine's disk
 CHUNKSIZE = 100_000
 AGC = "hepvine.examples.agc:TtbarProcessor"  # the processor benched
 
@@ -102,12 +104,14 @@ def zstd_copies(paths: list[Path]) -> list[Path]:
     return out
 
 
-def native(urls: list[str]) -> int:
-    """(a): each file's histograms (what the processor returns for it) made once and filled chunk by chunk."""
+def native(urls: list[str], same_source: bool = False) -> int:
+    """(a): each file's histograms (what the processor returns for it) made once and filled chunk by chunk, the files
+    opened as a user's script opens them (uproot's default source) or, with SAME_SOURCE, as hepvine's jobs do
+    (``processor.local_source``: a local file kept open)."""
     events = 0
     for url in urls:
         out: dict[str, hist.Hist] = {}
-        with uproot.open(url) as f:
+        with uproot.open(url, handler=processor.local_source(url) if same_source else None) as f:
             for chunk in f["Events"].iterate(agc.BRANCHES, step_size=CHUNKSIZE, library="ak"):
                 agc.region_histograms(agc.fills_of(chunk, "ttbar", 0.1)[0], "ttbar", into=out)
                 events += len(chunk)
@@ -202,6 +206,7 @@ def run(args, stack: contextlib.ExitStack) -> int:
     processor.settle(analysis)  # as a job does before its files (the Runner's column gains from it too)
     variants = {
         "native": lambda urls: native(urls),
+        "native_same_source": lambda urls: native(urls, same_source=True),
         "processor": lambda urls: hepvine_processor(urls, analysis),
         "all": lambda urls: hepvine_processor(urls, every),
         "lazy": lambda urls: hepvine_processor(urls, lazy),
@@ -213,6 +218,8 @@ def run(args, stack: contextlib.ExitStack) -> int:
     for round_ in range(args.repeat + 1):  # round 0 warms the caches (XCache, page cache, imports)
         for place, urls in where.items():
             for name, run in variants.items():
+                if name == "native_same_source" and place not in LOCAL:
+                    continue  # (over XRootD hepvine opens a file as uproot does by default)
                 gc.collect()  # each variant starts with no garbage of the one before to collect
                 wall, cpu = time.perf_counter(), time.process_time()
                 n = run(urls)
@@ -226,6 +233,9 @@ def run(args, stack: contextlib.ExitStack) -> int:
         raise SystemExit(f"bench: the variants analysed different events: {counts}")
     ratios = {
         "processor_over_native": {p: round(best[p]["native"] / best[p]["processor"], 3) for p in where},
+        "processor_over_native_same_source": {
+            p: round(best[p]["native_same_source"] / best[p]["processor"], 3) for p in where if p in LOCAL
+        },
         "all_over_native": {p: round(best[p]["native"] / best[p]["all"], 3) for p in where},
         "all_over_coffea_runner": {p: round(best[p]["all"] / best[p]["coffea_runner"], 3) for p in where},
         "processor_over_coffea_runner": {p: round(best[p]["processor"] / best[p]["coffea_runner"], 3) for p in where},
@@ -244,6 +254,7 @@ def run(args, stack: contextlib.ExitStack) -> int:
         "rates_hz_per_core": {p: {k: round(v) for k, v in r.items()} for p, r in best.items()},
         "cost_of_processor_over_native": ratios["processor_over_native"],
         "processor_speed_over_coffea_runner": ratios["processor_over_coffea_runner"],
+        "cost_of_processor_over_native_same_source": ratios["processor_over_native_same_source"],
         "cost_of_columns_all_over_native": ratios["all_over_native"],
         "columns_all_speed_over_coffea_runner": ratios["all_over_coffea_runner"],
         "columns_all_preloaded_speed_over_lazy": ratios["preloaded_over_lazy"],
@@ -271,6 +282,10 @@ def run(args, stack: contextlib.ExitStack) -> int:
             f"{ratios['all_over_native'][place]:>16.2f} "
             f"{ratios['all_over_coffea_runner'][place]:>11.2f} {ratios['preloaded_over_lazy'][place]:>9.2f}"
         )
+    print(
+        "local files, processor/native cost with native opening them as hepvine does: "
+        + ", ".join(f"{p} {r:.2f}" for p, r in ratios["processor_over_native_same_source"].items())
+    )
     return 0
 
 

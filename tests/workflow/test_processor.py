@@ -301,18 +301,22 @@ def test_the_branches_an_analysis_reads_over_xrootd_are_traced_once_and_preloade
 
 
 def test_a_local_file_is_read_lazily_untraced_with_the_same_output(tmp_path):
-    """With config columns: all a local file is not traced (nothing to preload): its columns are read lazily."""
+    """With config columns: all a local file is not traced (nothing to preload): its columns are read lazily. A path
+    is read through uproot's threaded file source, a ``file://`` URL through its default (fsspec): the same output
+    from the same bytes."""
     (tmp_path / "mine.py").write_text(NEW_PROCESSOR)
     path = str(NANOAOD / "ttH_M125_2017.root")
     task = next(t for t in dataset.tasks({DAS: {"files": {path: "Events"}}}) if t.path == path)
     local = processor.load(f"{tmp_path}/mine.py:JetsAndMuons", {"pt_min": 25.0}, chunksize=CHUNKSIZE, columns="all")
-    ours, events, _ = processor.run_file(path, task, local)
+    ours, events, read = processor.run_file(path, task, local)
     assert local.traced == {}, "a local file was traced"
     lazy = processor.load(f"{tmp_path}/mine.py:JetsAndMuons", {"pt_min": 25.0}, chunksize=CHUNKSIZE, columns="all")
-    theirs, lazy_events, _ = processor.run_file(f"file://{path}", task, lazy)
+    theirs, lazy_events, lazy_read = processor.run_file(f"file://{path}", task, lazy)
     assert lazy.traced == {}
-    assert events == lazy_events > CHUNKSIZE
+    assert events == lazy_events > CHUNKSIZE and read == lazy_read > 0
     assert_same(ours, theirs)
+    assert processor.local_source(path) is uproot.source.file.MultithreadedFileSource
+    assert [processor.local_source(u) for u in (f"file://{path}", "root://h//f", "https://h/f")] == [None] * 3
     assert [processor.over_network(u) for u in (path, f"file://{path}", "root://h//f", "HTTPS://h/f")] == [
         False,
         False,
