@@ -300,7 +300,7 @@ def test_the_branches_an_analysis_reads_over_xrootd_are_traced_once_and_preloade
     assert untraceable.traced == {key: None} and out["n"] == n == events
 
 
-def test_a_local_file_is_read_lazily_untraced_with_the_same_output(tmp_path):
+def test_a_local_file_is_read_lazily_untraced_with_the_same_output(tmp_path, monkeypatch):
     """With config columns: all a local file is not traced (nothing to preload): its columns are read lazily. A path
     is read through uproot's threaded file source, a ``file://`` URL through its default (fsspec): the same output
     from the same bytes."""
@@ -308,6 +308,13 @@ def test_a_local_file_is_read_lazily_untraced_with_the_same_output(tmp_path):
     path = str(NANOAOD / "ttH_M125_2017.root")
     task = next(t for t in dataset.tasks({DAS: {"files": {path: "Events"}}}) if t.path == path)
     local = processor.load(f"{tmp_path}/mine.py:JetsAndMuons", {"pt_min": 25.0}, chunksize=CHUNKSIZE, columns="all")
+    opened_with, real_open = [], uproot.open
+
+    def recording_open(*args, **kwargs):  # uproot's own open, the source it was given recorded
+        opened_with.append(kwargs.get("handler"))
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(uproot, "open", recording_open)
     ours, events, read = processor.run_file(path, task, local)
     assert local.traced == {}, "a local file was traced"
     lazy = processor.load(f"{tmp_path}/mine.py:JetsAndMuons", {"pt_min": 25.0}, chunksize=CHUNKSIZE, columns="all")
@@ -315,8 +322,9 @@ def test_a_local_file_is_read_lazily_untraced_with_the_same_output(tmp_path):
     assert lazy.traced == {}
     assert events == lazy_events > CHUNKSIZE and read == lazy_read > 0
     assert_same(ours, theirs)
-    assert processor.local_source(path) is uproot.source.file.MultithreadedFileSource
-    assert [processor.local_source(u) for u in (f"file://{path}", "root://h//f", "https://h/f")] == [None] * 3
+    assert opened_with == [uproot.source.file.MultithreadedFileSource, None]
+    names = (f"file://{path}", f"file:{path}", "~/f.root", "root://h//f", "https://h/f")
+    assert [processor.local_source(u) for u in names] == [None] * len(names)
     assert [processor.over_network(u) for u in (path, f"file://{path}", "root://h//f", "HTTPS://h/f")] == [
         False,
         False,
