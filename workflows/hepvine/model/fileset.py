@@ -26,6 +26,24 @@ UNSAFE_RUN = re.compile(r"[^A-Za-z0-9_.-]+")
 VARIATION = "files"  # the second level of a fileset file's identity: <safe name>/files/<index>
 DEFAULT_TREE = "Events"
 PREPROCESSED_KEYS = ("object_path", "num_entries", "uuid", "steps")
+# The metadata names coffea sets itself (``coffea.processor.executor._PROTECTED_NAMES``): its Runner refuses a fileset
+# whose metadata holds one, which would otherwise replace ``events.metadata["dataset"]``, a chunk's ``entrystart``...
+# (``test_fileset`` checks the list against coffea's.)
+RESERVED_METADATA = frozenset(
+    {
+        "dataset",
+        "filename",
+        "treename",
+        "metadata",
+        "entrystart",
+        "entrystop",
+        "fileuuid",
+        "numentries",
+        "uuid",
+        "clusters",
+        "preload",
+    }
+)
 
 
 def safe_name(key: str) -> str:
@@ -87,6 +105,14 @@ def _entry_problem(where: str, path, about) -> str | None:
         )
     ):
         return f"{where} ({path}): steps must be a list of [start, stop] entry ranges"
+    for before, step in zip(steps or (), (steps or [])[1:]):
+        if step[0] < before[1]:
+            return (
+                f"{where} ({path}): step {step} starts before the step ahead of it, {before}, ends: each entry must be "
+                "in one step, in order, or it would be counted once a step holding it"
+            )
+    if steps and n is not None and steps[-1][1] > n:
+        return f"{where} ({path}): step {steps[-1]} ends past its num_entries, {n}"
     return None
 
 
@@ -94,7 +120,7 @@ def problems(doc) -> list[str]:
     """Every problem of the fileset DOC, each as 'entry: what is wrong'."""
     if not isinstance(doc, dict) or not doc:
         return ["(top level): a fileset must be a non-empty mapping of dataset name to its files"]
-    found = []
+    found, renamed = [], []  # (the second: problems of the metadata, said with those of the files)
     names: dict[str, str] = {}
     for key, value in doc.items():
         if not isinstance(value, (list, dict)):
@@ -105,6 +131,12 @@ def problems(doc) -> list[str]:
             found.append(f"{key}/files: must be a non-empty list of paths or mapping of path to tree name")
         if not isinstance(metadata, dict):
             found.append(f"{key}/metadata: must be a mapping")
+        elif reserved := sorted(RESERVED_METADATA & metadata.keys()):
+            renamed.append(
+                f"{key}/metadata: {', '.join(map(repr, reserved))} is coffea's own (events.metadata holds the chunk's "
+                "dataset, filename, treename, entrystart, entrystop and fileuuid; coffea's Runner refuses it too): "
+                "rename that entry"
+            )
         if not isinstance(tree, str):
             found.append(f"{key}/treename: must be a tree name")
         if (other := names.setdefault(safe_name(key), key)) != key:
@@ -123,7 +155,7 @@ def problems(doc) -> list[str]:
             )
         else:
             seen[path] = where
-    return found
+    return renamed + found
 
 
 def local_bytes(path: str) -> int | None:
