@@ -333,6 +333,20 @@ def test_a_local_file_is_read_lazily_untraced_with_the_same_output(tmp_path, mon
     ]
 
 
+def test_a_step_past_the_files_end_counts_the_events_the_file_has(tmp_path):
+    """A preprocessed step may end past the file's last entry (a fileset without num_entries): its chunk holds what
+    the file has, its metadata gives the step as written (as the Runner's), and the file counts the events it has."""
+    (tmp_path / "count.py").write_text(
+        "def f(events):\n    return {'n': len(events), 'stops': {events.metadata['entrystop']}}\n"
+    )
+    path = str(NANOAOD / "nano_dimuon.root")
+    n = uproot.open(path)["Events"].num_entries
+    steps = [[0, n - 10], [n - 10, n + 50]]
+    (task,) = dataset.tasks({"d": {"files": {path: {"object_path": "Events", "steps": steps}}}})
+    out, events, _ = processor.run_file(path, task, processor.load(f"{tmp_path}/count.py:f", chunksize=CHUNKSIZE))
+    assert n > 10 and events == out["n"] == n and out["stops"] == {n - 10, n + 50}
+
+
 @pytest.mark.parametrize(
     "name, schema, preload",
     [

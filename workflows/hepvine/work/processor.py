@@ -417,7 +417,7 @@ def _run_chunks(url: str, task, analysis: Analysis, f) -> tuple[object, int]:
     for start, stop in task.steps or chunks(made.tree.num_entries, analysis.chunksize):
         with _making(url, task, analysis):
             chunk = made.events(metadata(start, stop), start, stop, read if bulk else None, read)
-        where = f"{url} entries {start}-{stop}"
+        where, length = f"{url} entries {start}-{stop}", len(chunk)  # (a step past the file's end: what it has)
         if made.cut is not None:
             cutform.used()  # (forget a use of another file's chunk)
         try:
@@ -436,6 +436,6 @@ def _run_chunks(url: str, task, analysis: Analysis, f) -> tuple[object, int]:
             raise FieldNotMade(message, _user_frame(e, analysis.source)) from e
         out = _checked(out, made, where, analysis)
         output = out if output is None else accumulate([out], output)
-        events += stop - start
+        events += length
         chunk = out = None  # gone before the next chunk is read and made
     return output, events
