@@ -22,6 +22,7 @@ from coffea import util
 from processors import CHUNKSIZE, NEW_PROCESSOR, assert_same, coffea_runner, fileset_in
 
 from hepvine.model import dataset
+from hepvine.reading import failures
 from hepvine.work import nanoevents, processor
 
 NANOAOD = Path(__file__).resolve().parents[3] / "shared" / "nanoaod"
@@ -331,6 +332,46 @@ def test_a_local_file_is_read_lazily_untraced_with_the_same_output(tmp_path, mon
         True,
         True,
     ]
+
+
+READS_MUONS = "def f(events):\n    return {'n': len(events.Muon.pt)}\n"
+
+
+@pytest.mark.parametrize(
+    "analysis, read_fails, kind",
+    [
+        ("def f(events):\n    open('corrections/sf.json')\n    return {}\n", None, "analysis-error"),
+        ("import uproot\n\ndef f(events):\n    raise uproot.KeyInFileError('sf')\n", None, "analysis-error"),
+        (READS_MUONS, ConnectionResetError(104, "reset by peer"), "unreachable"),
+        (READS_MUONS, uproot.KeyInFileError("Muon_pt"), "missing-branch"),
+    ],
+    ids=["own-file-missing", "own-key-missing", "read-reset", "read-missing-branch"],
+)
+def test_a_read_failure_under_a_column_is_the_files_and_the_analysis_own_is_its_error(
+    tmp_path, monkeypatch, analysis, read_fails, kind
+):
+    """An error of a class that means a read failure (an OSError, uproot's KeyInFileError) raised while NanoEvents
+    reads a column the analysis touches is the file's, classified as such; raised by the analysis's own code (a
+    corrections file it cannot open) it is the analysis's error, naming its line — not the data file's
+    missing-file, which would send the job to the file's other sources."""
+    (tmp_path / "mine.py").write_text(analysis)
+    path = str(NANOAOD / "nano_dimuon.root")
+    (task,) = dataset.tasks({"d": {"files": {path: "Events"}}})
+    if read_fails is not None:
+
+        def failing_read(branch, *args, **kwargs):  # where uproot raises: under coffea's mapping of the file
+            raise read_fails
+
+        monkeypatch.setattr(uproot.behaviors.TBranch.TBranch, "array", failing_read)
+    with pytest.raises(Exception) as raised:
+        processor.run_file(path, task, processor.load(f"{tmp_path}/mine.py:f", chunksize=CHUNKSIZE))
+    failure = failures.classify(raised.value)
+    assert failure is not None and failure.kind == kind, (failure, raised.value)
+    if kind == "analysis-error":
+        line = analysis.splitlines().index(next(x for x in analysis.splitlines() if "sf" in x)) + 1
+        assert f"mine.py:{line} in f" in failure.fix, failure.fix
+    else:
+        assert raised.value is read_fails
 
 
 def test_a_step_past_the_files_end_counts_the_events_the_file_has(tmp_path):

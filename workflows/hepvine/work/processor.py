@@ -39,7 +39,8 @@ lazily: those of its trace, or of what the file's chunks before read).
 What goes wrong is said per file: a file that NanoEvents cannot read is a permanent ``not-nanoevents`` failure; an
 exception raised by the user's code is an ``records.AnalysisError`` naming the user's frame (file:line), which
 ``failures.classify`` makes the file's permanent ``analysis-error`` — unless it is a read failure (an XRootD error
-or a missing branch seen while NanoEvents loaded a column), which keeps its own class. coffea is imported only here
+or a missing branch seen while NanoEvents loaded a column, ``_read_by_events``), which keeps its own class; the same
+classes raised by the user's own code (a corrections file it cannot open) are its error. coffea is imported only here
 (and by the merge and the products): never while the workflow parses.
 """
 
@@ -344,6 +345,19 @@ def _cut(made: nanoevents.FileChunks, read: frozenset | None, url: str, columns:
         warnings.warn(f"hepvine: columns={columns}: {url}: every field made, none cut ({why})", stacklevel=2)
 
 
+def _read_by_events(exc: BaseException) -> bool:
+    """Whether EXC, or an exception it was raised from, was raised while NanoEvents read a column of the file (through
+    coffea's mapping, or the counts ``nanoevents`` takes): a failure of the file (a read, a missing branch), where the
+    same class raised by the analysis's own code (its own files: a correction it cannot open) is its error."""
+    while exc is not None:
+        for frame, _ in traceback.walk_tb(exc.__traceback__):
+            module = frame.f_globals.get("__name__", "")
+            if module.startswith("coffea.nanoevents.mapping") or module == nanoevents.__name__:
+                return True
+        exc = exc.__cause__
+    return False
+
+
 @contextlib.contextmanager
 def _making(url: str, task, analysis: Analysis):
     """The block makes the NanoEvents of TASK's tree in the file at URL: a read failure in it keeps its own class,
@@ -423,7 +437,7 @@ def _run_chunks(url: str, task, analysis: Analysis, f) -> tuple[object, int]:
         try:
             out = analysis.process(chunk)
         except Exception as e:
-            if failures.classify(e) is not None:  # a read failure seen through a lazy column: the file's
+            if failures.classify(e) is not None and _read_by_events(e):  # the file's, seen through a lazy column
                 raise
             message = f"{where}: {analysis.name} raised {type(e).__name__}: {e}"
             missed = cutform.used() if made.cut is not None else None
