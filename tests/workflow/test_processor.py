@@ -324,6 +324,8 @@ def test_a_local_file_is_read_lazily_untraced_with_the_same_output(tmp_path, mon
     assert events == lazy_events > CHUNKSIZE and read == lazy_read > 0
     assert_same(ours, theirs)
     assert opened_with == [uproot.source.file.MultithreadedFileSource, None]
+    with pytest.raises(FileNotFoundError, match=r"^\[Errno 2\] No such file or directory: '.*gone\.root'$"):
+        processor.run_file(str(tmp_path / "gone.root"), task, local)  # as the OS says it
     names = (f"file://{path}", f"file:{path}", "~/f.root", "root://h//f", "https://h/f")
     assert [processor.local_source(u) for u in names] == [None] * len(names)
     assert [processor.over_network(u) for u in (path, f"file://{path}", "root://h//f", "HTTPS://h/f")] == [

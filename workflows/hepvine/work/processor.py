@@ -47,10 +47,12 @@ classes raised by the user's own code (a corrections file it cannot open) are it
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import importlib
 import importlib.util
 import math
+import os
 import sys
 import traceback
 import uuid
@@ -318,7 +320,10 @@ def run_file(url: str, task, analysis: Analysis) -> tuple[object, int, int]:
     a fault of its source, read again like any other."""
     import uproot
 
-    with uproot.open({url: None}, handler=local_source(url)) as f:
+    source = local_source(url)
+    if source is not None and not os.path.exists(url):  # (said as the OS says it, not with uproot's page of help)
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), url)
+    with uproot.open({url: None}, handler=source) as f:
         try:
             output, events = _run_chunks(url, task, analysis, f)
         except OSError as e:
