@@ -124,6 +124,22 @@ def test_wrong_event_count_in_the_spec_is_a_permanent_failure(files):
     assert record["failure"]["failure_class"] == records.PERMANENT
 
 
+def test_steps_that_cover_part_of_a_file_are_its_expected_events(files):
+    """A preprocessed file's steps may cover part of it (coffea's dataset_tools.max_chunks, slice_chunks: num_entries
+    stays the file's): the events they hold are what its run must process, and a count that differs from them is the
+    file's event-count failure naming its tree and steps."""
+    good, _, _ = files
+    batch = shard([good[0]])  # 1,000 events
+    batch["files"][0]["steps"] = [[0, 300], [300, 600]]
+    (record,) = driver.run_batch(batch, AGC)["records"]
+    assert record["failure"] is None and record["events"] == 600
+    batch["files"][0]["nevts"] = 500  # the steps then hold 500 of what the file is said to have
+    (record,) = driver.run_batch(batch, AGC)["records"]
+    assert record["failure"]["kind"] == "event-count", record["failure"]
+    cause = record["failure"]["cause"]
+    assert "has 600 events in 'Events' in the 2 step(s) the fileset gives, the dataset says 500" in cause, cause
+
+
 def broken(*args, **kwargs):
     raise TypeError("a bug in hepvine")
 

@@ -66,7 +66,13 @@ def test_every_problem_is_named_by_its_entry(tmp_path):
         "c": {"files": {"y.root": {"steps": [[5, 1]]}}},
         "d": ["z.root", "x.root"],
         "e": {"files": ["e.root"], "metadata": {"entrystart": 5, "dataset": "other", "xsec": 1.0}},
-        "f": {"files": {"f.root": {"steps": [[0, 10], [5, 20]]}, "g.root": {"num_entries": 20, "steps": [[0, 30]]}}},
+        "f": {
+            "files": {
+                "f.root": {"steps": [[0, 10], [5, 20]]},
+                "g.root": {"num_entries": 20, "steps": [[0, 30]]},
+                "h.root": {"num_entries": 20, "steps": []},
+            }
+        },
     }
     with pytest.raises(dataset.DatasetError) as raised:
         dataset.load(write(tmp_path, doc))
@@ -76,8 +82,9 @@ def test_every_problem_is_named_by_its_entry(tmp_path):
     assert "c/files[0] (y.root): steps must be a list" in message
     assert "d/files[1]: x.root is listed twice, here and at a/files[0]" in message
     assert "e/metadata: 'dataset', 'entrystart' is coffea's own" in message and "rename that entry" in message
-    assert "f/files[0] (f.root): step [5, 20] starts before the step ahead of it, [0, 10], ends" in message
+    assert "f/files[0] (f.root): steps [0, 10] and [5, 20] overlap or are out of order" in message
     assert "f/files[1] (g.root): step [0, 30] ends past its num_entries, 20" in message
+    assert "f/files[2] (h.root): steps is empty, so no entry of it would be read" in message
 
 
 def test_the_metadata_names_refused_are_coffeas_own():

@@ -107,11 +107,14 @@ def run_file(
             )
             record.fetch["bytes"] = record.bytes_read
             record.read_from = record.fetch["url"]
-        if task.nevts is not None and record.events != task.nevts:
+        expected = task.events_expected()
+        if expected is not None and record.events != expected:
+            held = f" in the {len(task.steps)} step(s) the fileset gives" if task.steps is not None else ""
             raise records.FileProblem(
                 "event-count",
-                f"{record.read_from} has {record.events} events in 'Events', the dataset says {task.nevts}",
-                "correct nevts (and nevts_total) in the spec, or num_entries in the fileset",
+                f"{record.read_from} has {record.events} events in {task.treename!r}{held}, the dataset says "
+                f"{expected}",
+                "correct nevts (and nevts_total) in the spec, or num_entries (and steps) in the fileset",
             )
     except Exception as e:  # the one boundary where a file's failure becomes its record; bugs propagate
         rerun = isinstance(e, records.FieldNotMade) and analysis.columns == "auto"

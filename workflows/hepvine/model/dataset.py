@@ -65,6 +65,13 @@ class FileTask:
     steps: list | None = None  # its chunks ([start, stop] entry ranges) when a preprocessed fileset gives them
     replicas: tuple[str, ...] = ()  # a Rucio file's URLs, PATH first: its fail-overs (hepvine.routing.replicas)
 
+    def events_expected(self) -> int | None:
+        """The events a run of the file processes, if the dataset says: NEVTS, or with STEPS the entries they hold of
+        its NEVTS (steps may cover part of a file: coffea's ``dataset_tools.max_chunks``, ``slice_chunks``)."""
+        if self.nevts is None or self.steps is None:
+            return self.nevts
+        return sum(max(0, min(stop, self.nevts) - start) for start, stop in self.steps)
+
 
 def read(path: Path):
     """The document at PATH (JSON, or YAML by its suffix), not yet validated."""

@@ -105,11 +105,13 @@ def _entry_problem(where: str, path, about) -> str | None:
         )
     ):
         return f"{where} ({path}): steps must be a list of [start, stop] entry ranges"
+    if steps == []:
+        return f"{where} ({path}): steps is empty, so no entry of it would be read: drop the file or give its steps"
     for before, step in zip(steps or (), (steps or [])[1:]):
         if step[0] < before[1]:
             return (
-                f"{where} ({path}): step {step} starts before the step ahead of it, {before}, ends: each entry must be "
-                "in one step, in order, or it would be counted once a step holding it"
+                f"{where} ({path}): steps {before} and {step} overlap or are out of order: give each entry in one "
+                "step, in order (an entry in two steps would be counted twice)"
             )
     if steps and n is not None and steps[-1][1] > n:
         return f"{where} ({path}): step {steps[-1]} ends past its num_entries, {n}"
