@@ -143,6 +143,49 @@ def test_a_histogram_of_integer_counts_goes_to_histograms_root_as_doubles(tmp_pa
         assert f["one"].member("fXaxis").member("fTitle") == "x [GeV]"
 
 
+def test_an_axis_without_flow_bins_loses_no_other_axis_flow_in_histograms_root(tmp_path):
+    """uproot writes a histogram's flow bins only when each axis has both, and zeroes them all otherwise: an axis
+    without an underflow (or overflow) bin is given an empty one, and every bin the histogram has is written."""
+    no_under = hist.Hist(hist.axis.Regular(4, 0, 4, name="pt", underflow=False), storage=hist.storage.Weight())
+    no_under.fill(pt=[0.5, 9.0, 9.0], weight=[1.0, 2.0, 3.0])
+    two = hist.Hist(hist.axis.Regular(2, 0, 2, name="x", overflow=False), hist.axis.Integer(0, 2, name="n"))
+    two.fill(x=[-1.0, 0.5], n=[5, 1])
+    assert output.write_root({"no_under": no_under, "two": two}, tmp_path / "h.root")["written"] == ["no_under", "two"]
+    with uproot.open(tmp_path / "h.root") as f:
+        assert f["no_under"].values(flow=True).tolist() == [0, 1, 0, 0, 0, 5]
+        assert f["no_under"].variances(flow=True).tolist() == [0, 1, 0, 0, 0, 13]
+        assert f["no_under"].axis().edges().tolist() == [0, 1, 2, 3, 4]
+        written = f["two"].values(flow=True)
+    assert written[:3].tolist() == two.values(flow=True).tolist() and written[3].sum() == 0 and written.sum() == 2
+
+
+def test_every_histogram_in_lists_tuples_and_other_mappings_is_written_and_none_hides_another(tmp_path):
+    """Histograms in a list, a tuple, a mapping that is no dict, and boost-histogram's own are written under their
+    path (an item's index); two whose paths in ROOT's characters are one (``m jj``, ``m_jj``) are not both written as
+    cycles of one name, where a plain read gives one: the second is listed as skipped, with why."""
+    from types import MappingProxyType
+
+    import boost_histogram
+
+    def filled(x: float) -> hist.Hist:
+        h = hist.Hist(hist.axis.Regular(2, 0, 2, name="x"))
+        h.fill(x=[x])
+        return h
+
+    plain = boost_histogram.Histogram(boost_histogram.axis.Regular(2, 0, 2))
+    plain.fill([1.5, 1.5])
+    result = {"jets": [filled(0.5), (filled(1.5),)], "view": MappingProxyType({"h": filled(0.5)}), "bh": plain}
+    result |= {"m jj": filled(0.5), "m_jj": filled(1.5)}
+    written = output.write_root(result, tmp_path / "h.root")
+    assert written["written"] == ["jets/0", "jets/1/0", "view/h", "bh", "m_jj"]
+    assert list(written["skipped"]) == ["m_jj (again)"]
+    assert "is another histogram's too" in written["skipped"]["m_jj (again)"]
+    with uproot.open(tmp_path / "h.root") as f:
+        assert f["jets/1/0"].values().tolist() == [0, 1] and f["bh"].values().tolist() == [0, 2]
+        assert f["m_jj"].values().tolist() == [1, 0] and f.keys(cycle=True).count("m_jj;1") == 1
+        assert "m_jj;2" not in f.keys(cycle=True)
+
+
 def test_a_histogram_uproot_cannot_write_is_skipped_with_its_reason_and_the_others_are_written(tmp_path):
     """A report never loses its products to one histogram uproot refuses (a 2-D profile: ``Mean`` storage, which
     uproot 5.7 writes in 1-D only): it is listed in ``skipped`` with uproot's reason, and the others are written."""
@@ -191,7 +234,7 @@ def report_argv(where, events: int, histograms: int = 1) -> list[str]:
 @pytest.mark.parametrize("events, written", [(200, True), (201, False)])
 def test_the_report_is_written_only_when_the_merged_events_equal_the_ok_records(tmp_path, events, written):
     """The report adds up the results of the merge tree's root (here two batches' results); their events per
-    dataset must sum to the ok records' events, or the merge lost or doubled a result: ReportError and no product.
+    dataset must sum to the ok records' events, or the merge added them apart (a bug): ReportError and no product.
     When they agree: output.coffea holds the (postprocessed) sum, report.json lists the histograms written and
     skipped and the events per dataset, and the plots are drawn: the timeline and one per histogram."""
     argv = report_argv(tmp_path, events)
