@@ -132,12 +132,14 @@ def record(events: int, failed: bool = False) -> dict:
 def test_progress_counts_each_batch_once_and_again_only_when_rewritten(tmp_path, monkeypatch):
     out = tmp_path / "results" / "c1"
     (out / "index").mkdir(parents=True)
-    (out / "index" / "expected.json").write_text(json.dumps({"files": [[f"f{i}"] for i in range(10)]}))
+    planned = [[f"f{i}", f"p{i}.root", f"a/000/00{i // 5}"] for i in range(10)]  # (fid, path, batch)
+    (out / "index" / "expected.json").write_text(json.dumps({"files": planned}))
     assert progress.update(out, now=1000.0).line() == (
         "campaign c1: 0/10 files analysed, 0 failed, 0 events, rate n/a, ETA n/a"
     )
     write_batch(out, "a/000/000", [record(100), record(100, failed=True)])
     write_batch(out, "a/000/001", [record(50), record(50)])
+    write_batch(out, "a/000/002", [record(70)])  # an earlier plan's batch, its file now in another: not counted
     reads = []
     real = progress._batch_counts
     monkeypatch.setattr(progress, "_batch_counts", lambda path: reads.append(path.name) or real(path))

@@ -92,12 +92,19 @@ def update(out: Path | str, now: float | None = None) -> Progress:
     expected = out / "index" / "expected.json"
     if expected.exists():
         mtime = expected.stat().st_mtime_ns
-        if state.get("expected_mtime") != mtime:
-            state["total"], state["expected_mtime"] = len(json.loads(expected.read_text())["files"]), mtime
+        if state.get("expected_mtime") != mtime or "planned" not in state:
+            rows = json.loads(expected.read_text())["files"]
+            state["total"], state["expected_mtime"] = len(rows), mtime
+            state["planned"] = sorted({batch for _, _, batch in rows})
+    # Only the batches the plan holds: a result of an earlier plan's batch (files_per_job changed, the dataset
+    # shrank) stays on disk, and would be counted beside the ones that now hold its files.
+    planned = {f"{batch}.pkl" for batch in state["planned"]} if "planned" in state else None
     batches, seen, newest = state["batches"], set(), 0
     results = out / "files"
     for result_file in results.rglob("*.pkl") if results.is_dir() else ():
         key = result_file.relative_to(results).as_posix()
+        if planned is not None and key not in planned:
+            continue
         mtime = result_file.stat().st_mtime_ns
         seen.add(key)
         newest = max(newest, mtime)
