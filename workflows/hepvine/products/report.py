@@ -304,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     if analysed != report["events"]:
         raise ReportError(
             f"{args.report.parent}: the merged results count {analysed} events, the ok records "
-            f"{report['events']}: the merge lost or doubled a result; this is a bug in hepvine, please report it"
+            f"{report['events']}: the merge added results' events and records apart (a result lost or doubled "
+            "shows in the accounting instead); this is a bug in hepvine, please report it"
         )
     result = merged["output"] if merged["output"] is None else analysis.postprocess(merged["output"])
     output.save(result, args.output)
