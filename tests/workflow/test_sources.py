@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.machinery
 import re
 from pathlib import Path
 
@@ -50,6 +51,12 @@ def test_a_file_ships_with_what_it_imports_from_beside_it(tmp_path, monkeypatch)
         "ana/calib.py",
     ]
     assert sources.local_sources("ana/mine2.py:f") == ["ana/mine2.py", "ana/more.py", "ana/nspkg/mod.py", "shared.py"]
+    # a compiled extension module beside it (what `import fastmod` loads there, before a fastmod.py)
+    extension = f"fastmod{importlib.machinery.EXTENSION_SUFFIXES[0]}"
+    write(tmp_path / "ana" / extension, "\x7fELF")
+    write(tmp_path / "ana" / "fastmod.py")
+    write(tmp_path / "ana" / "mine3.py", "import fastmod\n")
+    assert sources.local_sources("ana/mine3.py:f") == ["ana/mine3.py", f"ana/{extension}"]
 
 
 def test_a_module_in_the_working_directory_ships_whole_and_an_installed_one_not_at_all(tmp_path, monkeypatch):
@@ -168,6 +175,35 @@ def test_the_workflow_refuses_an_analysis_it_cannot_send_before_any_job(tmp_path
     misnamed = snakemake(work, *config[:1], f"analysis={elsewhere}/mine.py:g", "campaign=c", extra=("-n",))
     said = misnamed.stdout + misnamed.stderr
     assert misnamed.returncode != 0 and "mine.py defines no g (its classes and functions: f)" in said
+
+
+def test_a_config_files_analysis_args_keep_their_types_and_an_absolute_analysis_path_is_sent_relative(
+    tmp_path, snakemake
+):
+    """A config file's analysis_args keep the types it gives them (a quoted "2018" stays text; --config's text is read
+    as YAML scalars, as Snakemake hands it over as text); an analysis file under the directory Snakemake runs in,
+    named by its absolute path, is named relative to it in the jobs' commands: a job without a shared filesystem is
+    sent it under that name (``sources.as_sent``)."""
+    work = tmp_path / "work"
+    processor = "from coffea import processor\n\n\nclass P(processor.ProcessorABC):\n"
+    processor += "    def __init__(self, year='', n=0):\n        pass\n\n    def process(self, events):\n"
+    processor += "        return {}\n\n    def postprocess(self, out):\n        return out\n"
+    write(work / "ana" / "mine.py", processor)
+    nanoaod = Path(__file__).resolve().parents[3] / "shared" / "nanoaod" / "nano_dimuon.root"
+    write(work / "fileset.json", f'{{"d": {{"files": {{"{nanoaod}": "Events"}}}}}}')
+    write(work / "config.yaml", 'analysis_args: {year: "2018", n: 3}\n')
+    config = ("dataset=fileset.json", f"analysis={work}/ana/mine.py:P", "campaign=c")
+    from_file = snakemake(work, *config, extra=("-n", "-p", "--configfile", str(work / "config.yaml")))
+    said = from_file.stdout + from_file.stderr
+    assert from_file.returncode == 0, said[-2000:]
+    assert '--analysis ana/mine.py:P --analysis-args \'{"n":3,"year":"2018"}\'' in said, said[-3000:]
+    given = snakemake(work, *config, 'analysis_args={year: "2018", n: 3}', extra=("-n", "-p"))
+    # (--config: Snakemake hands it over as text, without its quotes)
+    assert '--analysis-args \'{"n":3,"year":2018}\'' in given.stdout + given.stderr
+    assert sources.as_sent(f"{work}/ana/mine.py:P", work) == "ana/mine.py:P"
+    assert sources.as_sent(f"{work}/../work/ana/mine.py:P", work) == "ana/mine.py:P"
+    assert sources.as_sent(f"{tmp_path}/other.py:P", work) == f"{tmp_path}/other.py:P"  # (outside: as given)
+    assert sources.as_sent("mod.sub:P", work) == "mod.sub:P"
 
 
 ANALYSIS = """

@@ -40,7 +40,8 @@ RUN_STARTED = f"{INDEX}/run-started"
 # files (the user's file, what it imports from beside it, a package in the working directory: hepvine.model.sources)
 # are inputs of the jobs that run it: shipped to workers without a shared filesystem, and a change of one reruns them.
 # Its arguments are a parameter (a change reruns them too).
-ANALYSIS = config["analysis"]
+# Its file as a job is sent it: relative to the directory Snakemake runs in, however the user named it there.
+ANALYSIS = hv_sources.as_sent(config["analysis"], Path.cwd())
 ANALYSIS_WHERE = ANALYSIS.rpartition(":")[0]  # its file (<file.py>:<Name>) or module (<module>:<Name>)
 
 
@@ -54,7 +55,22 @@ def typed(value):
     return yaml.safe_load(value) if isinstance(value, str) and value else value
 
 
-ANALYSIS_ARGS = json.dumps(typed(config["analysis_args"]), sort_keys=True, separators=(",", ":"))
+def given_over(value, given):
+    """VALUE (the config's, a config file's values as written there) with GIVEN (the same key's on the command
+    line: --config, a profile's config) over it, GIVEN's text read as YAML scalars (``typed``), mappings merged as
+    Snakemake merges them: a value quoted in a config file ("2018") stays text."""
+    if isinstance(value, dict) and isinstance(given, dict):
+        return {**value, **{k: given_over(value.get(k), v) for k, v in given.items()}}
+    return typed(given)
+
+
+ANALYSIS_ARGS_GIVEN = workflow.config_settings.config.get("analysis_args")
+ANALYSIS_ARGS_VALUE = (
+    config["analysis_args"]
+    if ANALYSIS_ARGS_GIVEN is None
+    else given_over(config["analysis_args"], ANALYSIS_ARGS_GIVEN)
+)
+ANALYSIS_ARGS = json.dumps(ANALYSIS_ARGS_VALUE, sort_keys=True, separators=(",", ":"))
 # (Rules that use it have the parameter analysis_args = ANALYSIS_ARGS.)
 # What the jobs that read its outputs (merges, the report) are told of it: they import its module, so that instances
 # of the user's own classes in the outputs unpickle (its files are their inputs too).
@@ -69,7 +85,7 @@ if ANALYSIS_WHERE.endswith(".py") and not Path(ANALYSIS_WHERE).is_file() and not
 try:
     ANALYSIS_FILES = hv_sources.local_sources(ANALYSIS)
     if not workflow.remote_exec:  # said before any job, not job after job
-        hv_sources.check_names(ANALYSIS, typed(config["analysis_args"]))
+        hv_sources.check_names(ANALYSIS, ANALYSIS_ARGS_VALUE)
         if SharedFSUsage.INPUT_OUTPUT not in workflow.storage_settings.shared_fs_usage:
             hv_sources.check_sendable(ANALYSIS, ANALYSIS_FILES, Path.cwd())
 except hv_sources.SourcesError as e:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import importlib.machinery
 import importlib.util
 import os
 from pathlib import Path
@@ -88,15 +89,17 @@ def _installed(name: str) -> bool:
 
 def _local(name: str, bases: list[Path]) -> list[Path]:
     """The files of the module or package NAME as the first of BASES (directories on the job's import path) that
-    has it provides it: the package ``BASE/NAME/`` (a namespace package, without ``__init__.py``, only when nothing
-    installed provides NAME) or the module ``BASE/NAME.py``; [] when none does."""
+    has it provides it, in Python's order: the package ``BASE/NAME/``, the compiled extension module
+    (``BASE/NAME.cpython-313-x86_64-linux-gnu.so``...) or the module ``BASE/NAME.py``, a namespace package (without
+    ``__init__.py``) only when nothing installed provides NAME; [] when none does."""
     for base in bases:
         package = base / name
         if (package / "__init__.py").is_file():
             return _package_files(package)
-        module = base / f"{name}.py"
-        if module.is_file():
-            return [module]
+        for suffix in (*importlib.machinery.EXTENSION_SUFFIXES, ".py"):
+            module = base / f"{name}{suffix}"
+            if module.is_file():
+                return [module]
         if package.is_dir() and name.isidentifier() and not _installed(name):
             return _package_files(package)
     return []
@@ -129,11 +132,24 @@ def local_sources(spec: str) -> list[str]:
         raise SourcesError(
             f"analysis={spec}: its local files ({len(found)} files, {size / 2**20:.0f} MB, from "
             f"{', '.join(map(str, bases))}) are an input of every job that runs it, and are more than {MAX_FILES} "
-            f"files or {MAX_BYTES // 2**20} MB; install the package in the jobs' environment (pip install; "
-            "--taskvine-environment) and name it as <module>:<Name> from a directory without it, or keep large "
-            "data out of the package"
+            f"files or {MAX_BYTES // 2**20} MB; install the package in the jobs' environment (pip install; for "
+            "workers with nothing installed, hepvine pack-env --with <its distribution> and --taskvine-environment) "
+            "and name it as <module>:<Name> from a directory without it, or keep large data out of the package"
         )
     return [str(p) for p in found]
+
+
+def as_sent(spec: str, workdir: Path) -> str:
+    """SPEC with its file named relative to WORKDIR (the directory Snakemake runs in) when it lies under it but is
+    named otherwise (an absolute path, ``../wf/ana.py``): a job without a shared filesystem is sent the file under its
+    name relative to WORKDIR, and opens the name the spec gives. Else SPEC as it is."""
+    where, sep, name = spec.rpartition(":")
+    if not where.endswith(".py"):
+        return spec
+    relative = os.path.relpath(os.path.abspath(where), os.path.abspath(workdir))
+    if relative == where or relative.startswith(".." + os.sep) or relative == ".." or os.path.isabs(relative):
+        return spec
+    return f"{relative}{sep}{name}"
 
 
 def check_sendable(spec: str, files: list[str], workdir: Path) -> None:
