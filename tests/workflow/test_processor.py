@@ -47,8 +47,13 @@ def test_chunks_are_coffeas(n, chunksize):
     assert processor.chunks(n, chunksize) == theirs
 
 
-def test_analysis_spec_errors_say_what_to_change(tmp_path):
+def test_analysis_spec_errors_say_what_to_change(tmp_path, monkeypatch):
     (tmp_path / "mine.py").write_text("class NotAProcessor:\n    pass\n\nvalue = 3\n")
+    (tmp_path / "needs.py").write_text("import no_such_helper_hv\n\ndef f(events):\n    return {}\n")
+    (tmp_path / "pkg_hv").mkdir()
+    (tmp_path / "pkg_hv" / "__init__.py").write_text("")
+    (tmp_path / "pkg_hv" / "proc.py").write_text("import no_such_dependency_hv\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
     cases = {
         "nocolon": "name it as <file.py>:<Name>",
         f"{tmp_path}/missing.py:X": "no such file",
@@ -56,6 +61,10 @@ def test_analysis_spec_errors_say_what_to_change(tmp_path):
         f"{tmp_path}/mine.py:NotAProcessor": "not a coffea.processor.ProcessorABC",
         f"{tmp_path}/mine.py:value": "neither a processor class nor a function",
         "no_such_module_hv:Name": "cannot import no_such_module_hv",
+        "pkg_hv.no_such_hv:Name": "cannot import pkg_hv.no_such_hv",
+        # a module of the user's that imports what is not there: named, not the analysis
+        f"{tmp_path}/needs.py:f": f"{tmp_path}/needs.py imports 'no_such_helper_hv', which cannot be imported here",
+        "pkg_hv.proc:Name": "pkg_hv.proc imports 'no_such_dependency_hv', which cannot be imported here",
     }
     for spec, words in cases.items():
         with pytest.raises(processor.AnalysisSpecError, match=words.replace(".", r"\.").replace("(", r"\(")):

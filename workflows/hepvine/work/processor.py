@@ -132,11 +132,16 @@ def _import(spec: str):
         beside = str(path.absolute().parent)
         if beside not in sys.path:
             sys.path.insert(0, beside)
-        loader.loader.exec_module(module)
+        try:
+            loader.loader.exec_module(module)
+        except ModuleNotFoundError as e:
+            raise _not_importable(spec, str(path), e) from e
     else:
         try:
             module = importlib.import_module(where)
         except ModuleNotFoundError as e:
+            if e.name is not None and not (where == e.name or where.startswith(f"{e.name}.")):
+                raise _not_importable(spec, where, e) from e
             raise AnalysisSpecError(
                 f"analysis={spec!r}: cannot import {where} ({e}); give a file (<file.py>:<Name>) "
                 "or install the module where the jobs run"
@@ -144,6 +149,15 @@ def _import(spec: str):
     if not hasattr(module, name):
         raise AnalysisSpecError(f"analysis={spec!r}: {where} defines no {name!r}")
     return getattr(module, name), getattr(module, "__file__", None)
+
+
+def _not_importable(spec: str, where: str, error: ModuleNotFoundError) -> AnalysisSpecError:
+    """The error of the analysis SPEC whose file or module WHERE imports a module that cannot be imported here."""
+    return AnalysisSpecError(
+        f"analysis={spec!r}: {where} imports {error.name!r}, which cannot be imported here ({error}): a module of "
+        "your own beside the analysis file or in the directory snakemake runs in is sent with its jobs; install any "
+        "other where the jobs run (for workers with nothing installed: hepvine pack-env, --taskvine-environment)"
+    )
 
 
 def make_importable(spec: str) -> None:
