@@ -87,6 +87,21 @@ def test_needed_distributions_follow_requirements_markers_and_extras():
         packenv.needed_distributions("hepvine", (), installed)
 
 
+def test_with_packs_an_installed_distribution_and_what_it_requires_beside_hepvines():
+    """`hepvine pack-env --with NAME` (an analysis's own package, pip-installed in the venv): NAME and what it requires
+    are packed beside what hepvine needs (here pytest-xdist, installed in this venv, which hepvine does not need)."""
+    if packenv.environment_kind() != "venv":
+        pytest.fail("the tests run in the sandbox's venv")
+    plain = packenv.venv_members(())[1]
+    members, manifest = packenv.venv_members((), ("pytest-xdist",))
+    assert "pytest-xdist" not in {packenv.canonical(n) for n in plain["packed"]}
+    assert {"pytest-xdist", "execnet"} <= {packenv.canonical(n) for n in manifest["packed"]}
+    assert manifest["with"] == ["pytest-xdist"] and set(plain["packed"]) < set(manifest["packed"])
+    assert any(name.endswith("xdist/plugin.py") for _, name in members)
+    with pytest.raises(packenv.PackError, match="no-such-dist-hv is required but not installed"):
+        packenv.venv_members((), ("no-such-dist-hv",))
+
+
 def test_run_in_env_checks_the_worker_python_for_a_venv_and_relocates_a_conda_env():
     venv = packenv.run_in_env(
         "venv", {"python": "3.13.5", "base_interpreter": "/usr/bin/python3.13", "system_modules": ["XRootD"]}

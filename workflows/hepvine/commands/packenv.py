@@ -10,7 +10,8 @@ command (``run_in_env COMMAND...``: the environment's ``bin`` first on ``PATH``,
   ``conda-unpack`` once per worker, so that the environment's paths are rewritten where it was unpacked. The worker
   needs nothing but ``/bin/sh`` and ``tar``.
 - **venv** (the sandbox's ``/opt/hepvine-venv``, made with ``--system-site-packages``): the distributions hepvine
-  needs — hepvine itself and its requirements, transitively, plus those of ``--extra`` — that are installed in the
+  needs — hepvine itself and its requirements, transitively, plus those of ``--extra`` — and those named by
+  ``--with`` (an analysis's own package, pip-installed in the venv, and what it requires) that are installed in the
   venv, under a new venv whose ``bin/python`` points at the same base interpreter (e.g. ``/usr/bin/python3.13``).
   Distributions that come from the system's site-packages (Debian's ndcctools, XRootD, htcondor) are not packed:
   the worker must have the same OS Python and those packages, which the set-up checks. A project installed
@@ -209,14 +210,18 @@ def _site_packages(prefix: Path) -> Path:
     return Path(sysconfig.get_path("purelib", vars={"base": str(prefix), "platbase": str(prefix)}))
 
 
-def venv_members(extras: tuple[str, ...]) -> tuple[list[tuple[Path, str]], dict]:
-    """The venv's files to pack (path on disk, name in the tarball) and its manifest."""
+def venv_members(extras: tuple[str, ...], also: tuple[str, ...] = ()) -> tuple[list[tuple[Path, str]], dict]:
+    """The venv's files to pack (path on disk, name in the tarball) and its manifest: hepvine's distributions (with
+    EXTRAS) and those of ALSO (``--with``: distribution names) with what they require."""
     site = _site_packages(Path(sys.prefix))
     installed: dict[str, importlib.metadata.Distribution] = {}
     for d in importlib.metadata.distributions():  # in sys.path order: the one Python imports wins
         if d.metadata["Name"]:
             installed.setdefault(canonical(d.metadata["Name"]), d)
     dists = needed_distributions(ROOT_DISTRIBUTION, extras, installed)
+    for name in also:
+        taken = {canonical(d.metadata["Name"]) for d in dists}
+        dists += [d for d in needed_distributions(name, (), installed) if canonical(d.metadata["Name"]) not in taken]
     prefix, base = Path(sys.prefix), Path(sys.base_prefix)
     ours = [d for d in dists if from_source_tree(d, prefix, base) or _under(_metadata_dir(d), prefix)]
     from_system = [d for d in dists if d not in ours]
@@ -230,6 +235,7 @@ def venv_members(extras: tuple[str, ...]) -> tuple[list[tuple[Path, str]], dict]
         "base_interpreter": _base_interpreter(),
         "system_site_packages": True,
         "extras": list(extras),
+        "with": list(also),
         "packed": {d.metadata["Name"]: d.version for d in ours},
         "from_the_system": {d.metadata["Name"]: d.version for d in from_system},
         "system_modules": list(SYSTEM_MODULES),
@@ -278,9 +284,9 @@ def _add(tar: tarfile.TarFile, path: Path, name: str) -> None:
         tar.addfile(info)
 
 
-def write_venv(output: Path, extras: tuple[str, ...]) -> dict:
+def write_venv(output: Path, extras: tuple[str, ...], also: tuple[str, ...] = ()) -> dict:
     """Pack this venv's needed distributions into OUTPUT; returns the manifest."""
-    members, manifest = venv_members(extras)
+    members, manifest = venv_members(extras, also)
     version = ".".join(manifest["python"].split(".")[:2])
     cfg = (
         f"home = {Path(manifest['base_interpreter']).parent}\ninclude-system-site-packages = true\n"
@@ -333,13 +339,13 @@ def write_conda(output: Path) -> dict:
     return manifest
 
 
-def pack(output: Path, extras: tuple[str, ...] = ()) -> dict:
+def pack(output: Path, extras: tuple[str, ...] = (), also: tuple[str, ...] = ()) -> dict:
     """Pack the running environment into OUTPUT (written under a temporary name, then renamed); its manifest."""
     kind = environment_kind()
-    if kind == "conda" and extras:
-        raise PackError("--extra applies to a venv only: a conda environment is packed whole")
+    if kind == "conda" and (extras or also):
+        raise PackError("--extra and --with apply to a venv only: a conda environment is packed whole")
     with atomic.replacing(output.absolute()) as tmp:
-        return write_conda(tmp) if kind == "conda" else write_venv(tmp, extras)
+        return write_conda(tmp) if kind == "conda" else write_venv(tmp, extras, also)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -357,12 +363,21 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME",
         help="(venv) also pack what hepvine's optional dependencies NAME need, e.g. recompress (ROOT); repeatable",
     )
+    parser.add_argument(
+        "--with",
+        dest="also",
+        action="append",
+        default=[],
+        metavar="DISTRIBUTION",
+        help="(venv) also pack the installed distribution DISTRIBUTION and what it requires: an analysis's own "
+        "package (pip install -e it in the venv; then analysis=<module>:<Name>), its dependencies; repeatable",
+    )
     args = parser.parse_args(argv)
     if not str(args.file).endswith((".tar.gz", ".tgz")):
         parser.error(f"{args.file}: name it *.tar.gz (it is a gzipped tarball)")
     began = time.monotonic()
     try:
-        manifest = pack(args.file, tuple(args.extra))
+        manifest = pack(args.file, tuple(args.extra), tuple(args.also))
     except PackError as e:
         print(f"hepvine pack-env: {e}", file=sys.stderr)
         return 1
