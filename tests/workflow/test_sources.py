@@ -177,13 +177,13 @@ def test_the_workflow_refuses_an_analysis_it_cannot_send_before_any_job(tmp_path
     assert misnamed.returncode != 0 and "mine.py defines no g (its classes and functions: f)" in said
 
 
-def test_a_config_files_analysis_args_keep_their_types_and_an_absolute_analysis_path_is_sent_relative(
+def test_a_config_files_analysis_args_keep_their_types_and_an_absolute_analysis_path_is_refused_unshared(
     tmp_path, snakemake
 ):
     """A config file's analysis_args keep the types it gives them (a quoted "2018" stays text; --config's text is read
-    as YAML scalars, as Snakemake hands it over as text); an analysis file under the directory Snakemake runs in,
-    named by its absolute path, is named relative to it in the jobs' commands: a job without a shared filesystem is
-    sent it under that name (``sources.as_sent``)."""
+    as YAML scalars, as Snakemake hands it over as text). An analysis file under the directory Snakemake runs in,
+    named by its absolute path: planned with a shared filesystem, refused at the parse without one (a job is sent it
+    under its relative name, and opens the name the spec gives), saying the name to give."""
     work = tmp_path / "work"
     processor = "from coffea import processor\n\n\nclass P(processor.ProcessorABC):\n"
     processor += "    def __init__(self, year='', n=0):\n        pass\n\n    def process(self, events):\n"
@@ -196,14 +196,17 @@ def test_a_config_files_analysis_args_keep_their_types_and_an_absolute_analysis_
     from_file = snakemake(work, *config, extra=("-n", "-p", "--configfile", str(work / "config.yaml")))
     said = from_file.stdout + from_file.stderr
     assert from_file.returncode == 0, said[-2000:]
-    assert '--analysis ana/mine.py:P --analysis-args \'{"n":3,"year":"2018"}\'' in said, said[-3000:]
+    assert f'--analysis {work}/ana/mine.py:P --analysis-args \'{{"n":3,"year":"2018"}}\'' in said, said[-3000:]
     given = snakemake(work, *config, 'analysis_args={year: "2018", n: 3}', extra=("-n", "-p"))
     # (--config: Snakemake hands it over as text, without its quotes)
     assert '--analysis-args \'{"n":3,"year":2018}\'' in given.stdout + given.stderr
-    assert sources.as_sent(f"{work}/ana/mine.py:P", work) == "ana/mine.py:P"
-    assert sources.as_sent(f"{work}/../work/ana/mine.py:P", work) == "ana/mine.py:P"
-    assert sources.as_sent(f"{tmp_path}/other.py:P", work) == f"{tmp_path}/other.py:P"  # (outside: as given)
-    assert sources.as_sent("mod.sub:P", work) == "mod.sub:P"
+    unshared = snakemake(work, *config, extra=("-n", "--shared-fs-usage", "none"))
+    said = unshared.stdout + unshared.stderr
+    assert unshared.returncode != 0 and "analysis=ana/mine.py:P. Jobs without a shared filesystem" in said, said
+    relative = snakemake(  # the name it says is planned
+        work, "dataset=fileset.json", "analysis=ana/mine.py:P", "campaign=c", extra=("-n", "--shared-fs-usage", "none")
+    )
+    assert relative.returncode == 0, (relative.stdout + relative.stderr)[-2000:]
 
 
 ANALYSIS = """

@@ -40,8 +40,7 @@ RUN_STARTED = f"{INDEX}/run-started"
 # files (the user's file, what it imports from beside it, a package in the working directory: hepvine.model.sources)
 # are inputs of the jobs that run it: shipped to workers without a shared filesystem, and a change of one reruns them.
 # Its arguments are a parameter (a change reruns them too).
-# Its file as a job is sent it: relative to the directory Snakemake runs in, however the user named it there.
-ANALYSIS = hv_sources.as_sent(config["analysis"], Path.cwd())
+ANALYSIS = config["analysis"]
 ANALYSIS_WHERE = ANALYSIS.rpartition(":")[0]  # its file (<file.py>:<Name>) or module (<module>:<Name>)
 
 

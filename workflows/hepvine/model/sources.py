@@ -139,24 +139,12 @@ def local_sources(spec: str) -> list[str]:
     return [str(p) for p in found]
 
 
-def as_sent(spec: str, workdir: Path) -> str:
-    """SPEC with its file named relative to WORKDIR (the directory Snakemake runs in) when it lies under it but is
-    named otherwise (an absolute path, ``../wf/ana.py``): a job without a shared filesystem is sent the file under its
-    name relative to WORKDIR, and opens the name the spec gives. Else SPEC as it is."""
-    where, sep, name = spec.rpartition(":")
-    if not where.endswith(".py"):
-        return spec
-    relative = os.path.relpath(os.path.abspath(where), os.path.abspath(workdir))
-    if relative == where or relative.startswith(".." + os.sep) or relative == ".." or os.path.isabs(relative):
-        return spec
-    return f"{relative}{sep}{name}"
-
-
 def check_sendable(spec: str, files: list[str], workdir: Path) -> None:
     """Raise SourcesError naming FILES (``local_sources`` of SPEC) that lie outside WORKDIR, the directory Snakemake
     runs in: without a shared filesystem a job is sent files under it only, so every job would fail on them (the
     executor's error, job after job, once workers were started). A link under WORKDIR to the analysis's directory is
-    sent as the files it links to."""
+    sent as the files it links to. Also raised when SPEC names its file under WORKDIR otherwise than relative to it
+    (an absolute path, ``../wf/ana.py``), saying the name to give."""
     outside = [f for f in files if not Path(os.path.abspath(f)).is_relative_to(os.path.abspath(workdir))]
     if outside:
         where, _, name = spec.rpartition(":")
@@ -166,6 +154,14 @@ def check_sendable(spec: str, files: list[str], workdir: Path) -> None:
             "the TaskVine profiles) are sent only the files under it. Link the analysis's directory into it and "
             f"name the analysis through the link: ln -s {os.path.abspath(Path(where).parent)} my-analysis, then "
             f"analysis=my-analysis/{Path(where).name}:{name} (or copy the directory there)"
+        )
+    where, _, name = spec.rpartition(":")
+    relative = os.path.relpath(os.path.abspath(where), os.path.abspath(workdir))
+    if where.endswith(".py") and relative != os.path.normpath(where):
+        raise SourcesError(
+            f"analysis={spec}: name the file relative to {workdir}, the directory Snakemake runs in: "
+            f"analysis={relative}:{name}. Jobs without a shared filesystem (--shared-fs-usage none, as in the "
+            "TaskVine profiles) are sent it under that name, and each job opens the file the analysis names"
         )
 
 
