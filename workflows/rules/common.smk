@@ -65,9 +65,7 @@ def given_over(value, given):
 
 ANALYSIS_ARGS_GIVEN = workflow.config_settings.config.get("analysis_args")
 ANALYSIS_ARGS_VALUE = (
-    config["analysis_args"]
-    if ANALYSIS_ARGS_GIVEN is None
-    else given_over(config["analysis_args"], ANALYSIS_ARGS_GIVEN)
+    config["analysis_args"] if ANALYSIS_ARGS_GIVEN is None else given_over(config["analysis_args"], ANALYSIS_ARGS_GIVEN)
 )
 ANALYSIS_ARGS = json.dumps(ANALYSIS_ARGS_VALUE, sort_keys=True, separators=(",", ":"))
 # (Rules that use it have the parameter analysis_args = ANALYSIS_ARGS.)
