@@ -107,14 +107,15 @@ def _entry_problem(where: str, path, about) -> str | None:
         return f"{where} ({path}): steps must be a list of [start, stop] entry ranges"
     if steps == []:
         return f"{where} ({path}): steps is empty, so no entry of it would be read: drop the file or give its steps"
-    for before, step in zip(steps or (), (steps or [])[1:]):
-        if step[0] < before[1]:
-            return (
-                f"{where} ({path}): steps {before} and {step} overlap or are out of order: give each entry in one "
-                "step, in order (an entry in two steps would be counted twice)"
-            )
-    if steps and n is not None and steps[-1][1] > n:
-        return f"{where} ({path}): step {steps[-1]} ends past its num_entries, {n}"
+    if steps:
+        for before, step in zip(steps, steps[1:]):
+            if step[0] < before[1]:
+                return (
+                    f"{where} ({path}): steps {before} and {step} overlap or are out of order: give each entry in one "
+                    "step, in order (an entry in two steps would be counted twice)"
+                )
+        if n is not None and steps[-1][1] > n:
+            return f"{where} ({path}): step {steps[-1]} ends past its num_entries, {n}"
     return None
 
 

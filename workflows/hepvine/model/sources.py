@@ -145,9 +145,9 @@ def check_sendable(spec: str, files: list[str], workdir: Path) -> None:
     executor's error, job after job, once workers were started). A link under WORKDIR to the analysis's directory is
     sent as the files it links to. Also raised when SPEC names its file under WORKDIR otherwise than relative to it
     (an absolute path, ``../wf/ana.py``), saying the name to give."""
+    where, _, name = spec.rpartition(":")
     outside = [f for f in files if not Path(os.path.abspath(f)).is_relative_to(os.path.abspath(workdir))]
     if outside:
-        where, _, name = spec.rpartition(":")
         raise SourcesError(
             f"analysis={spec}: {', '.join(outside[:3])}{' ...' if len(outside) > 3 else ''} lie(s) outside {workdir}, "
             "the directory Snakemake runs in, and jobs without a shared filesystem (--shared-fs-usage none, as in "
@@ -155,7 +155,6 @@ def check_sendable(spec: str, files: list[str], workdir: Path) -> None:
             f"name the analysis through the link: ln -s {os.path.abspath(Path(where).parent)} my-analysis, then "
             f"analysis=my-analysis/{Path(where).name}:{name} (or copy the directory there)"
         )
-    where, _, name = spec.rpartition(":")
     relative = os.path.relpath(os.path.abspath(where), os.path.abspath(workdir))
     if where.endswith(".py") and relative != os.path.normpath(where):
         raise SourcesError(
