@@ -771,6 +771,23 @@ def test_chunks_of_a_span_read_each_branch_once_and_are_what_their_own_reads_mak
     assert sum(_branches_bytes(path, names, start, stop) for start, stop in steps[:3]) > read[0]  # (shared baskets)
 
 
+def test_a_job_keeps_the_traces_and_forms_of_its_latest_datasets_and_layouts(tmp_path, monkeypatch):
+    """A job (a library process lives for many) keeps at most ``nanoevents.KEPT_FORMS`` traces (one a dataset, tree
+    and layout) and forms, the most recently used: the oldest are dropped, and a dataset met again is traced again,
+    with the same output."""
+    (tmp_path / "mine.py").write_text(NEW_PROCESSOR)
+    monkeypatch.setattr(nanoevents, "KEPT_FORMS", 3)
+    path = str(NANOAOD / "ttH_M125_2017.root")
+    analysis = processor.load(f"{tmp_path}/mine.py:JetsAndMuons", {"pt_min": 25.0}, chunksize=CHUNKSIZE)
+    outputs = []
+    for name in ("a", "b", "c", "d", "a"):
+        task = next(iter(dataset.tasks({name: {"files": {path: "Events"}}})))
+        outputs.append(processor.run_file(path, task, analysis)[0])
+    assert [key[0] for key in analysis.traced] == ["c", "d", "a"]
+    assert 0 < len(analysis.forms) <= 3 and all(read for read in analysis.traced.values())
+    assert_same(outputs[0], outputs[-1])
+
+
 def test_making_a_chunk_leaves_the_garbage_collector_as_it_found_it():
     """``FileChunks.events`` pauses the collector while it makes a chunk: on, it is on again after (a failure too);
     off, it stays off."""

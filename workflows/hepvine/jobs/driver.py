@@ -188,7 +188,8 @@ def run_file_limited(entry: dict, batch: str, limit_s: float, args: tuple) -> tu
     if message is not None:
         what, result, traced, derived = message
         analysis = args[0]  # (analysis, codec, copies, retry)
-        analysis.traced.update(traced)
+        for key, read in traced.items():
+            nanoevents.keep_form(analysis.traced, key, read)
         for key, form in derived.items():
             nanoevents.keep_form(analysis.forms, key, form)
         if what == "not-made":

@@ -31,7 +31,8 @@ from types import SimpleNamespace
 # The leaves whose type uproot reads from the leaf's class, its title and fIsUnsigned alone (identify._leaf_to_dtype).
 PLAIN_LEAVES = frozenset({"TLeafO", "TLeafB", "TLeafS", "TLeafI", "TLeafL", "TLeafG", "TLeafF", "TLeafD"})
 # The base forms a job keeps, the schema's forms of them (``FileChunks._built``) and with columns: auto or traced
-# their cuts (``FileChunks.cut_to``): three a layout, of the layouts it meets (a dataset's files share one).
+# their cuts (``FileChunks.cut_to``): three a layout, of the layouts it meets (a dataset's files share one). Also the
+# traces it keeps (``Analysis.traced``: one a dataset, tree and layout).
 KEPT_FORMS = 24
 
 
@@ -79,8 +80,8 @@ def layout_key(tree) -> tuple | None:
 
 
 def keep_form(forms: dict, key: tuple, form) -> None:
-    """FORM (a pickled base form, or a cut's plan: ``cutform.Cut`` or why none) kept in FORMS (``Analysis.forms``)
-    under KEY (its layout's), the oldest dropped beyond ``KEPT_FORMS``."""
+    """FORM (a pickled base form, or a cut's plan: ``cutform.Cut`` or why none; a trace) kept in FORMS
+    (``Analysis.forms``, ``Analysis.traced``) under KEY (its layout's), the oldest dropped beyond ``KEPT_FORMS``."""
     forms.pop(key, None)
     while len(forms) >= KEPT_FORMS:
         del forms[next(iter(forms))]

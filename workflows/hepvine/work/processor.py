@@ -85,7 +85,8 @@ class Analysis:
     # config ``columns`` (``COLUMNS``): "auto" and "traced" make the fields the analysis does not read placeholders
     columns: str = COLUMNS[0]
     # The branches the analysis reads, by (dataset, tree, layout: ``nanoevents.layout_key``, None for trees of other
-    # branches): traced once a job (None: the trace failed; read lazily).
+    # branches): traced once a job (None: the trace failed; read lazily), the oldest dropped beyond
+    # ``nanoevents.KEPT_FORMS``.
     traced: dict = field(default_factory=dict)
     # The base forms of the trees met so far, by layout (``nanoevents.layout_key``): a job's files after the first of
     # a layout derive none (``nanoevents.FileChunks``); with columns: auto or traced, their cuts too
@@ -295,11 +296,11 @@ def preload(analysis: Analysis, made: nanoevents.FileChunks, task, metadata: dic
     """The branches of TASK's tree (MADE: its file's chunks) that ANALYSIS reads, traced on an empty chunk the first
     time the job meets TASK's dataset and tree in that layout (then kept in ``analysis.traced``): an analysis may read
     a field only where a file has it. None when the trace fails (or finds nothing). The empty chunk is the file's like
-    its others (``FileChunks``: the base form it derives is the one its chunks then share)."""
-    key = trace_key(task, made)
-    if key not in analysis.traced:
-        from coffea.nanoevents.trace import trace
+    its others (``FileChunks``: the base form it derives is the one its chunks then share). Kept as
+    ``nanoevents.kept_form`` keeps forms: the oldest dropped beyond ``nanoevents.KEPT_FORMS``."""
+    from coffea.nanoevents.trace import trace
 
+    def traced_now() -> frozenset | None:
         try:
             # Quiet: coffea warns of each way of tracing it tries, and the schema gives the chunks' own warnings,
             # which the first chunk then gives (after a change of the filters, shown again: once, as the Runner's).
@@ -308,10 +309,11 @@ def preload(analysis: Analysis, made: nanoevents.FileChunks, task, metadata: dic
                 warnings.simplefilter("ignore")
                 empty = made.events({**metadata, "entrystart": 0, "entrystop": 0}, 0, 0, None)
                 # coffea's trace gives an empty set when every way of tracing failed: nothing to preload.
-                analysis.traced[key] = frozenset(trace(analysis.process, empty)) or None
+                return frozenset(trace(analysis.process, empty)) or None
         except Exception:  # whatever the user's code does on a typetracer: the chunks are then read lazily
-            analysis.traced[key] = None
-    return analysis.traced[key]
+            return None
+
+    return nanoevents.kept_form(analysis.traced, trace_key(task, made), traced_now)
 
 
 def file_uuid(opened) -> str:
