@@ -488,6 +488,9 @@ class Manager:
         self._tasks: dict[int, object] = {}
         self._lost = LostWorkers()
         self._files: dict[str, object] = {}
+        # Each local input's (inode, mtime, size) when it was declared (_input), and the files tasks of the run make.
+        self._input_states: dict[str, tuple[int, int, int]] = {}
+        self._made: set[str] = set()
         self._kept = kept
         self._env_files: dict[str, object] = {}
         # Each credential: the variable naming its file here, that file, and (its stat when read, its declaration,
@@ -585,9 +588,10 @@ class Manager:
         for local, remote in spec.sources:
             t.add_input(self._file(local, source=True), remote)
         for local, remote in spec.inputs:
-            t.add_input(self._file(local), remote)
+            t.add_input(self._input(local), remote)
         for local, remote in spec.outputs:
             Path(local).parent.mkdir(parents=True, exist_ok=True)
+            self._made.add(os.path.abspath(local))
             t.add_output(self._file(local), remote)
         task_id = self._m.submit(t)
         self._tasks[task_id] = t
@@ -669,6 +673,28 @@ class Manager:
             cache = "forever" if kept else "workflow"
             self._files[key] = self._m.declare_file(path, cache=cache, peer_transfer=PEER_TRANSFER)
         return self._files[key]
+
+    def _input(self, local: str):
+        """The declaration of a job's local input (``_file``), declared again when the file changed since (its inode,
+        mtime or size: an analysis file edited during the run): TaskVine names a file by its contents when it is
+        declared and keeps that name, so a worker that cached it would give the tasks after the change the old
+        contents, and a worker that had not would cache the new ones under the old name (cctools notes the change in
+        its debug log and sends it all the same). Declared again, the tasks submitted after the change get the new
+        contents on every worker, as jobs run by Snakemake itself read the file as it is when they start; tasks
+        already sent keep theirs. A file a task of the run makes (an output) keeps its one declaration: it changes as
+        it is made. One stat a task's input."""
+        path = os.path.abspath(local)
+        if path not in self._made:
+            try:
+                st = os.stat(path)
+            except OSError:
+                pass  # (gone: TaskVine fails the task when it sends it, naming the file)
+            else:
+                state = (st.st_ino, st.st_mtime_ns, st.st_size)
+                if self._input_states.setdefault(path, state) != state:
+                    self._input_states[path] = state
+                    self._files.pop(path, None)
+        return self._file(local)
 
     def wait(self, timeout_s: int = 1) -> TaskResult | None:
         """The next finished task, or None after TIMEOUT_S (>= 1: ``wait(0)`` makes no network progress)."""
