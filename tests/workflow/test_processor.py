@@ -6,6 +6,7 @@ file's ``analysis-error`` naming the user's line, and fixing the file reruns the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pickle
 import shutil
@@ -21,7 +22,7 @@ from coffea import processor as coffea_processor
 from coffea import util
 from processors import CHUNKSIZE, NEW_PROCESSOR, assert_same, coffea_runner, fileset_in
 
-from hepvine.model import dataset
+from hepvine.model import dataset, sources
 from hepvine.reading import failures
 from hepvine.work import nanoevents, processor
 
@@ -148,6 +149,10 @@ def test_a_new_processor_over_a_fileset_equals_coffeas_runner(new_campaign):
     plots = sorted(p.name for p in (out / "plots").iterdir())
     assert "timeline.png" in plots and f"{safe.lstrip('_')}__jet_pt.png" in plots and "njets.png" in plots
     assert report["provenance"]["sha256"]["analysis"] is not None
+    # Every file's record names the version of the analysis its job ran: one, the file's as it is.
+    with contextlib.chdir(work):
+        version = sources.version("my_analysis.py:JetsAndMuons")
+    assert report["analysis_versions"] == {version: 7} and {r["analysis"] for r in report["inputs"]} == {version}
     # Snakemake's HTML report links every plot, those of the DAS key's histograms too, without a docutils warning
     # (a file name beginning with '_' was a "malformed hyperlink target").
     html = subprocess.run([*cmd, "--report", str(work / "report.html")], capture_output=True, text=True, timeout=600)
@@ -823,7 +828,7 @@ def test_making_a_chunk_leaves_the_garbage_collector_as_it_found_it():
 
 SETTLED = """
 import gc, pickle, sys
-from hepvine.model import dataset
+from hepvine.model import dataset, sources
 from hepvine.work import processor
 path, out = sys.argv[1], sys.argv[2]
 analysis = processor.load("hepvine.examples.dimuon:DimuonProcessor", chunksize=int(sys.argv[3]))

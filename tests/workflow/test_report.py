@@ -88,6 +88,24 @@ def test_complete_only_when_every_file_has_one_ok_record():
     assert report.summarise([record("a", 0, 1), record("b", 0, 1)], expected("a", "b"))["complete"] is True
 
 
+def test_files_that_ran_two_versions_of_the_analysis_make_the_report_incomplete_with_the_fix():
+    """The analysis changed while the campaign ran (``hepvine.model.sources.version`` in each record): the report
+    counts the versions, is incomplete, and its summary says so and what to do; one version (or records of an older
+    hepvine, without one) is complete."""
+    versions = {"a": "1111aaaa2222bbbb", "b": "1111aaaa2222bbbb", "c": "3333cccc4444dddd"}
+    records = [{**record(n, 0, 1), "analysis": v} for n, v in versions.items()]
+    summary = report.summarise(records, expected(*versions))
+    assert summary["complete"] is False and not summary["failed_files"]
+    assert summary["analysis_versions"] == {"1111aaaa2222bbbb": 2, "3333cccc4444dddd": 1}
+    text = summary_line(summary, "results/x")
+    assert "ANALYSIS CHANGED while the campaign ran: its files ran 2 versions of the analysis" in text
+    assert "1111aaaa2222bbbb: 2 file(s), 3333cccc4444dddd: 1 file(s)" in text
+    assert "touch its file and run the same command again" in text and "INCOMPLETE" in text
+    one = report.summarise(records[:2] + [record("c", 0, 1)], expected(*versions))
+    assert one["complete"] is True and one["analysis_versions"] == {"1111aaaa2222bbbb": 2}
+    assert "ANALYSIS CHANGED" not in summary_line(one, "results/x")
+
+
 def test_every_histogram_of_the_output_goes_to_histograms_root_under_its_path(tmp_path):
     """The AGC processor's flat output keeps today's TH1 names (empty ones too, and the one-bin event counts); a
     nested output's histograms go under their path; what ROOT cannot hold (category axes) is listed with why."""

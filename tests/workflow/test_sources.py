@@ -80,6 +80,28 @@ def test_a_module_in_the_working_directory_ships_whole_and_an_installed_one_not_
     assert sources.local_sources("coffea.processor:Nothing") == []
 
 
+def test_the_analysis_version_follows_its_files_contents_and_names(tmp_path, monkeypatch):
+    """``sources.version``: a digest of the analysis's local files (the file and what it imports locally), the same
+    for the same files wherever the directory is, another when a file's contents or name change; None for an
+    installed module (its version is the environment's)."""
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "ana.py", "import helpers\n")
+    write(tmp_path / "helpers.py", "CUT = 25\n")
+    first = sources.version("ana.py:Proc")
+    assert re.fullmatch(r"[0-9a-f]{16}", first) and sources.version("ana.py:Other") == first
+    elsewhere = tmp_path / "copy"
+    write(elsewhere / "ana.py", "import helpers\n")
+    write(elsewhere / "helpers.py", "CUT = 25\n")
+    monkeypatch.chdir(elsewhere)
+    assert sources.version("ana.py:Proc") == first
+    write(elsewhere / "helpers.py", "CUT = 30\n")  # a module it imports changed
+    second = sources.version("ana.py:Proc")
+    assert second != first
+    write(elsewhere / "ana2.py", "import helpers\n")  # the same contents under another name
+    assert sources.version("ana2.py:Proc") not in (first, second)
+    assert sources.version("hepvine.examples.agc:TtbarProcessor") is None
+
+
 def test_a_missing_file_ships_nothing_more_and_a_broken_one_just_itself(tmp_path, monkeypatch):
     """A merge job's parse on a worker that was not sent the analysis; a syntax error is the job's to name."""
     monkeypatch.chdir(tmp_path)

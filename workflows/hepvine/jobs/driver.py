@@ -31,7 +31,7 @@ import traceback
 from pathlib import Path
 
 from hepvine.jobs import merge
-from hepvine.model import atomic, records
+from hepvine.model import atomic, records, sources
 from hepvine.model.limits import Limits
 from hepvine.reading import failures, fetch
 from hepvine.routing import index
@@ -387,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hepvine.jobs.driver: {e}", file=sys.stderr)
         return 2
     processor.settle(analysis)
+    version = sources.version(args.analysis)  # (the files as loaded: read at once)
     try:
         result = run_batch(
             index.read(args.shard),
@@ -402,6 +403,8 @@ def main(argv: list[str] | None = None) -> int:
         for stream in (sys.stderr, sys.stdout):
             print(f"hepvine.jobs.driver: {e}", file=stream)
         return CREDENTIAL_REFUSED_EXIT
+    for record in result["records"]:
+        record["analysis"] = version
     merge.write(args.output, result)
     return 0
 

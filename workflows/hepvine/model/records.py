@@ -89,6 +89,8 @@ class FileRecord:
     failure: Failure | None = None
     # With config columns: auto, why the file ran again with every field (its first run's FieldNotMade), if it did.
     rerun: str | None = None
+    # The version of the analysis the file's job ran (hepvine.model.sources.version: a digest of its local files).
+    analysis: str | None = None
     traceback: str | None = field(default=None, repr=False)
 
     @property

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import hashlib
 import importlib.machinery
 import importlib.util
 import os
@@ -137,6 +138,22 @@ def local_sources(spec: str) -> list[str]:
             "and name it as <module>:<Name> from a directory without it, or keep large data out of the package"
         )
     return [str(p) for p in found]
+
+
+def version(spec: str) -> str | None:
+    """The version of the analysis SPEC a job runs: a digest (SHA-256, its first 16 hex digits) of its local files'
+    names and contents (``local_sources``: the names as every job of the run has them, relative to the directory it
+    runs in), read when the job loads it. None for an analysis without local files (an installed module: the
+    environment's). Each file's record keeps it, and the report counts the versions the campaign's files ran
+    (``hepvine.products.report``): a file changed while the campaign ran leaves jobs that ran before the change,
+    or during it, whose outputs are newer than the change, so the next command would not run them again."""
+    digest = hashlib.sha256()
+    files = local_sources(spec)
+    for name in files:
+        digest.update(name.encode() + b"\0")
+        digest.update(Path(name).read_bytes() if Path(name).is_file() else b"(none)")
+        digest.update(b"\0")
+    return digest.hexdigest()[:16] if files else None
 
 
 def check_sendable(spec: str, files: list[str], workdir: Path) -> None:

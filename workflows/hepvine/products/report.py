@@ -5,9 +5,10 @@ file: identity, path, rule, output, class, kind, cause, fix).
 
 The analysis's products (``hepvine.products.output``): the merged output goes through the processor's ``postprocess``
 once, as coffea's Runner does, into ``output.coffea``, and its histograms into ``histograms.root``. ``report.json``
-reconciles the records with the dataset: ``complete`` is true only if every file has exactly one record and none
-failed; it lists failed files with their failure class, cause, fix and output, and the events, bytes and rates, and
-which histograms went to ``histograms.root``. The report is checked before it is written: the events the merged
+reconciles the records with the dataset: ``complete`` is true only if every file has exactly one record, none
+failed and all ran one version of the analysis (``analysis_versions``: ``hepvine.model.sources.version``); it lists
+failed files with their failure class, cause, fix and output, and the events, bytes and rates, and which histograms
+went to ``histograms.root``. The report is checked before it is written: the events the merged
 result counts must equal the sum of the ok records. Its ``provenance`` says what made the products
 (``hepvine.products.provenance``: software, checkout, command line, profile, the analysis and its SHA-256,
 checksums, times). With ``--plots`` it draws the campaign's plots too (``hepvine.products.plots``), while it writes
@@ -73,8 +74,11 @@ def summarise(records: list[dict], expected: list[tuple[str, str, str]], out: st
     nbytes = sum(r["bytes_read"] for r in ok)
     wall = (max(r["end"] for r in records) - min(r["start"] for r in records)) if records else 0.0
     cores = peak_concurrency(records)
+    # The versions of the analysis the files' jobs ran (records of an older hepvine have none): more than one, and the
+    # output mixes them.
+    versions = Counter(r["analysis"] for r in records if r.get("analysis"))
     return {
-        "complete": exact and not failed,
+        "complete": exact and not failed and len(versions) <= 1,
         "generated": time.time(),
         "files": {"total": len(expected), "ok": len(ok), "failed": len(failed)},
         "accounting": accounting,
@@ -95,6 +99,7 @@ def summarise(records: list[dict], expected: list[tuple[str, str, str]], out: st
         "run_again_with_every_field": [
             {"fid": r["fid"], "path": r["path"], "why": r["rerun"]} for r in records if r.get("rerun")
         ],
+        "analysis_versions": dict(sorted(versions.items())),
         "events": events,
         "bytes_read": nbytes,
         "wall_seconds": round(wall, 3),

@@ -63,6 +63,14 @@ def summary_line(report: dict, where: Path | str, command_s: float | None = None
             f"columns: auto left out (first: {reran[0]['path']}: {why}); set config columns: all to make every field "
             "from the start (report.json: run_again_with_every_field)"
         )
+    versions = report.get("analysis_versions") or {}  # (a report of an older hepvine has none)
+    if len(versions) > 1:
+        counts = ", ".join(f"{digest}: {n} file(s)" for digest, n in versions.items())
+        lines.append(
+            f"  ANALYSIS CHANGED while the campaign ran: its files ran {len(versions)} versions of the analysis "
+            f"({counts}; report.json: analysis_versions, and inputs[].analysis); touch its file and run the same "
+            "command again to analyse every file with the current version"
+        )
     transient = sum(f["class"] == "transient" for f in report["failed_files"])
     permanent = len(report["failed_files"]) - transient
     lines.append(
