@@ -488,9 +488,8 @@ class Manager:
         self._tasks: dict[int, object] = {}
         self._lost = LostWorkers()
         self._files: dict[str, object] = {}
-        # Each local input's (inode, mtime, size) when it was declared (_input), and the files tasks of the run make.
+        # Each local input's (inode, mtime, size) when a task was first given it (_input).
         self._input_states: dict[str, tuple[int, int, int]] = {}
-        self._made: set[str] = set()
         self._kept = kept
         self._env_files: dict[str, object] = {}
         # Each credential: the variable naming its file here, that file, and (its stat when read, its declaration,
@@ -591,7 +590,6 @@ class Manager:
             t.add_input(self._input(local), remote)
         for local, remote in spec.outputs:
             Path(local).parent.mkdir(parents=True, exist_ok=True)
-            self._made.add(os.path.abspath(local))
             t.add_output(self._file(local), remote)
         task_id = self._m.submit(t)
         self._tasks[task_id] = t
@@ -681,19 +679,19 @@ class Manager:
         contents, and a worker that had not would cache the new ones under the old name (cctools notes the change in
         its debug log and sends it all the same). Declared again, the tasks submitted after the change get the new
         contents on every worker, as jobs run by Snakemake itself read the file as it is when they start; tasks
-        already sent keep theirs. A file a task of the run makes (an output) keeps its one declaration: it changes as
-        it is made. One stat a task's input."""
+        already submitted may get either (the analysis's version in each file's record tells: hepvine's report). A
+        file a task of the run makes is first given to a task once it is made (Snakemake submits a job after the jobs
+        it needs), and then changes no more. One stat a task's input."""
         path = os.path.abspath(local)
-        if path not in self._made:
-            try:
-                st = os.stat(path)
-            except OSError:
-                pass  # (gone: TaskVine fails the task when it sends it, naming the file)
-            else:
-                state = (st.st_ino, st.st_mtime_ns, st.st_size)
-                if self._input_states.setdefault(path, state) != state:
-                    self._input_states[path] = state
-                    self._files.pop(path, None)
+        try:
+            st = os.stat(path)
+        except OSError:
+            pass  # (gone: TaskVine fails the task when it sends it, naming the file)
+        else:
+            state = (st.st_ino, st.st_mtime_ns, st.st_size)
+            if self._input_states.setdefault(path, state) != state:
+                self._input_states[path] = state
+                self._files.pop(path, None)
         return self._file(local)
 
     def wait(self, timeout_s: int = 1) -> TaskResult | None:

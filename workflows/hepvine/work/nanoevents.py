@@ -180,29 +180,14 @@ class FileChunks:
         self._schema_built = None  # (settings, schemaform.built's) for a tree of no layout key (_built)
         self._reads_of: dict[frozenset, tuple] = {}  # _reads', by preload
         self._asked: set[str] = set()  # the branches the mapping of a chunk read lazily asked for (_CountsOnUse)
-        self._held: tuple = (None, {})  # (a span, the arrays read for its chunks: events)
         parts = coffea_parts()
         self._parts = None if parts is None or parts.reads_podio_metadata(schema) else parts
 
-    def events(
-        self,
-        metadata: dict,
-        start: int,
-        stop: int,
-        preload: frozenset | None,
-        reads: frozenset | None = None,
-        span: tuple[int, int] | None = None,
-    ):
+    def events(self, metadata: dict, start: int, stop: int, preload: frozenset | None, reads: frozenset | None = None):
         """The NanoEvents of entries START to STOP with METADATA, the branches PRELOAD (if any) read in bulk. Else the
         branches are read as the analysis touches them, but a count branch among those it is known to read taken from
         a branch of them it counts (``_CountsOnUse``): READS, its trace, if given; else the branches this file's
         chunks before asked for (none for its first chunk).
-
-        SPAN (``spans``), the entries of this chunk and of the file's chunks next to it: PRELOAD, or with READS the
-        branches of READS as the analysis touches them, read once for them all (kept until a chunk of another span)
-        and each chunk given its entries' part, as uproot gives a chunk (its values copied from those of the span
-        where their offsets do not start at zero: ``UprootSourceMapping.extract_column``). One read a branch instead
-        of one a chunk: no basket read twice, one vector read over XRootD a span.
 
         The garbage collector is paused while they are made (after the bulk read of PRELOAD: ~58,000 objects on the
         NanoAOD layout, no data) and while the tree's base form is derived, and its youngest generation collected after:
@@ -226,76 +211,30 @@ class FileChunks:
                 preload=preload,
             ).events()
         self._derive()
-        lo, hi = (start, stop) if span is None else (max(span[0], 0), min(span[1], tree.num_entries))
-        held = self._held_for((lo, hi), preload)
+        preloaded = None
         if preload is not None:
-            if not held:
-                held.update(self._preloaded(preload, lo, hi))
-            preloaded = {
-                name: self._parts.only_sliceable(_part(a, start - lo, stop - lo), slice(start, stop))
-                for name, a in held.items()
-            }
+            names, counted = self._reads(preload)
+            if names is None:
+                arrays = tree.arrays(
+                    filter_branch=lambda branch: branch.name in preload and branch.name not in counted,
+                    entry_start=start,
+                    entry_stop=stop,
+                    ak_add_doc=True,
+                    how=dict,
+                )
+            elif names:
+                arrays = tree.arrays(names, entry_start=start, entry_stop=stop, ak_add_doc=True, how=dict)
+            else:  # none of PRELOAD in the tree (a trace of another layout's file)
+                arrays = {}
+            for count, (jagged, branch) in counted.items():
+                arrays[count] = _counts(arrays[jagged], branch)
+            preloaded = {name: self._parts.only_sliceable(a, slice(start, stop)) for name, a in arrays.items()}
         else:
             known = reads if reads is not None else frozenset(self._asked)
             counted = self._reads(known)[1] if known else {}
-            spanned = reads if span is not None and reads is not None else frozenset()
-            preloaded = _CountsOnUse(
-                tree, counted, spanned, (start, stop), (lo, hi), held, self._parts.only_sliceable, self._asked
-            )
+            preloaded = _CountsOnUse(tree, counted, start, stop, self._parts.only_sliceable, self._asked)
         with _collector_paused():
             return self._make(metadata, start, stop, preloaded)
-
-    def _held_for(self, span: tuple[int, int], preload: frozenset | None) -> dict:
-        """The arrays read for SPAN's chunks (by name): PRELOAD's, or those read lazily (PRELOAD None); those of
-        another span or PRELOAD dropped (``release``)."""
-        if self._held[0] != (span, preload):
-            self.release()
-            self._held = ((span, preload), {})
-        return self._held[1]
-
-    def release(self) -> None:
-        """The arrays read for a span's chunks dropped, also where a chunk's objects that hold them wait for the
-        garbage collector (coffea's mapping and arrays refer to each other): after the span's last chunk, and the
-        file's."""
-        self._held[1].clear()
-
-    def _preloaded(self, preload: frozenset, start: int, stop: int) -> dict:
-        """The branches PRELOAD of entries START to STOP read in bulk (one ``tree.arrays``), their counts taken from
-        the branches they count (``_reads``)."""
-        names, counted = self._reads(preload)
-        tree = self.tree
-        if names is None:
-            arrays = tree.arrays(
-                filter_branch=lambda branch: branch.name in preload and branch.name not in counted,
-                entry_start=start,
-                entry_stop=stop,
-                ak_add_doc=True,
-                how=dict,
-            )
-        elif names:
-            arrays = tree.arrays(names, entry_start=start, entry_stop=stop, ak_add_doc=True, how=dict)
-        else:  # none of PRELOAD in the tree (a trace of another layout's file)
-            arrays = {}
-        for count, (jagged, branch) in counted.items():
-            arrays[count] = _counts(arrays[jagged], branch)
-        return arrays
-
-    def entry_bytes(self, names: frozenset) -> float | None:
-        """The uncompressed bytes an entry of the branches NAMES takes in the file, on average (their baskets' sizes
-        from its metadata; none read): ``spans``' measure of a span's memory. None (no spans) but for a tree of plain
-        branches (``layout_key``) with entries, whose chunks are made from coffea's parts."""
-        if self._parts is None:
-            return None
-        self._derive()
-        tree = self.tree
-        if not self._plain or not tree.num_entries:
-            return None
-        total = 0
-        for name in names:
-            branch = tree.get(name)
-            if branch is not None:
-                total += branch.uncompressed_bytes
-        return total / tree.num_entries
 
     def cut_to(self, traced: frozenset) -> str | None:
         """Make this file's later chunks with placeholders for the fields TRACED (the analysis's trace) does not read
@@ -459,46 +398,31 @@ class _CountsOnUse:
     ``preloaded_arrays``: asked whether it holds a branch, then for it): for the count branches (``nJet``) the
     analysis is known to read with a branch each counts (``Jet_pt``; COUNTED: ``FileChunks._counted``), the count
     taken from that branch's values (``_counts``) and the branch given as read, both when NanoEvents first asks for
-    either, so that the branch is read once for both and the count's baskets never; and the branches SPANNED (the
-    analysis's trace, when the chunk has a span: ``FileChunks.events``) read for the span's entries SPAN when first
-    asked for, kept in HELD for the span's other chunks. Every other branch it does not hold: the mapping reads it as
-    it reads any. A branch is read here as ``FileChunks.events`` reads preloaded ones, by uproot, with its title as
-    ``__doc__``, and each chunk (its entries CHUNK) given its part. Each branch the mapping asks for is added to ASKED
-    (the file's: what its next chunk's analysis is known to read, when it was not traced).
+    either, so that the branch is read once for both and the count's baskets never. Every other branch it does not
+    hold: the mapping reads it as it reads any. A branch is read here as ``FileChunks.events`` reads preloaded ones,
+    by uproot, with its title as ``__doc__``. Each branch the mapping asks for is added to ASKED (the file's: what its
+    next chunk's analysis is known to read, when it was not traced).
 
     The processor bench, the AGC on a local 500,000-event ZSTD copy, alternated 8 rounds, best of 4: with ``columns:
     traced`` (its trace) 517 -> 503 ms; with every field (the chunks before) 639 -> 614 ms; the 200,000-event LZMA
     file 984 -> 967 ms (native ~430 and ~870 ms)."""
 
-    def __init__(
-        self,
-        tree,
-        counted: dict[str, tuple],
-        spanned: frozenset,
-        chunk: tuple[int, int],
-        span: tuple[int, int],
-        held: dict,
-        sliceable,
-        asked: set,
-    ):
-        self._tree, self._counted, self._spanned = tree, counted, spanned
-        self._sliceable, self._asked = sliceable, asked
-        self._chunk = chunk
-        self._span = span if spanned else chunk  # (counts of a chunk without a span are the chunk's)
+    def __init__(self, tree, counted: dict[str, tuple], start: int, stop: int, sliceable, asked: set):
+        self._tree, self._counted, self._sliceable, self._asked = tree, counted, sliceable, asked
+        self._start, self._stop = start, stop
         self._counts_of = {jagged for jagged, _ in counted.values()}
-        self._arrays: dict = held if spanned else {}
+        self._arrays: dict = {}
 
     def __contains__(self, name) -> bool:
         self._asked.add(name)
-        return name in self._counted or name in self._counts_of or name in self._spanned
+        return name in self._counted or name in self._counts_of
 
     def __getitem__(self, name):
-        (start, stop), first = self._chunk, self._span[0]
-        return self._sliceable(_part(self._array(name), start - first, stop - first), slice(start, stop))
+        return self._sliceable(self._array(name), slice(self._start, self._stop))
 
     def __iter__(self):
         """The branches it holds (not the old protocol of ``__getitem__`` with 0, 1, ...)."""
-        return iter(sorted(self._counted.keys() | self._counts_of | self._spanned))
+        return iter(sorted(self._counted.keys() | self._counts_of))
 
     def _array(self, name: str):
         if name not in self._arrays:
@@ -507,33 +431,9 @@ class _CountsOnUse:
                 self._arrays[name] = _counts(self._array(jagged), branch)
             else:
                 self._arrays[name] = self._tree[name].array(
-                    entry_start=self._span[0], entry_stop=self._span[1], ak_add_doc=True
+                    entry_start=self._start, entry_stop=self._stop, ak_add_doc=True
                 )
         return self._arrays[name]
-
-
-def _part(array, start: int, stop: int):
-    """ARRAY's entries START to STOP: ARRAY itself when they are all of it."""
-    return array if start == 0 and stop == len(array) else array[start:stop]
-
-
-def spans(steps: list[tuple[int, int]], entry_bytes: float | None, budget: int) -> list[tuple[int, int] | None]:
-    """For each of STEPS (a file's chunks: (start, stop)), the entries its reads share (``FileChunks.events``' SPAN):
-    consecutive chunks grouped while their entries of ENTRY_BYTES (``FileChunks.entry_bytes``) take at most BUDGET
-    bytes; None (each chunk its own reads) for a chunk alone in its group, and for all when ENTRY_BYTES is None."""
-    groups: list[list[tuple[int, int]]] = []
-    for step in steps:
-        group = groups[-1] if groups else None
-        if (
-            entry_bytes is not None
-            and group
-            and group[-1][1] == step[0]
-            and (step[1] - group[0][0]) * entry_bytes <= budget
-        ):
-            group.append(step)
-        else:
-            groups.append([step])
-    return [(group[0][0], group[-1][1]) if len(group) > 1 else None for group in groups for _ in group]
 
 
 @contextlib.contextmanager

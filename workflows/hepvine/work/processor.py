@@ -257,12 +257,6 @@ def _user_frame(exc: BaseException | traceback.StackSummary, source: str | None)
     return f"{frame.filename}:{frame.lineno} in {frame.name}"
 
 
-# The most uncompressed bytes of the branches an analysis is known to read (its trace) that a file's consecutive chunks
-# read at once (``nanoevents.spans``), each given its part: one read a branch, not one a chunk. The AGC selection's 15
-# branches of a 500,000-event NanoAOD file take ~90 MB (~120 MB as arrays), read as one span: the processor bench on
-# its local ZSTD copy, alternated 14 rounds, the faster half: 531-580 -> 509-546 ms; a job's peak memory +115 MB.
-SPAN_BYTES = 128 * 2**20
-
 # The URLs of files read over a network, whose chunks preload their traced branches (``preload``).
 NETWORK_SCHEMES = ("root://", "roots://", "http://", "https://")
 
@@ -297,7 +291,7 @@ def preload(analysis: Analysis, made: nanoevents.FileChunks, task, metadata: dic
     time the job meets TASK's dataset and tree in that layout (then kept in ``analysis.traced``): an analysis may read
     a field only where a file has it. None when the trace fails (or finds nothing). The empty chunk is the file's like
     its others (``FileChunks``: the base form it derives is the one its chunks then share). Kept as
-    ``nanoevents.kept_form`` keeps forms: the oldest dropped beyond ``nanoevents.KEPT_FORMS``."""
+    ``nanoevents.kept_form`` keeps forms: the least recently used dropped beyond ``nanoevents.KEPT_FORMS``."""
     from coffea.nanoevents.trace import trace
 
     def traced_now() -> frozenset | None:
@@ -339,15 +333,13 @@ def run_file(url: str, task, analysis: Analysis) -> tuple[object, int, int]:
     (TASK's path), as coffea's Runner gives it, whichever cache or recompressed copy URL is. A read that fails on a
     file shorter than ROOT wrote it (``_cut_short``) says so (``fetch.CutShort``): the next source is read, and when
     none has the file whole it is the file's permanent ``truncated`` failure. A short read of a file that is whole is
-    a fault of its source, read again like any other. Opened without uproot's array cache, which keeps up to 100 MB of
-    the arrays read (no chunk asks for an array twice): the AGC on the 500,000-event local ZSTD copy, a job's peak
-    memory 422 -> 241 MB."""
+    a fault of its source, read again like any other."""
     import uproot
 
     source = local_source(url)
     if source is not None and not os.path.exists(url):  # (said as the OS says it, not with uproot's page of help)
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), url)
-    with uproot.open({url: None}, handler=source, array_cache=None) as f:
+    with uproot.open({url: None}, handler=source) as f:
         try:
             output, events = _run_chunks(url, task, analysis, f)
         except OSError as e:
@@ -456,36 +448,32 @@ def _run_chunks(url: str, task, analysis: Analysis, f) -> tuple[object, int]:
         read = preload(analysis, made, task, metadata(0, 0)) if bulk or traced else None
         if traced:
             _cut(made, read, url, analysis.columns, fresh)
-    steps = task.steps or chunks(made.tree.num_entries, analysis.chunksize)
-    with _making(url, task, analysis):
-        shared = nanoevents.spans(steps, made.entry_bytes(read) if read else None, SPAN_BYTES)
     output, events = None, 0
-    try:
-        for (start, stop), span in zip(steps, shared):
-            with _making(url, task, analysis):
-                chunk = made.events(metadata(start, stop), start, stop, read if bulk else None, read, span)
-            where, length = f"{url} entries {start}-{stop}", len(chunk)  # (a step past the file's end: what it has)
-            if made.cut is not None:
-                cutform.used()  # (forget a use of another file's chunk)
-            try:
-                out = analysis.process(chunk)
-            except Exception as e:
-                if failures.classify(e) is not None and _read_by_events(e):  # the file's, seen through a lazy column
-                    raise
-                message = f"{where}: {analysis.name} raised {type(e).__name__}: {e}"
-                missed = cutform.used() if made.cut is not None else None
-                if missed is None:
-                    raise AnalysisError(message, _user_frame(e, analysis.source)) from e
-                if not isinstance(e, cutform.NotRead):  # (a use caught, then another error: the use is the cause)
-                    raise FieldNotMade(
-                        f"{message}, after a use of a field not made: {missed[0]}",
-                        _user_frame(missed[1], analysis.source),
-                    ) from e
-                raise FieldNotMade(message, _user_frame(e, analysis.source)) from e
-            out = _checked(out, made, where, analysis)
-            output = out if output is None else accumulate([out], output)
-            events += length
-            chunk = out = None  # gone before the next chunk is read and made
-    finally:
-        made.release()  # (the arrays of the file's last span)
+    for start, stop in task.steps or chunks(made.tree.num_entries, analysis.chunksize):
+        with _making(url, task, analysis):
+            chunk = made.events(metadata(start, stop), start, stop, read if bulk else None, read)
+        where, length = f"{url} entries {start}-{stop}", len(chunk)  # (a step past the file's end: what it has)
+        if made.cut is not None:
+            cutform.used()  # (forget a use of another file's chunk)
+        try:
+            out = analysis.process(chunk)
+        except Exception as e:
+            if failures.classify(e) is not None and _read_by_events(e):  # the file's, seen through a lazy column
+                raise
+            message = f"{where}: {analysis.name} raised {type(e).__name__}: {e}"
+            missed = cutform.used() if made.cut is not None else None
+            if missed is None:
+                raise AnalysisError(message, _user_frame(e, analysis.source)) from e
+            if not isinstance(e, cutform.NotRead):  # (a use caught, then another error: the use is the cause)
+                raise FieldNotMade(
+                    f"{message}, after a use of a field not made: {missed[0]}", _user_frame(missed[1], analysis.source)
+                ) from e
+            raise FieldNotMade(message, _user_frame(e, analysis.source)) from e
+        out = _checked(out, made, where, analysis)
+        output = out if output is None else accumulate([out], output)
+        events += length
+        chunk = out = None  # gone before the next chunk is read and made
+        # So are the arrays uproot's array cache keeps of it (up to 100 MB; coffea's mapping may ask it for a branch
+        # twice in a chunk): the AGC on the 500,000-event ZSTD copy, a job's peak memory 422 -> 251 MB.
+        f.file.array_cache.clear()
     return output, events
