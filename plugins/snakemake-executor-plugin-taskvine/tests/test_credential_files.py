@@ -1,4 +1,6 @@
-"""Credential files on real TaskVine workers (--taskvine-credential-env): each
+"""Files rewritten during a run, on real TaskVine workers: a job's input (an analysis file edited while its campaign
+runs) reaches the tasks submitted after the change, also from a worker that cached the old one. Credential files
+(--taskvine-credential-env): each
 task gets the file that $X509_USER_PROXY (or $BEARER_TOKEN_FILE) names as an input in its sandbox, mode 0600, with
 the variable pointing at it there; a file rewritten during the run (a renewal) reaches the tasks submitted after it,
 while workers keep the old one for the tasks that had it; as processes and as library calls alike; and the
@@ -43,20 +45,10 @@ def secret(tag: str) -> str:
     return f"-----BEGIN CERTIFICATE-----\n{tag}-{os.urandom(16).hex()}\n-----END CERTIFICATE-----\n"
 
 
-@pytest.mark.parametrize("library", [False, True], ids=["process", "library-call"])
-def test_each_task_gets_the_credential_file_and_a_renewed_one_after_it_changes(tmp_path, library):
-    proxy = tmp_path / "x509up_u1000"
-    first = secret("first")
-    proxy.write_text(first)
+def manager_and_worker(tmp_path, **options) -> tuple[taskvine.Manager, taskvine.Worker]:
+    """A manager with OPTIONS (on a free port, with a password) and one worker of 2 cores connected to it."""
     password = taskvine.write_password_file(tmp_path / "secret")
-    run_info = tmp_path / "run-info"
-    manager = taskvine.Manager(
-        port=0,
-        password_file=password,
-        run_info_dir=run_info,
-        library=library,
-        credential_files={"X509_USER_PROXY": str(proxy)},
-    )
+    manager = taskvine.Manager(port=0, password_file=password, **options)
     worker = taskvine.Worker(
         manager_host="127.0.0.1",
         manager_port=manager.port,
@@ -65,6 +57,18 @@ def test_each_task_gets_the_credential_file_and_a_renewed_one_after_it_changes(t
         cores=2,
         memory_mb=2000,
         disk_mb=2000,
+    )
+    return manager, worker
+
+
+@pytest.mark.parametrize("library", [False, True], ids=["process", "library-call"])
+def test_each_task_gets_the_credential_file_and_a_renewed_one_after_it_changes(tmp_path, library):
+    proxy = tmp_path / "x509up_u1000"
+    first = secret("first")
+    proxy.write_text(first)
+    run_info = tmp_path / "run-info"
+    manager, worker = manager_and_worker(
+        tmp_path, run_info_dir=run_info, library=library, credential_files={"X509_USER_PROXY": str(proxy)}
     )
     try:
         spec = taskvine.TaskSpec(command=LOOK, cores=1, function=library)
@@ -87,6 +91,23 @@ def test_each_task_gets_the_credential_file_and_a_renewed_one_after_it_changes(t
         for path in [*run_info.rglob("*"), *(tmp_path / "worker").rglob("*.log"), tmp_path / "worker.log"]:
             if path.is_file() and "cache" not in path.parts:
                 assert line not in path.read_text(errors="replace"), path
+
+
+def test_an_input_changed_during_the_run_reaches_the_tasks_after_it_from_a_worker_that_cached_it(tmp_path):
+    """A job's local input rewritten during the run (an analysis file edited while its campaign runs): the tasks
+    submitted after the change get its new contents, also from the worker that cached the old ones (TaskVine names a
+    file by its contents when it is declared: ``Manager._input`` declares it again)."""
+    analysis = tmp_path / "analysis.py"
+    analysis.write_text("SELECTION = 'first'\n")
+    manager, worker = manager_and_worker(tmp_path, run_info_dir=tmp_path / "run-info")
+    try:
+        look = taskvine.TaskSpec(command="cat analysis.py", cores=1, inputs=[(str(analysis), "analysis.py")])
+        assert run_tasks(manager, [look, look]) == ["SELECTION = 'first'\n"] * 2  # (the second: from the cache)
+        time.sleep(0.01)
+        analysis.write_text("SELECTION = 'edited'\n")
+        assert run_tasks(manager, [look]) == ["SELECTION = 'edited'\n"]  # the one worker had cached the first
+    finally:
+        taskvine.stop_all([worker])
 
 
 def test_a_run_with_a_credential_gives_it_to_each_job_and_keeps_it_out_of_every_log(workflow, tmp_path):
