@@ -679,9 +679,9 @@ class Manager:
         contents, and a worker that had not would cache the new ones under the old name (cctools notes the change in
         its debug log and sends it all the same). Declared again, the tasks submitted after the change get the new
         contents on every worker, as jobs run by Snakemake itself read the file as it is when they start; tasks
-        already submitted may get either (the analysis's version in each file's record tells: hepvine's report). A
-        file a task of the run makes is first given to a task once it is made (Snakemake submits a job after the jobs
-        it needs), and then changes no more. One stat a task's input."""
+        already submitted may get either (a workflow that must know records what its jobs read). A file a task of
+        the run makes is first given to a task once it is made (Snakemake submits a job after the jobs it needs),
+        and then changes no more. One stat a task's input."""
         path = os.path.abspath(local)
         try:
             st = os.stat(path)
