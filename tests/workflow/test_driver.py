@@ -412,6 +412,31 @@ def test_a_refused_credential_ends_the_job_with_nothing_of_its_batch_recorded(mo
     assert failures.classify(KeyError("x")) is None and failures.classify(TypeError("x")) is None
 
 
+@pytest.mark.parametrize(
+    "versions, recorded",
+    [(["1111aaaa2222bbbb"] * 2, "1111aaaa2222bbbb"), (["1111aaaa2222bbbb", "3333cccc4444dddd"], None)],
+    ids=["unchanged", "changed-while-loading"],
+)
+def test_each_record_names_the_analysis_version_its_job_loaded(tmp_path, monkeypatch, versions, recorded):
+    """``driver.main`` reads the analysis's version (``sources.version``) before and after it loads it, and gives it
+    to every record of its batch; files that changed while it loaded make a version of their own (the report counts
+    it as another: the job may have run either)."""
+    read = iter(versions)
+    monkeypatch.setattr(driver.sources, "version", lambda spec: next(read))
+    monkeypatch.setattr(driver.index, "read", lambda path: shard(["/a.root", "/b.root"]))
+
+    def run_batch(shard_, analysis_, *args):
+        made = [driver.new_record(hv_index.task(entry), shard_["batch"]) for entry in shard_["files"]]
+        return {"records": [record.to_dict() for record in made], "output": None, "events": {}}
+
+    monkeypatch.setattr(driver, "run_batch", run_batch)
+    out = tmp_path / "batch.pkl"
+    argv = ["--shard", str(tmp_path / "shard.json"), "--analysis", "hepvine.examples.dimuon:DimuonProcessor"]
+    assert driver.main([*argv, "--output", str(out)]) == 0
+    labels = {r["analysis"] for r in driver.merge.read_records(out)["records"]}
+    assert labels == {recorded or f"{versions[0]}>{versions[1]}"} and next(read, None) is None
+
+
 @pytest.fixture
 def silent_server():
     """A TCP server that accepts connections and never answers: an XRootD read from it hangs (a real hang, in the

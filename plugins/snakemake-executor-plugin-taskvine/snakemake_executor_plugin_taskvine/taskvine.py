@@ -49,6 +49,9 @@ FACTORY_PERIOD_S = 30  # how often vine_factory looks at its manager (7.14.5 has
 KEPT_FACTORY_SLACK_S = FACTORY_PERIOD_S + 10
 KEPT_BACKOFF_S = 1  # how often a kept worker looks for the next manager
 WORKER_IDLE_S = 300  # a worker with nothing to do for this long ends; one that finds no manager for this long too
+# How often the workflow's sources (~500 files, the same for every job) are looked at for a change (Manager._changed):
+# a task submitted this long after a source changed gets the new one.
+SOURCES_LOOK_S = 1.0
 # cctools 7.14.0-7.14.5 crash the manager (SIGSEGV: it frees the worker while still handling its message; cctools
 # #4065, fixed in 7.14.6 and 7.15.0) when it lets go a worker that asked to leave after sitting idle for its idle
 # timeout. Reproduced with Debian trixie's 7.14.5: six workers with --timeout=5 killed it in 4 runs of 4 (with
@@ -488,8 +491,10 @@ class Manager:
         self._tasks: dict[int, object] = {}
         self._lost = LostWorkers()
         self._files: dict[str, object] = {}
-        # Each local input's (inode, mtime, size) when a task was first given it (_input).
+        # Each local input's and source's (inode, mtime, size) when a task was first given it (_changed), and when
+        # the sources were last looked at (never yet).
         self._input_states: dict[str, tuple[int, int, int]] = {}
+        self._sources_looked_at = float("-inf")
         self._kept = kept
         self._env_files: dict[str, object] = {}
         # Each credential: the variable naming its file here, that file, and (its stat when read, its declaration,
@@ -584,10 +589,15 @@ class Manager:
             t.add_feature(feature)
         for _, declared, name in credentials:
             t.add_input(declared, name)
+        if spec.sources and time.monotonic() - self._sources_looked_at >= SOURCES_LOOK_S:
+            self._sources_looked_at = time.monotonic()
+            for local, _ in spec.sources:
+                self._changed(local, source=True)
         for local, remote in spec.sources:
             t.add_input(self._file(local, source=True), remote)
         for local, remote in spec.inputs:
-            t.add_input(self._input(local), remote)
+            self._changed(local)
+            t.add_input(self._file(local), remote)
         for local, remote in spec.outputs:
             Path(local).parent.mkdir(parents=True, exist_ok=True)
             t.add_output(self._file(local), remote)
@@ -672,27 +682,26 @@ class Manager:
             self._files[key] = self._m.declare_file(path, cache=cache, peer_transfer=PEER_TRANSFER)
         return self._files[key]
 
-    def _input(self, local: str):
-        """The declaration of a job's local input (``_file``), declared again when the file changed since (its inode,
-        mtime or size: an analysis file edited during the run): TaskVine names a file by its contents when it is
-        declared and keeps that name, so a worker that cached it would give the tasks after the change the old
-        contents, and a worker that had not would cache the new ones under the old name (cctools notes the change in
-        its debug log and sends it all the same). Declared again, the tasks submitted after the change get the new
-        contents on every worker, as jobs run by Snakemake itself read the file as it is when they start; tasks
-        already submitted may get either (a workflow that must know records what its jobs read). A file a task of
-        the run makes is first given to a task once it is made (Snakemake submits a job after the jobs it needs),
-        and then changes no more. One stat a task's input."""
+    def _changed(self, local: str, source: bool = False) -> None:
+        """A job's local input, or a SOURCE of the workflow (which git-tracked files are, an analysis among them),
+        declared again (``_file``) when the file changed since a task was first given it (its inode, mtime or size:
+        an analysis file edited during the run): TaskVine names a file by its contents when it is declared and keeps
+        that name, so a worker that cached it would give the tasks after the change the old contents, and a worker
+        that had not would cache the new ones under the old name (cctools notes the change in its debug log and sends
+        it all the same). Declared again, the tasks submitted after the change get the new contents on every worker,
+        as jobs run by Snakemake itself read the file as it is when they start (the sources, the same for every job,
+        are looked at every ``SOURCES_LOOK_S``); tasks already submitted may get either (a workflow that must know
+        records what its jobs read). A file a task of the run makes is first given to a task once it is made
+        (Snakemake submits a job after the jobs it needs), and then changes no more. One stat a task's input."""
         path = os.path.abspath(local)
         try:
             st = os.stat(path)
         except OSError:
-            pass  # (gone: TaskVine fails the task when it sends it, naming the file)
-        else:
-            state = (st.st_ino, st.st_mtime_ns, st.st_size)
-            if self._input_states.setdefault(path, state) != state:
-                self._input_states[path] = state
-                self._files.pop(path, None)
-        return self._file(local)
+            return  # (gone: TaskVine fails the task when it sends it, naming the file)
+        state = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if self._input_states.setdefault(path, state) != state:
+            self._input_states[path] = state
+            self._files.pop(f"source:{path}" if source and self._kept else path, None)
 
     def wait(self, timeout_s: int = 1) -> TaskResult | None:
         """The next finished task, or None after TIMEOUT_S (>= 1: ``wait(0)`` makes no network progress)."""

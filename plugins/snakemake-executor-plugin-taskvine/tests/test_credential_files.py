@@ -1,5 +1,6 @@
-"""Files rewritten during a run, on real TaskVine workers: a job's input (an analysis file edited while its campaign
-runs) reaches the tasks submitted after the change, also from a worker that cached the old one. Credential files
+"""Files rewritten during a run, on real TaskVine workers: a job's input or a source of the workflow (an analysis file
+edited while its campaign runs) reaches the tasks submitted after the change, also from a worker that cached the old
+one. Credential files
 (--taskvine-credential-env): each
 task gets the file that $X509_USER_PROXY (or $BEARER_TOKEN_FILE) names as an input in its sandbox, mode 0600, with
 the variable pointing at it there; a file rewritten during the run (a renewal) reaches the tasks submitted after it,
@@ -93,15 +94,22 @@ def test_each_task_gets_the_credential_file_and_a_renewed_one_after_it_changes(t
                 assert line not in path.read_text(errors="replace"), path
 
 
-def test_an_input_changed_during_the_run_reaches_the_tasks_after_it_from_a_worker_that_cached_it(tmp_path):
-    """A job's local input rewritten during the run (an analysis file edited while its campaign runs): the tasks
-    submitted after the change get its new contents, also from the worker that cached the old ones (TaskVine names a
-    file by its contents when it is declared: ``Manager._input`` declares it again)."""
+@pytest.mark.parametrize("given_as", ["inputs", "sources"])
+@pytest.mark.parametrize("kept", [False, True], ids=["run", "kept-workers"])
+def test_a_file_changed_during_the_run_reaches_the_tasks_after_it_from_a_worker_that_cached_it(
+    tmp_path, monkeypatch, given_as, kept
+):
+    """A job's local input, or a source of the workflow (git-tracked files are: an analysis among them), rewritten
+    during the run (an analysis file edited while its campaign runs): the tasks submitted after the change get its new
+    contents, also from the worker that cached the old ones (TaskVine names a file by its contents when it is
+    declared: ``Manager._changed`` declares it again), on workers kept between runs too (sources cached "forever")."""
+    monkeypatch.setattr(taskvine, "SOURCES_LOOK_S", 0.0)  # (the sources looked at for each task)
     analysis = tmp_path / "analysis.py"
     analysis.write_text("SELECTION = 'first'\n")
-    manager, worker = manager_and_worker(tmp_path, run_info_dir=tmp_path / "run-info")
+    manager, worker = manager_and_worker(tmp_path, run_info_dir=tmp_path / "run-info", kept=kept)
     try:
-        look = taskvine.TaskSpec(command="cat analysis.py", cores=1, inputs=[(str(analysis), "analysis.py")])
+        files = {given_as: [(str(analysis), "analysis.py")]}
+        look = taskvine.TaskSpec(command="cat analysis.py", cores=1, **files)
         assert run_tasks(manager, [look, look]) == ["SELECTION = 'first'\n"] * 2  # (the second: from the cache)
         time.sleep(0.01)
         analysis.write_text("SELECTION = 'edited'\n")

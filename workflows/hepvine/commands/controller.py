@@ -147,7 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, KeyError):
         complete = False
     if not complete:
-        print(f"hepvine controller: campaign {args.campaign} is incomplete: {out}/report.json lists its failed files")
+        print(
+            f"hepvine controller: campaign {args.campaign} is incomplete: {out}/report.json lists its failed files, "
+            "its accounting and the versions of the analysis its files ran (analysis_versions)"
+        )
     return 0 if complete else INCOMPLETE
 
 

@@ -379,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.recompress and not args.copies:
         parser.error("--recompress needs --copies DIR")
     limits = Limits(args.rate_floor_mb_s, args.file_time_base_s, args.bytes_per_event) if args.rate_floor_mb_s else None
+    before = sources.version(args.analysis)
     try:
         analysis = processor.load(
             args.analysis, json.loads(args.analysis_args), args.schema, args.chunksize, args.columns
@@ -387,7 +388,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hepvine.jobs.driver: {e}", file=sys.stderr)
         return 2
     processor.settle(analysis)
-    version = sources.version(args.analysis)  # (the files as loaded: read at once)
+    # The files' version read before and after they were loaded: one that changed meanwhile is a version of its own
+    # (which the report counts as another: the job may have run either).
+    after = sources.version(args.analysis)
+    version = before if before == after else f"{before}>{after}"
     try:
         result = run_batch(
             index.read(args.shard),

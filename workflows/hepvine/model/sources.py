@@ -29,7 +29,7 @@ from pathlib import Path
 
 MAX_FILES = 200
 MAX_BYTES = 50 * 2**20
-LEFT_OUT_SUFFIXES = (".pyc", ".pyo", "~", ".swp", ".bak")
+LEFT_OUT_SUFFIXES = (".pyc", ".pyo", "~", ".swp", ".bak", "#")  # (#name#: an editor's autosave)
 
 
 class SourcesError(ValueError):
@@ -151,7 +151,10 @@ def version(spec: str) -> str | None:
     files = local_sources(spec)
     for name in files:
         digest.update(name.encode() + b"\0")
-        digest.update(Path(name).read_bytes() if Path(name).is_file() else b"(none)")
+        try:
+            digest.update(Path(name).read_bytes())
+        except OSError as e:  # (gone, or unreadable: as such)
+            digest.update(f"({type(e).__name__})".encode())
         digest.update(b"\0")
     return digest.hexdigest()[:16] if files else None
 

@@ -199,6 +199,10 @@ def summary_html(report: dict, where: Path | str) -> str:
         ("files ok", f"{files['ok']:,} of {files['total']:,}"),
         ("files failed", f"{files['failed']:,} ({transient:,} transient, {files['failed'] - transient:,} permanent)"),
         ("files run again with every field", f"{len(report.get('run_again_with_every_field') or []):,}"),
+        (
+            "versions of the analysis the files ran",
+            ", ".join(f"{v}: {n:,}" for v, n in (report.get("analysis_versions") or {}).items()) or "n/a",
+        ),
         ("events analysed", f"{report['events']:,}"),
         ("bytes read", f"{report['bytes_read'] / 1e6:,.1f} MB"),
         ("wall time", f"{report['wall_seconds']:,.1f} s"),

@@ -85,7 +85,7 @@ class Analysis:
     # config ``columns`` (``COLUMNS``): "auto" and "traced" make the fields the analysis does not read placeholders
     columns: str = COLUMNS[0]
     # The branches the analysis reads, by (dataset, tree, layout: ``nanoevents.layout_key``, None for trees of other
-    # branches): traced once a job (None: the trace failed; read lazily), the oldest dropped beyond
+    # branches): traced once a job (None: the trace failed; read lazily), the least recently used dropped beyond
     # ``nanoevents.KEPT_FORMS``.
     traced: dict = field(default_factory=dict)
     # The base forms of the trees met so far, by layout (``nanoevents.layout_key``): a job's files after the first of
