@@ -12,6 +12,7 @@ import os
 import pickle
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import awkward as ak
@@ -281,6 +282,62 @@ def test_an_array_of_a_cut_chunk_pickles_as_one_of_every_field():
         assert ak.array_equal(again["zipped"].eta, every.Jet_eta)
         made_again = again["pt"].behavior[("*", "NanoEvents")]
         assert issubclass(made_again, cutform.CutEvents) and made_again.__name__ == type(every).__name__
+
+
+RUNS = []  # Counted's runs (not a class attribute: that would be a setting of the schema)
+
+
+class Counted(NanoAODSchema):
+    """NanoAODSchema, counting the times it runs (``RUNS``)."""
+
+    def __init__(self, base_form, version="latest"):
+        RUNS.append(self)
+        super().__init__(base_form, version)
+
+
+def test_a_cuts_chunks_get_what_running_the_schema_gives_with_it_run_once_a_layout_and_trace():
+    """The schema's form of a cut is made once for a job's files of its layout and trace (``cutform.built``): each
+    chunk of a file opened twice (the second as a job's later file of the layout) has the form and metadata that
+    running the schema for it gives (``CutSchema`` without it) and from_root's warnings, as many; the schema ran twice
+    (the check) for the first chunk, never again."""
+    from coffea.nanoevents import NanoEventsFactory
+
+    forms, path, traced = {}, str(NANOAOD / "ttH_M125_2017.root"), frozenset({"nJet", "Jet_pt"})
+    runs = []
+    for _ in range(2):
+        with uproot.open(path) as f:
+            made = nanoevents.FileChunks(f, "Events", Counted, forms)
+            assert made.cut_to(traced) is None
+            for start in (0, 15, 30):
+                metadata = {"dataset": "d", "entrystart": start, "entrystop": start + 15, "version": "9"}
+                RUNS.clear()
+                with warnings.catch_warnings(record=True) as seen:
+                    warnings.simplefilter("always")
+                    ours = made.events(dict(metadata), start, start + 15, None, traced)
+                runs.append(len(RUNS))
+                with warnings.catch_warnings(record=True) as given:
+                    warnings.simplefilter("always")
+                    NanoEventsFactory.from_root(
+                        file=f,
+                        treepath="Events",
+                        schemaclass=Counted,
+                        metadata=dict(metadata),
+                        mode="virtual",
+                        entry_start=start,
+                        entry_stop=start + 15,
+                    ).events()
+                base = pickle.loads(made.cut.base)
+                base["parameters"]["metadata"] = dict(metadata)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    ran = cutform.CutSchema(base, schema=Counted, cut=made.cut).form
+                assert ours.attrs["@form"] == ran and ours.metadata == ran["parameters"]["metadata"]
+                assert ours.metadata["version"] == "latest" and isinstance(ours.Tau, cutform.UnreadArray)
+                assert collections.Counter((w.category, str(w.message), w.filename, w.lineno) for w in seen) == (
+                    collections.Counter((w.category, str(w.message), w.filename, w.lineno) for w in given)
+                )
+                assert len(seen) >= 5
+    assert runs == [2, 0, 0, 0, 0, 0]
 
 
 def test_plan_gives_no_cut_where_a_kept_fields_form_would_differ():

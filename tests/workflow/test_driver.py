@@ -202,10 +202,10 @@ def test_a_files_process_sends_back_the_base_form_it_derived(files, tmp_path, mo
 
 
 def test_a_files_process_sends_back_the_cut_it_planned(files, tmp_path, monkeypatch):
-    """With the default, config columns: auto, the first file's process sends back the analysis's trace, the base form
-    and the cut it planned of it (``cutform.Cut``): the second file, of the same layout, traces, derives and plans
-    nothing."""
-    from hepvine.work import cutform
+    """With the default, config columns: auto, the first file's process sends back the analysis's trace, the base form,
+    the cut it planned of it (``cutform.Cut``) and the schema's form of that cut (``schemaform.Built``): the second
+    file, of the same layout, traces, derives and plans nothing."""
+    from hepvine.work import cutform, schemaform
 
     good, _, _ = files
     log = tmp_path / "planned.log"
@@ -227,7 +227,10 @@ def test_a_files_process_sends_back_the_cut_it_planned(files, tmp_path, monkeypa
     [(traced_key, read)] = fresh.traced.items()
     assert traced_key[2] == key and read
     cut_key = ("cut", key, fresh.schema, read)
-    assert list(fresh.forms) == [key, cut_key] and isinstance(fresh.forms[cut_key], cutform.Cut)
+    assert list(fresh.forms)[:2] == [key, cut_key] and isinstance(fresh.forms[cut_key], cutform.Cut)
+    [cut_schema_key] = list(fresh.forms)[2:]
+    assert cut_schema_key[:4] == ("cut schema", key, fresh.schema, read)
+    assert isinstance(fresh.forms[cut_schema_key], schemaform.Built)
 
 
 def test_reads_retry_in_rounds_and_then_classify():

@@ -34,13 +34,13 @@ from __future__ import annotations
 
 import collections
 import copy
+import dataclasses
 import functools
 import importlib
 import inspect
 import pickle
 import sys
 import traceback
-from dataclasses import dataclass
 
 import awkward as ak
 from coffea.nanoevents.schemas.base import BaseSchema
@@ -295,7 +295,7 @@ def _behavior(schema: type) -> dict:
     return behavior
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Cut:
     """How a layout's chunks are made for one trace: from BASE (the cut base form, pickled), into FIELDS (the schema's
     top-level fields from every branch, in order), of which those in UNREAD are placeholders (their forms, by name);
@@ -321,22 +321,44 @@ def _quiet(schema: type) -> type:
 class CutSchema(BaseSchema):
     """The events of a cut (``Cut``): SCHEMA's form of the cut base form, with a placeholder for each unread field and
     the warnings SCHEMA gives from every branch. Passed to coffea as ``functools.partial(CutSchema, schema=...,
-    cut=...)``: coffea calls it with the base form."""
+    cut=..., built=...)``: coffea calls it with the base form. With BUILT (``built``: that form made once for the
+    cut's chunks) the base form's metadata is all that is read: the form is a copy of BUILT's, the schema not run."""
 
-    def __init__(self, base_form: dict, *, schema: type, cut: Cut):
-        made = _quiet(schema)(base_form).form
+    def __init__(self, base_form: dict, *, schema: type, cut: Cut, built: schemaform.Built | None = None):
+        if built is not None:
+            made = schemaform.BuiltSchema(base_form, schema=schema, built=built).form
+        else:
+            made = _with_placeholders(_quiet(schema)(base_form).form, cut)
         for warning in cut.again:
             warning.give()
-        contents = dict(zip(made["fields"], made["contents"]))
         self._schema = schema
-        self._form = {
-            **made,
-            "fields": list(cut.fields),
-            "contents": [cut.unread[name] if name in cut.unread else contents[name] for name in cut.fields],
-        }
+        self._form = made
 
     def behavior(self) -> dict:
         return _behavior(self._schema)
+
+
+def _with_placeholders(made: dict, cut: Cut) -> dict:
+    """MADE, the schema's form of CUT's base form, with CUT's top-level fields in order, a placeholder for each
+    unread."""
+    contents = dict(zip(made["fields"], made["contents"]))
+    return {
+        **made,
+        "fields": list(cut.fields),
+        "contents": [cut.unread[name] if name in cut.unread else contents[name] for name in cut.fields],
+    }
+
+
+def built(cut: Cut, schema: type, metadata: dict) -> schemaform.Built | str:
+    """The events' form of CUT's chunks made once for them (``schemaform.built`` of its base form with SCHEMA, made
+    quiet as ``CutSchema`` runs it, METADATA the first chunk's), its placeholders in place; or why not (a string: each
+    chunk then runs the schema). A 100,000-event chunk of the NanoAOD layout for the AGC selection: ~1.4 ms less to
+    make (the schema's run on the cut base form, ~1.1 ms, and the unpickling of that base form)."""
+    found = schemaform.built(cut.base, _quiet(schema), metadata)
+    if isinstance(found, str):
+        return found
+    made = _with_placeholders(pickle.loads(found.form), cut)
+    return dataclasses.replace(found, form=pickle.dumps(made, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def _placeholder(name: str, form: dict) -> dict:

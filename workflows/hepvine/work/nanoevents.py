@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import hashlib
 import inspect
 import pickle
 import warnings
@@ -31,22 +32,23 @@ from types import SimpleNamespace
 # The leaves whose type uproot reads from the leaf's class, its title and fIsUnsigned alone (identify._leaf_to_dtype).
 PLAIN_LEAVES = frozenset({"TLeafO", "TLeafB", "TLeafS", "TLeafI", "TLeafL", "TLeafG", "TLeafF", "TLeafD"})
 # The base forms a job keeps, the schema's forms of them (``FileChunks._built``) and with columns: auto or traced
-# their cuts (``FileChunks.cut_to``): three a layout, of the layouts it meets (a dataset's files share one). Also the
-# traces it keeps (``Analysis.traced``: one a dataset, tree and layout).
+# their cuts (``FileChunks.cut_to``) and the schema's forms of those: four a layout, of the layouts it meets (a
+# dataset's files share one). Also the traces it keeps (``Analysis.traced``: one a dataset, tree and layout).
 KEPT_FORMS = 24
 
 
-def layout_key(tree) -> tuple | None:
+def layout_key(tree) -> str | None:
     """What TREE's base form (``UprootSourceMapping._extract_base_form``) is made of, read from its branches' own
     members, for a tree of plain branches (the NanoAOD layout: every branch a ``TBranch`` with one leaf of a number
     type, no sub-branches): its title and, per branch, its name and title, its leaf's class, title, length and
     signedness, and its count leaf's name. Those are all uproot looks at to interpret such a branch
-    (``uproot.interpretation.identify.interpretation_of``), so two trees with the same key have the same form. None
-    for any other tree (objects, RNTuple) or while uproot has custom interpretations registered: their forms are
-    derived file by file. ~7 ms for the 1,590 branches of real NanoAOD, against ~50 ms to derive the form. The list
-    follows uproot 5.7's ``interpretation_of``; ``test_processor`` checks that equal keys mean equal forms on the real
-    files, a ROOT copy and written trees (types, signedness, titles), so an uproot that reads another member shows
-    there."""
+    (``uproot.interpretation.identify.interpretation_of``), so two trees with the same key have the same form. The
+    key is their SHA-256 digest (hex): a job looks forms up by it a few times a chunk, where a tuple of the 1,590
+    branches' rows is hashed anew at each lookup (~0.3 ms). None for any other tree (objects, RNTuple) or while uproot
+    has custom interpretations registered: their forms are derived file by file. ~7 ms for the 1,590 branches of real
+    NanoAOD, against ~50 ms to derive the form. The list follows uproot 5.7's ``interpretation_of``;
+    ``test_processor`` checks that equal keys mean equal forms on the real files, a ROOT copy and written trees
+    (types, signedness, titles), so an uproot that reads another member shows there."""
     from uproot.behaviors.TTree import TTree
     from uproot.interpretation import identify
 
@@ -76,7 +78,7 @@ def layout_key(tree) -> tuple | None:
                 None if count is None else count.member("fName"),
             )
         )
-    return (tree.title, tuple(rows))
+    return hashlib.sha256(pickle.dumps((tree.title, rows), protocol=pickle.HIGHEST_PROTOCOL)).hexdigest()
 
 
 def keep_form(forms: dict, key: tuple, form) -> None:
@@ -175,8 +177,9 @@ class FileChunks:
         self.tree = opened[treename]
         self._base_form: bytes | None = None  # pickled: a chunk's schema may change the form it is given
         self._plain = False  # the tree has a layout key: plain branches only (_derived_form)
-        self._layout: tuple | None = None  # that key
+        self._layout: str | None = None  # that key
         self._cut = None  # cutform.Cut: how this file's chunks are cut (cut_to), if they are
+        self._traced: frozenset | None = None  # the trace it was planned for
         self._schema_built = None  # (settings, schemaform.built's) for a tree of no layout key (_built)
         self._reads_of: dict[frozenset, tuple] = {}  # _reads', by preload
         self._asked: set[str] = set()  # the branches the mapping of a chunk read lazily asked for (_CountsOnUse)
@@ -258,7 +261,7 @@ class FileChunks:
         planned = kept_form(self.forms, ("cut", self._layout, self.schema, traced), planned_now)
         if isinstance(planned, str):
             return planned
-        self._cut = planned
+        self._cut, self._traced = planned, traced
         return None
 
     @property
@@ -266,7 +269,7 @@ class FileChunks:
         """How this file's chunks are cut (``cutform.Cut``), or None: every field made."""
         return self._cut
 
-    def layout(self) -> tuple | None:
+    def layout(self) -> str | None:
         """The tree's layout key (``layout_key``): None when it is not a tree of plain branches, or its chunks are
         ``from_root``'s or made without FORMS."""
         if self._parts is None or self.forms is None:
@@ -354,24 +357,31 @@ class FileChunks:
         else:
             from hepvine.work import cutform
 
-            form = pickle.loads(self._cut.base)
-            schema = functools.partial(cutform.CutSchema, schema=self.schema, cut=self._cut)
+            built = self._built(metadata, cut=True) if stop > start else None
+            form = pickle.loads(self._cut.base) if built is None else {"parameters": {}}
+            schema = functools.partial(cutform.CutSchema, schema=self.schema, cut=self._cut, built=built)
         return self._parts.from_mapping(mapping, key, form, schema, metadata, mode="virtual").events()
 
-    def _built(self, metadata: dict):
-        """The schema's form of this tree's layout made once for its settings (``schemaform.built``, checked against
-        the schema with METADATA, the first chunk's) and kept in FORMS for a tree of plain branches, else for this
-        file; None where each chunk runs the schema (``built`` says why not, or the settings cannot be pickled)."""
-        from hepvine.work import schemaform
+    def _built(self, metadata: dict, cut: bool = False):
+        """The schema's form of this tree's layout (with CUT, of its cut: ``cutform.built``) made once for its settings
+        (``schemaform.built``, checked against the schema with METADATA, the first chunk's) and kept in FORMS for a
+        tree of plain branches, else for this file; None where each chunk runs the schema (``built`` says why not, or
+        the settings cannot be pickled)."""
+        from hepvine.work import cutform, schemaform
 
         settings = schemaform.settings(self.schema)
         if settings is None:
             return None
 
         def built_now():
+            if cut:
+                return cutform.built(self._cut, self.schema, metadata)
             return schemaform.built(self._base_form, self.schema, metadata)
 
-        if self._layout is not None:
+        if cut:  # (a cut is of a tree of plain branches, for one trace)
+            key = ("cut schema", self._layout, self.schema, self._traced, settings)
+            found = kept_form(self.forms, key, built_now)
+        elif self._layout is not None:
             found = kept_form(self.forms, ("schema", self._layout, self.schema, settings), built_now)
         else:
             if self._schema_built is None or self._schema_built[0] != settings:
