@@ -233,6 +233,21 @@ def test_a_files_process_sends_back_the_cut_it_planned(files, tmp_path, monkeypa
     assert isinstance(fresh.forms[cut_schema_key], schemaform.Built)
 
 
+def test_a_job_whose_files_run_in_processes_of_their_own_keeps_the_latest_used_traces(files, monkeypatch):
+    """Each file in a process of its own: the job keeps the traces its files used last (``nanoevents.follow``), as one
+    process would (``test_processor``: a, b, a, c, d, b keeps c, d, b), not those its files made last (b, c, d)."""
+    good, _, _ = files
+    monkeypatch.setattr(nanoevents, "KEPT_FORMS", 3)  # (the files' processes are forked: theirs too)
+    batch = shard([good[0]] * 6)
+    for entry, name in zip(batch["files"], ("a", "b", "a", "c", "d", "b")):
+        entry["dataset"] = name
+    fresh = processor.load("hepvine.examples.agc:TtbarProcessor", {"lumi_pb": 3378})
+    limits = Limits(rate_floor_mb_s=1, file_time_base_s=60, bytes_per_event=1)
+    result = driver.run_batch(batch, fresh, limits=limits)
+    assert [r["failure"] for r in result["records"]] == [None] * 6
+    assert [key[0] for key in fresh.traced] == ["c", "d", "b"]
+
+
 def test_reads_retry_in_rounds_and_then_classify():
     calls = []
 

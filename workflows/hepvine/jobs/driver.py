@@ -137,7 +137,8 @@ def run_file(
 def _child(send, args: tuple) -> None:
     """In the file's own process: run it and send ("done", (record, histogram), ...) back, or ("not-made", the
     ``records.FieldNotMade`` that stopped it, ...) with config ``columns: auto`` — each with the analysis's traces and
-    the base forms it made, those the job had not — or ("bug", the traceback of a bug)."""
+    the base forms it made, those the job had not, and the order it left them in (``nanoevents.follow``) — or ("bug",
+    the traceback of a bug)."""
     os.setpgid(0, 0)  # a group of its own, with whatever it starts (ROOT's programs), so that all of it can be ended
     try:
         analysis = args[2]  # (entry, batch, analysis, ...): run_file's arguments
@@ -150,7 +151,7 @@ def _child(send, args: tuple) -> None:
             what, result = "not-made", e
         derived = {key: form for key, form in analysis.forms.items() if key not in known}
         traced = {key: read for key, read in analysis.traced.items() if key not in known_traces}
-        send.send((what, result, traced, derived))
+        send.send((what, result, (list(analysis.traced), traced), (list(analysis.forms), derived)))
     except BaseException:  # a bug (run_file records the file's own failures): the parent fails the job with it
         send.send(("bug", traceback.format_exc()))
     finally:
@@ -163,7 +164,7 @@ def run_file_limited(entry: dict, batch: str, limit_s: float, args: tuple) -> tu
     own and its batch-mates go on. A bug in hepvine still fails the job, with the child's traceback; a file whose cut
     fell short (config ``columns: auto``) raises the child's ``records.FieldNotMade`` here. What the child traced of
     the analysis (``processor.preload``) and the base forms it derived (``nanoevents.FileChunks``) are kept for the
-    files after it."""
+    files after it, the least recently used of them first as the child left them."""
     context = multiprocessing.get_context("fork")  # the child starts with the parent's imports: milliseconds
     receive, send = context.Pipe(duplex=False)
     child = context.Process(target=_child, args=(send, (entry, batch, *args)), daemon=True)
@@ -188,10 +189,8 @@ def run_file_limited(entry: dict, batch: str, limit_s: float, args: tuple) -> tu
     if message is not None:
         what, result, traced, derived = message
         analysis = args[0]  # (analysis, codec, copies, retry)
-        for key, read in traced.items():
-            nanoevents.keep_form(analysis.traced, key, read)
-        for key, form in derived.items():
-            nanoevents.keep_form(analysis.forms, key, form)
+        nanoevents.follow(analysis.traced, *traced)
+        nanoevents.follow(analysis.forms, *derived)
         if what == "not-made":
             raise result
         data, h = result

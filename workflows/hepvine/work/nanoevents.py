@@ -90,6 +90,16 @@ def keep_form(forms: dict, key: tuple, form) -> None:
     forms[key] = form
 
 
+def follow(forms: dict, order: list, new: dict) -> None:
+    """FORMS (a job's ``Analysis.forms`` or ``.traced``) made what a file's own process left of its copy of them: its
+    keys in ORDER (that copy's, the least recently used first), NEW's values (what the copy made that FORMS lacks)
+    added, what the copy dropped dropped. The job's files after it then drop the least recently used of all its files,
+    not the first met."""
+    merged = {key: new[key] if key in new else forms[key] for key in order if key in new or key in forms}
+    forms.clear()
+    forms.update(merged)
+
+
 def kept_form(forms: dict, key: tuple, make):
     """What FORMS keeps under KEY (then the most recently used: dropped last), else MAKE() kept there
     (``keep_form``)."""
