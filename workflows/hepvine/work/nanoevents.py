@@ -11,7 +11,7 @@ but without its costs that grow with a job's chunks and files (``FileChunks``):
 - the garbage collector waits while a chunk's objects (no data) are made;
 - with config ``columns: auto`` (the default) or ``traced`` (``FileChunks.cut_to``), a chunk's fields that the
   analysis does not read are placeholders (``hepvine.work.cutform``), made from the collections it reads instead of
-  the tree's every branch.
+  the tree's every branch, the schema's form of them made once a layout and trace (``cutform.built``).
 
 Built from coffea's own parts in ``from_root``'s order (``coffea_parts``); where this coffea lacks them or they take
 other arguments, or the schema reads podio metadata, every chunk is ``from_root``'s. ``test_processor`` checks that
