@@ -1,6 +1,7 @@
 """What the tests of user analyses share: a coffea processor hepvine has never seen (``NEW_PROCESSOR``, the text of
 a user's file), coffea's own ``processor.Runner`` over a fileset (the reference), the comparison of two outputs bin by
-bin, and analyses that fall short of a cut chunk (``CAUGHT``, ``RETURNS``: config ``columns``)."""
+bin, analyses that fall short of a cut chunk (``CAUGHT``, ``RETURNS``: config ``columns``), and a chunk as coffea's
+``NanoEventsFactory.from_root`` makes it (``runner_chunk``), with a schema that counts its runs (``Counted``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 from coffea import processor as coffea_processor
-from coffea.nanoevents import NanoAODSchema
+from coffea.nanoevents import NanoAODSchema, NanoEventsFactory
 
 CHUNKSIZE = 30  # several chunks per file (the real files of ../shared/nanoaod hold 40 to 1,000 events)
 
@@ -138,3 +139,28 @@ def held(events):
 def layout(events):
     return {"jets": int(ak.sum(ak.num(events.Jet.pt))), "layout": events[:2].layout}
 """
+
+
+def runner_chunk(f, schema, metadata: dict, start: int, stop: int, preload=None):
+    """The chunk of entries START to STOP of the tree Events of the opened file F, as the Runner makes it."""
+    return NanoEventsFactory.from_root(
+        file=f,
+        treepath="Events",
+        schemaclass=schema,
+        metadata=metadata,
+        mode="virtual",
+        entry_start=start,
+        entry_stop=stop,
+        preload=preload,
+    ).events()
+
+
+RUNS = []  # Counted's runs (not a class attribute: that would be a setting of the schema)
+
+
+class Counted(NanoAODSchema):
+    """NanoAODSchema, counting the times it runs (``RUNS``)."""
+
+    def __init__(self, base_form, version="latest"):
+        RUNS.append(self)
+        super().__init__(base_form, version)

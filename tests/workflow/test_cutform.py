@@ -21,7 +21,18 @@ import pyarrow
 import pytest
 import uproot
 from coffea.nanoevents import NanoAODSchema
-from processors import CAUGHT, CHUNKSIZE, NEW_PROCESSOR, RETURNS, assert_same, coffea_runner, fileset_in
+from processors import (
+    CAUGHT,
+    CHUNKSIZE,
+    NEW_PROCESSOR,
+    RETURNS,
+    RUNS,
+    Counted,
+    assert_same,
+    coffea_runner,
+    fileset_in,
+    runner_chunk,
+)
 
 from hepvine.examples import agc
 from hepvine.model import dataset
@@ -284,24 +295,11 @@ def test_an_array_of_a_cut_chunk_pickles_as_one_of_every_field():
         assert issubclass(made_again, cutform.CutEvents) and made_again.__name__ == type(every).__name__
 
 
-RUNS = []  # Counted's runs (not a class attribute: that would be a setting of the schema)
-
-
-class Counted(NanoAODSchema):
-    """NanoAODSchema, counting the times it runs (``RUNS``)."""
-
-    def __init__(self, base_form, version="latest"):
-        RUNS.append(self)
-        super().__init__(base_form, version)
-
-
 def test_a_cuts_chunks_get_what_running_the_schema_gives_with_it_run_once_a_layout_and_trace():
     """The schema's form of a cut is made once for a job's files of its layout and trace (``cutform.built``): each
     chunk of a file opened twice (the second as a job's later file of the layout) has the form and metadata that
     running the schema for it gives (``CutSchema`` without it) and from_root's warnings, as many; the schema ran twice
     (the check) for the first chunk, never again."""
-    from coffea.nanoevents import NanoEventsFactory
-
     forms, path, traced = {}, str(NANOAOD / "ttH_M125_2017.root"), frozenset({"nJet", "Jet_pt"})
     runs = []
     for _ in range(2):
@@ -317,15 +315,7 @@ def test_a_cuts_chunks_get_what_running_the_schema_gives_with_it_run_once_a_layo
                 runs.append(len(RUNS))
                 with warnings.catch_warnings(record=True) as given:
                     warnings.simplefilter("always")
-                    NanoEventsFactory.from_root(
-                        file=f,
-                        treepath="Events",
-                        schemaclass=Counted,
-                        metadata=dict(metadata),
-                        mode="virtual",
-                        entry_start=start,
-                        entry_stop=start + 15,
-                    ).events()
+                    runner_chunk(f, Counted, dict(metadata), start, start + 15)
                 base = pickle.loads(made.cut.base)
                 base["parameters"]["metadata"] = dict(metadata)
                 with warnings.catch_warnings():

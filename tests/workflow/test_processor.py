@@ -20,7 +20,7 @@ import pytest
 import uproot
 from coffea import processor as coffea_processor
 from coffea import util
-from processors import CHUNKSIZE, NEW_PROCESSOR, assert_same, coffea_runner, fileset_in
+from processors import CHUNKSIZE, NEW_PROCESSOR, assert_same, coffea_runner, fileset_in, runner_chunk
 
 from hepvine.model import dataset, sources
 from hepvine.reading import failures
@@ -417,7 +417,6 @@ def test_a_files_chunks_share_its_base_form_and_are_what_coffeas_from_root_makes
     coffea's ``from_root`` makes (the same form, metadata, partition, attributes and columns), with branches preloaded
     and without, TTree and RNTuple."""
     import awkward as ak
-    from coffea.nanoevents import NanoEventsFactory
 
     path, schemaclass = str(NANOAOD / name), processor.schema_class(schema)
     with uproot.open(path) as f:
@@ -428,16 +427,7 @@ def test_a_files_chunks_share_its_base_form_and_are_what_coffeas_from_root_makes
             for start, stop in steps:
                 metadata = {"dataset": "d", "filename": path, "entrystart": start, "entrystop": stop, "kind": "mc"}
                 ours = made.events(dict(metadata), start, stop, loaded)
-                theirs = NanoEventsFactory.from_root(
-                    file=f,
-                    treepath="Events",
-                    schemaclass=schemaclass,
-                    metadata=dict(metadata),
-                    mode="virtual",
-                    entry_start=start,
-                    entry_stop=stop,
-                    preload=loaded,
-                ).events()
+                theirs = runner_chunk(f, schemaclass, dict(metadata), start, stop, loaded)
                 assert ours.layout.form == theirs.layout.form and ours.metadata == theirs.metadata
                 assert ours.attrs.keys() == theirs.attrs.keys() and ours.attrs["@form"] == theirs.attrs["@form"]
                 factories = ours.attrs["@events_factory"], theirs.attrs["@events_factory"]

@@ -11,23 +11,12 @@ from pathlib import Path
 import awkward as ak
 import pytest
 import uproot
-from coffea.nanoevents import BaseSchema, NanoAODSchema, NanoEventsFactory
+from coffea.nanoevents import BaseSchema, NanoAODSchema
+from processors import RUNS, Counted, runner_chunk
 
 from hepvine.work import nanoevents, processor
 
 NANOAOD = Path(__file__).resolve().parents[3] / "shared" / "nanoaod"
-
-
-def _theirs(f, schema, metadata: dict, start: int, stop: int):
-    return NanoEventsFactory.from_root(
-        file=f,
-        treepath="Events",
-        schemaclass=schema,
-        metadata=metadata,
-        mode="virtual",
-        entry_start=start,
-        entry_stop=stop,
-    ).events()
 
 
 def _warned(make, *args) -> tuple[object, list]:
@@ -36,17 +25,6 @@ def _warned(make, *args) -> tuple[object, list]:
         warnings.simplefilter("always")
         made = make(*args)
     return made, [(w.category, str(w.message), w.filename, w.lineno) for w in seen]
-
-
-RUNS = []  # Counted's runs (not a class attribute: that would be a setting of the schema)
-
-
-class Counted(NanoAODSchema):
-    """NanoAODSchema, counting the times it runs (``RUNS``)."""
-
-    def __init__(self, base_form, version="latest"):
-        RUNS.append(self)
-        super().__init__(base_form, version)
 
 
 @pytest.mark.parametrize("name", ["nano_dy.root", "nano_dy_rntuple.root", "ttH_M125_2017.root"])
@@ -66,7 +44,7 @@ def test_each_chunk_gets_the_schemas_form_metadata_and_warnings_with_the_schema_
             for start, stop in steps[:3]:
                 metadata = {"dataset": "d", "entrystart": start, "entrystop": stop, "version": "9", "xsec": [1.0]}
                 ours, our_warnings = _warned(made.events, dict(metadata), start, stop, None)
-                theirs, their_warnings = _warned(_theirs, f, Counted, dict(metadata), start, stop)
+                theirs, their_warnings = _warned(runner_chunk, f, Counted, dict(metadata), start, stop)
                 assert our_warnings == their_warnings and len(their_warnings) >= 5
                 assert ours.layout.form == theirs.layout.form and ours.attrs["@form"] == theirs.attrs["@form"]
                 assert ours.metadata == theirs.metadata and ours.metadata["version"] == "latest"
@@ -91,7 +69,7 @@ def test_under_the_default_filters_a_chunks_warnings_are_shown_as_the_schemas_ow
     with uproot.open(path) as f:
         made = nanoevents.FileChunks(f, "Events", NanoAODSchema, {})
         ours = shown(lambda: [made.events({}, s, s + 10, None) for s in (0, 10, 20)])
-        theirs = shown(lambda: [_theirs(f, NanoAODSchema, {}, s, s + 10) for s in (0, 10, 20)])
+        theirs = shown(lambda: [runner_chunk(f, NanoAODSchema, {}, s, s + 10) for s in (0, 10, 20)])
     assert ours == theirs and len(theirs) == 6
 
 
@@ -111,7 +89,7 @@ def test_a_schemas_settings_changed_between_chunks_change_the_next_chunks_as_the
                 Changed.warn_missing_crossrefs = not quiet
                 Changed.mixins = {**NanoAODSchema.mixins, "Muon": "Electron"} if quiet else NanoAODSchema.mixins
                 ours, our_warnings = _warned(made.events, {}, start, start + 10, None)
-                theirs, their_warnings = _warned(_theirs, f, Changed, {}, start, start + 10)
+                theirs, their_warnings = _warned(runner_chunk, f, Changed, {}, start, start + 10)
                 assert our_warnings == their_warnings and ours.layout.form == theirs.layout.form
                 assert type(ours.Muon) is type(theirs.Muon)
                 assert (len(their_warnings), type(theirs.Muon).__name__) == (
@@ -160,7 +138,7 @@ def test_a_schema_following_the_metadata_it_is_given_runs_for_every_chunk(schema
         for start, dataset in ((0, "a"), (10, "b"), (20, "c")):
             metadata = {"dataset": dataset, "entrystart": start}
             ours = made.events(dict(metadata), start, start + 10, None)
-            theirs = _theirs(f, schema, dict(metadata), start, start + 10)
+            theirs = runner_chunk(f, schema, dict(metadata), start, start + 10)
             assert ours.layout.form == theirs.layout.form and ours.metadata == theirs.metadata
         found = [value for key, value in made.forms.items() if key[0] == "schema"]
     assert len(found) == 1 and isinstance(found[0], str) and why in found[0], found
