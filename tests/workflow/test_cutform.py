@@ -328,6 +328,15 @@ def test_a_cuts_chunks_get_what_running_the_schema_gives_with_it_run_once_a_layo
                 )
                 assert len(seen) >= 5
     assert runs == [2, 0, 0, 0, 0, 0]
+    with uproot.open(path) as f:  # another trace of the layout: a cut of its own, whose form is made for it
+        made = nanoevents.FileChunks(f, "Events", Counted, forms)
+        assert made.cut_to(frozenset({"nMuon", "Muon_pt"})) is None
+        RUNS.clear()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            muons = made.events({"dataset": "d"}, 0, 15, None)
+        assert len(RUNS) == 2 and isinstance(muons.Jet, cutform.UnreadArray)
+        assert not isinstance(muons.Muon, cutform.UnreadArray) and len(muons.Muon.pt) == 15
 
 
 def test_plan_gives_no_cut_where_a_kept_fields_form_would_differ():

@@ -352,8 +352,8 @@ def _with_placeholders(made: dict, cut: Cut) -> dict:
 def built(cut: Cut, schema: type, metadata: dict) -> schemaform.Built | str:
     """The events' form of CUT's chunks made once for them (``schemaform.built`` of its base form with SCHEMA, made
     quiet as ``CutSchema`` runs it, METADATA the first chunk's), its placeholders in place; or why not (a string: each
-    chunk then runs the schema). A 100,000-event chunk of the NanoAOD layout for the AGC selection: ~1.4 ms less to
-    make (the schema's run on the cut base form, ~1.1 ms, and the unpickling of that base form)."""
+    chunk then runs the schema). A 100,000-event chunk of the NanoAOD layout for the AGC selection: ~1.1 ms less to
+    make (the 500,000-event ZSTD bench copy's 5 chunks: 19.9 -> 14.4 ms, median of 28 alternated, CPU time)."""
     found = schemaform.built(cut.base, _quiet(schema), metadata)
     if isinstance(found, str):
         return found

@@ -27,6 +27,7 @@ import hashlib
 import inspect
 import pickle
 import warnings
+from collections.abc import Hashable
 from types import SimpleNamespace
 
 # The leaves whose type uproot reads from the leaf's class, its title and fIsUnsigned alone (identify._leaf_to_dtype).
@@ -43,12 +44,12 @@ def layout_key(tree) -> str | None:
     type, no sub-branches): its title and, per branch, its name and title, its leaf's class, title, length and
     signedness, and its count leaf's name. Those are all uproot looks at to interpret such a branch
     (``uproot.interpretation.identify.interpretation_of``), so two trees with the same key have the same form. The
-    key is their SHA-256 digest (hex): a job looks forms up by it a few times a chunk, where a tuple of the 1,590
-    branches' rows is hashed anew at each lookup (~0.3 ms). None for any other tree (objects, RNTuple) or while uproot
-    has custom interpretations registered: their forms are derived file by file. ~7 ms for the 1,590 branches of real
-    NanoAOD, against ~50 ms to derive the form. The list follows uproot 5.7's ``interpretation_of``;
-    ``test_processor`` checks that equal keys mean equal forms on the real files, a ROOT copy and written trees
-    (types, signedness, titles), so an uproot that reads another member shows there."""
+    key is the SHA-256 digest (hex) of their text: a job looks forms up by it a few times a file and once a chunk,
+    where a tuple of the 1,590 branches' rows is hashed anew at each lookup (~0.3 ms). None for any other tree
+    (objects, RNTuple) or while uproot has custom interpretations registered: their forms are derived file by file.
+    ~8 ms for the 1,590 branches of real NanoAOD, against ~50 ms to derive the form. The list follows uproot 5.7's
+    ``interpretation_of``; ``test_processor`` checks that equal keys mean equal forms on the real files, a ROOT copy
+    and written trees (types, signedness, titles), so an uproot that reads another member shows there."""
     from uproot.behaviors.TTree import TTree
     from uproot.interpretation import identify
 
@@ -78,10 +79,11 @@ def layout_key(tree) -> str | None:
                 None if count is None else count.member("fName"),
             )
         )
-    return hashlib.sha256(pickle.dumps((tree.title, rows), protocol=pickle.HIGHEST_PROTOCOL)).hexdigest()
+    # (of their text, which follows their values alone: a pickle also follows which of them are one object)
+    return hashlib.sha256(repr((tree.title, rows)).encode()).hexdigest()
 
 
-def keep_form(forms: dict, key: tuple, form) -> None:
+def keep_form(forms: dict, key: Hashable, form) -> None:
     """FORM (a pickled base form, or a cut's plan: ``cutform.Cut`` or why none; a trace) kept in FORMS
     (``Analysis.forms``, ``Analysis.traced``) under KEY (its layout's), the oldest dropped beyond ``KEPT_FORMS``."""
     forms.pop(key, None)
@@ -100,7 +102,7 @@ def follow(forms: dict, order: list, new: dict) -> None:
     forms.update(merged)
 
 
-def kept_form(forms: dict, key: tuple, make):
+def kept_form(forms: dict, key: Hashable, make):
     """What FORMS keeps under KEY (then the most recently used: dropped last), else MAKE() kept there
     (``keep_form``)."""
     form = forms[key] if key in forms else make()

@@ -89,8 +89,8 @@ class Analysis:
     # ``nanoevents.KEPT_FORMS``.
     traced: dict = field(default_factory=dict)
     # The base forms of the trees met so far, by layout (``nanoevents.layout_key``): a job's files after the first of
-    # a layout derive none (``nanoevents.FileChunks``); with columns: auto or traced, their cuts too
-    # (``FileChunks.cut_to``).
+    # a layout derive none (``nanoevents.FileChunks``); the schema's forms of them (``FileChunks._built``); with
+    # columns: auto or traced, their cuts (``FileChunks.cut_to``) and the schema's forms of those too.
     forms: dict = field(default_factory=dict)
 
     @property
