@@ -675,12 +675,16 @@ class Manager:
         vine_cache_load), and deletes its whole cache when it ends. (A source that a job also makes is declared
         apart as that job's output: its later contents are not the source's.)"""
         path = os.path.abspath(local)
-        kept = source and self._kept
-        key = f"source:{path}" if kept else path
+        key = self._declared_as(path, source)
         if key not in self._files:
-            cache = "forever" if kept else "workflow"
+            cache = "forever" if source and self._kept else "workflow"
             self._files[key] = self._m.declare_file(path, cache=cache, peer_transfer=PEER_TRANSFER)
         return self._files[key]
+
+    def _declared_as(self, path: str, source: bool) -> str:
+        """The key of the file at PATH (absolute) in ``_files``: a SOURCE on kept workers is declared apart from the
+        same file given as a job's input (``_file``)."""
+        return f"source:{path}" if source and self._kept else path
 
     def _changed(self, local: str, source: bool = False) -> None:
         """A job's local input, or a SOURCE of the workflow (which git-tracked files are, an analysis among them),
@@ -701,7 +705,7 @@ class Manager:
         state = (st.st_ino, st.st_mtime_ns, st.st_size)
         if self._input_states.setdefault(path, state) != state:
             self._input_states[path] = state
-            self._files.pop(f"source:{path}" if source and self._kept else path, None)
+            self._files.pop(self._declared_as(path, source), None)
 
     def wait(self, timeout_s: int = 1) -> TaskResult | None:
         """The next finished task, or None after TIMEOUT_S (>= 1: ``wait(0)`` makes no network progress)."""

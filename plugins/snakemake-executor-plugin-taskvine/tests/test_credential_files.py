@@ -1,11 +1,10 @@
 """Files rewritten during a run, on real TaskVine workers: a job's input or a source of the workflow (an analysis file
 edited while its campaign runs) reaches the tasks submitted after the change, also from a worker that cached the old
-one. Credential files
-(--taskvine-credential-env): each
-task gets the file that $X509_USER_PROXY (or $BEARER_TOKEN_FILE) names as an input in its sandbox, mode 0600, with
-the variable pointing at it there; a file rewritten during the run (a renewal) reaches the tasks submitted after it,
-while workers keep the old one for the tasks that had it; as processes and as library calls alike; and the
-credential's bytes are in no log, no command line and nothing Snakemake keeps."""
+one. Credential files (--taskvine-credential-env): each task gets the file that $X509_USER_PROXY (or
+$BEARER_TOKEN_FILE) names as an input in its sandbox, mode 0600, with the variable pointing at it there; a file
+rewritten during the run (a renewal) reaches the tasks submitted after it, while workers keep the old one for the
+tasks that had it; as processes and as library calls alike; and the credential's bytes are in no log, no command line
+and nothing Snakemake keeps."""
 
 from __future__ import annotations
 
