@@ -170,3 +170,28 @@ def test_the_processor_fills_what_fill_fills_under_the_th1_names(tmp_path, schem
     assert "scale_var_up" in fills and events == 5
     assert set(empty) == {f"{r}_wjets_{v}" for r in analysis.REGIONS for v in fills} | {"events_wjets_nominal"}
     assert all(empty[f"{r}_wjets_{v}"].values(flow=True).sum() == 0 for r in analysis.REGIONS for v in fills)
+
+
+def test_the_processor_reads_a_files_branch_names_once_for_its_chunks(tmp_path, monkeypatch):
+    """TtbarProcessor finds the era of each chunk from the branch names of its file's tree, read off the events once a
+    file (``_names_of``): a file of three chunks reads them once, the next file again, and the histograms are those of
+    names read for every chunk."""
+    paths = [str(generated_file(tmp_path / f"t{i}.root", "ttbar", 2000, index=i, seed=4)["path"]) for i in (1, 2)]
+    tasks = dataset.tasks(
+        {"ttbar": {"xsec": 1.0, "nominal": {"nevts_total": 4000, "files": [{"path": p, "nevts": 2000} for p in paths]}}}
+    )
+    read = []
+    names = analysis.Branches.names
+    monkeypatch.setattr(analysis.Branches, "names", lambda self: read.append(1) or names(self))
+
+    def run(task) -> dict:
+        agc = processor.load("hepvine.examples.agc:TtbarProcessor", schema="BaseSchema", chunksize=700)
+        return processor.run_file(task.path, task, agc)[0]
+
+    once = [run(task) for task in tasks]
+    assert len(read) == 2  # (three chunks a file; and the trace's empty chunk, of the same file)
+    monkeypatch.setattr(analysis.TtbarProcessor, "_names_of", lambda self, events, branches: branches.names())
+    every = [run(task) for task in tasks]
+    assert len(read) > 2 + 2 * 3
+    for a, b in zip(once, every):
+        assert a.keys() == b.keys() and all(a[k] == b[k] for k in a)

@@ -351,11 +351,11 @@ def _tag(events) -> str | None:
         return tag_in(f)
 
 
-def file_selection(events, branches: Branches) -> eras.Selection:
+def file_selection(events, branches: Branches, names: set[str] | None = None) -> eras.Selection:
     """The era's selection for the file of EVENTS (``hepvine.model.eras``: the metadata's era, else the file's tag, run
-    or branches)."""
+    or branches). NAMES: ``branches.names()``, if known."""
     filename, forced = events.metadata["filename"], events.metadata.get("era")
-    names = branches.names()
+    names = branches.names() if names is None else names
     tag = first_run = None
     if forced is None:
         tag = _tag(events)
@@ -376,6 +376,18 @@ class TtbarProcessor(processor.ProcessorABC):
 
     def __init__(self, lumi_pb: float = 3378.0):
         self.lumi_pb = lumi_pb
+        self._names: tuple = (None, None)  # (a file's tree, the branch names its events hold): the last file's
+
+    def _names_of(self, events, branches: Branches) -> set[str]:
+        """``branches.names()`` of EVENTS, made once a file's tree (its chunks hold the same fields) rather than for
+        every chunk: ~2.4 ms a chunk of the NanoAOD layout, ~2% of the processor bench's ZSTD file."""
+        meta = events.metadata
+        tree = (meta.get("filename"), meta.get("fileuuid"), meta.get("treename"))
+        if tree[0] is None:
+            return branches.names()
+        if self._names[0] != tree:
+            self._names = (tree, branches.names())
+        return self._names[1]
 
     def process(self, events):
         meta = events.metadata
@@ -385,7 +397,7 @@ class TtbarProcessor(processor.ProcessorABC):
             branches,
             process,
             event_weight(xsec, self.lumi_pb, meta.get("nevts_total") or 1),
-            file_selection(events, branches),
+            file_selection(events, branches, self._names_of(events, branches)),
             variation,
             xsec is None,
         )
