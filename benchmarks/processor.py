@@ -22,8 +22,11 @@ reads what the cache holds), through the same XCache behind a delay line that ad
 (``benchmarks/latency.py``: the sandbox's loopback answers in microseconds, a data centre's network in a fraction of
 a millisecond to a millisecond, and NanoEvents' lazy reads wait for each other), and on their ZSTD copies (``zstd``:
 what hepvine's recompression makes of them, local; decompression is cheap there, so NanoEvents' fixed cost per chunk
-weighs most). Each rate is the best of ``--repeat`` rounds, taken in turn; the processor's cost over native is also
-given of the rounds' median rates (this VM's noise moves a best by ±5%). Writes
+weighs most). Each rate is the best of ``--repeat`` rounds, taken in turn (every other round in the reverse order);
+the processor's cost over native is also given of the rounds' median rates, and as the median of each round's own
+ratio (``paired``: native and the processor run next to each other). The last is the one to read on this VM, whose
+spells of slowness last seconds and take up to 40% (a file's CPU time, measured in one process): a best or a median
+of rounds that ran a minute apart can land on either side of one. Writes
 results/bench/processor-<schema>[-merged<K>].json and prints one table.
 
 The inputs are the analysis bench's generated ttbar files (``benchmarks/analysis.py``: ``--schema compact``, 94
@@ -220,7 +223,8 @@ def run(args, stack: contextlib.ExitStack) -> int:
     counts: dict[str, int] = {}
     for round_ in range(args.repeat + 1):  # round 0 warms the caches (XCache, page cache, imports)
         for place, urls in where.items():
-            for name, run in variants.items():
+            # Every other round in the reverse order: a slow spell of this VM then falls on both sides of a pair
+            for name, run in list(variants.items())[:: -1 if round_ % 2 else 1]:
                 if name == "native_same_source" and place not in LOCAL:
                     continue  # (over XRootD hepvine opens a file as uproot does by default)
                 gc.collect()  # each variant starts with no garbage of the one before to collect
@@ -236,6 +240,15 @@ def run(args, stack: contextlib.ExitStack) -> int:
     if len(set(counts.values())) != 1:
         raise SystemExit(f"bench: the variants analysed different events: {counts}")
     median = {p: {name: statistics.median(rates) for name, rates in r.items()} for p, r in rounds.items()}
+    # Each round's native and processor ran next to each other (``paired``): the median of the rounds' own ratios
+    paired = {
+        p: {
+            versus: round(statistics.median(n / r for n, r in zip(rounds[p][versus], rounds[p]["processor"])), 3)
+            for versus in ("native", "native_same_source")
+            if versus in rounds[p]
+        }
+        for p in where
+    }
     ratios = {
         "processor_over_native": {p: round(best[p]["native"] / best[p]["processor"], 3) for p in where},
         "processor_over_native_medians": {p: round(median[p]["native"] / median[p]["processor"], 3) for p in where},
@@ -267,6 +280,7 @@ def run(args, stack: contextlib.ExitStack) -> int:
         "cost_of_processor_over_native_same_source": ratios["processor_over_native_same_source"],
         "cost_of_processor_over_native_medians": ratios["processor_over_native_medians"],
         "cost_of_processor_over_native_same_source_medians": ratios["processor_over_native_same_source_medians"],
+        "cost_of_processor_over_native_paired_medians": paired,
         "cost_of_columns_all_over_native": ratios["all_over_native"],
         "columns_all_speed_over_coffea_runner": ratios["all_over_coffea_runner"],
         "columns_all_preloaded_speed_over_lazy": ratios["preloaded_over_lazy"],
@@ -303,6 +317,13 @@ def run(args, stack: contextlib.ExitStack) -> int:
         + ", ".join(f"{p} {r:.2f}" for p, r in ratios["processor_over_native_medians"].items())
         + "; native opening them as hepvine does: "
         + ", ".join(f"{p} {r:.2f}" for p, r in ratios["processor_over_native_same_source_medians"].items())
+    )
+    print(
+        "processor/native cost, the median of each round's own ratio (native and processor run next to each other): "
+        + ", ".join(
+            f"{p} {r['native']:.2f}" + (f" (as hepvine opens it {r['native_same_source']:.2f})" if len(r) > 1 else "")
+            for p, r in paired.items()
+        )
     )
     return 0
 
