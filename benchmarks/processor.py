@@ -24,9 +24,9 @@ a millisecond to a millisecond, and NanoEvents' lazy reads wait for each other),
 what hepvine's recompression makes of them, local; decompression is cheap there, so NanoEvents' fixed cost per chunk
 weighs most). Each rate is the best of ``--repeat`` rounds, taken in turn (every other round in the reverse order);
 the processor's cost over native is also given of the rounds' median rates, and as the median of each round's own
-ratio (``paired``: native and the processor run next to each other). The last is the one to read on this VM, whose
-spells of slowness last seconds and take up to 40% (a file's CPU time, measured in one process): a best or a median
-of rounds that ran a minute apart can land on either side of one. Writes
+ratio (``paired``: native and the processor run one after the other, in the same round). The last is the one to read
+on this VM, whose spells of slowness last seconds and take up to 40% (a file's CPU time, measured in one process): a
+best or a median of rounds that ran a minute apart can land on either side of one. Writes
 results/bench/processor-<schema>[-merged<K>].json and prints one table.
 
 The inputs are the analysis bench's generated ttbar files (``benchmarks/analysis.py``: ``--schema compact``, 94
@@ -148,7 +148,15 @@ class Untraced(dict):
         return None
 
 
+def as_new_files(instance):
+    """INSTANCE (the AGC processor) made to read each round's files as a job reads files it has not met: without the
+    branch names of the file it read last (``TtbarProcessor._names_of``), which would be this file's, read again."""
+    instance._names = agc.TtbarProcessor._names
+    return instance
+
+
 def hepvine_processor(urls: list[str], analysis) -> int:
+    as_new_files(analysis.instance)
     return sum(processor.run_file(url, task_of(url), analysis)[1] for url in urls)
 
 
@@ -159,7 +167,7 @@ def coffea_runner(urls: list[str], analysis) -> int:
     runner = coffea_processor.Runner(
         executor=coffea_processor.IterativeExecutor(), schema=analysis.schema, chunksize=CHUNKSIZE
     )
-    out = runner(fileset, analysis.instance)
+    out = runner(fileset, as_new_files(analysis.instance))
     return int(sum(h.values().sum() for k, h in out.items() if k.startswith("events_")))
 
 
@@ -240,7 +248,7 @@ def run(args, stack: contextlib.ExitStack) -> int:
     if len(set(counts.values())) != 1:
         raise SystemExit(f"bench: the variants analysed different events: {counts}")
     median = {p: {name: statistics.median(rates) for name, rates in r.items()} for p, r in rounds.items()}
-    # Each round's native and processor ran next to each other (``paired``): the median of the rounds' own ratios
+    # Each round's native and processor ran one after the other (``paired``): the median of the rounds' own ratios
     paired = {
         p: {
             versus: round(statistics.median(n / r for n, r in zip(rounds[p][versus], rounds[p]["processor"])), 3)
@@ -319,7 +327,7 @@ def run(args, stack: contextlib.ExitStack) -> int:
         + ", ".join(f"{p} {r:.2f}" for p, r in ratios["processor_over_native_same_source_medians"].items())
     )
     print(
-        "processor/native cost, the median of each round's own ratio (native and processor run next to each other): "
+        "processor/native cost, the median of each round's own ratio (native and processor run one after the other): "
         + ", ".join(
             f"{p} {r['native']:.2f}" + (f" (as hepvine opens it {r['native_same_source']:.2f})" if len(r) > 1 else "")
             for p, r in paired.items()

@@ -374,9 +374,10 @@ def events_histogram(n: int) -> hist.Hist:
 class TtbarProcessor(processor.ProcessorABC):
     """The AGC ttbar selection (this module's docstring) as a coffea processor."""
 
+    _names: tuple = (None, None)  # (a file's tree, the branch names its events hold): the last file's (_names_of)
+
     def __init__(self, lumi_pb: float = 3378.0):
         self.lumi_pb = lumi_pb
-        self._names: tuple = (None, None)  # (a file's tree, the branch names its events hold): the last file's
 
     def _names_of(self, events, branches: Branches) -> set[str]:
         """``branches.names()`` of EVENTS, made once a file's tree (its chunks hold the same fields) rather than for
