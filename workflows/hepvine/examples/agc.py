@@ -381,7 +381,8 @@ class TtbarProcessor(processor.ProcessorABC):
 
     def _names_of(self, events, branches: Branches) -> set[str]:
         """``branches.names()`` of EVENTS, made once a file's tree (its chunks hold the same fields) rather than for
-        every chunk: ~2.4 ms a chunk of the NanoAOD layout, ~2% of the processor bench's ZSTD file."""
+        every chunk: ~2.4 ms a chunk of the NanoAOD layout (the processor bench's 500,000-event ZSTD copy: ~12 ->
+        ~2.4 ms a file of ~650-700)."""
         meta = events.metadata
         tree = (meta.get("filename"), meta.get("fileuuid"), meta.get("treename"))
         if tree[0] is None:
